@@ -1,0 +1,1 @@
+"""Shared plumbing: the error type and its API shape, pagination, platform strings, logging."""

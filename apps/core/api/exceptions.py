@@ -1,0 +1,78 @@
+"""The one place where exceptions become the API's error shape ``{"code", "detail", "field"}``."""
+from __future__ import annotations
+
+import logging
+
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.http import Http404
+from rest_framework import exceptions as drf
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+from apps.core.errors import ForestError
+
+log = logging.getLogger(__name__)
+
+_DRF_CODES = {
+    drf.ParseError: "malformed_json",
+    drf.NotAuthenticated: "not_authenticated",
+    drf.AuthenticationFailed: "authentication_failed",
+    drf.PermissionDenied: "permission_denied",
+    drf.NotFound: "not_found",
+    drf.MethodNotAllowed: "method_not_allowed",
+    drf.NotAcceptable: "not_acceptable",
+    drf.UnsupportedMediaType: "unsupported_media_type",
+    drf.Throttled: "throttled",
+}
+
+
+def _first_error(detail, path: str = "") -> tuple[str, str, str]:
+    """Walk DRF's nested error structure to the first leaf: (field path, message, code)."""
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            if key == "non_field_errors":
+                return _first_error(value, path)
+            child = f"{path}.{key}" if path else str(key)
+            return _first_error(value, child)
+    if isinstance(detail, list):
+        for index, value in enumerate(detail):
+            if isinstance(value, dict | list):
+                if value:
+                    return _first_error(value, f"{path}[{index}]")
+                continue
+            return _first_error(value, path)
+    code = getattr(detail, "code", "invalid") or "invalid"
+    return path, str(detail), str(code)
+
+
+_RENAMED = {"invalid": "invalid_value", "required": "field_required", "null": "field_null", "blank": "field_blank"}
+
+
+def validation_code(drf_code: str) -> str:
+    """DRF's generic leaf codes renamed into Forest's namespace; our own codes pass through."""
+    return _RENAMED.get(drf_code, drf_code)
+
+
+def forest_exception_handler(exc, context):
+    if isinstance(exc, ForestError):
+        return Response(exc.as_dict(), status=exc.status)
+    if isinstance(exc, RequestDataTooBig):
+        return Response({"code": "payload_too_large", "detail": str(exc)}, status=413)
+    if isinstance(exc, drf.ValidationError):
+        field, message, code = _first_error(exc.detail)
+        body = {"code": validation_code(code), "detail": message}
+        if field:
+            body["field"] = field
+        return Response(body, status=400)
+    if isinstance(exc, Http404):
+        exc = drf.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = drf.PermissionDenied()
+    response = exception_handler(exc, context)
+    if response is None:
+        log.exception("unhandled error in API view", exc_info=exc)
+        return Response({"code": "internal_error", "detail": "Host failed to handle this request."}, status=500)
+    code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
+    detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    response.data = {"code": code, "detail": detail}
+    return response

@@ -1,0 +1,79 @@
+"""Small typed readers for JSON bodies that report the exact field path on error. Pure: no Django.
+
+Hot wire endpoints (heartbeats) validate with these instead of DRF serializers: they are an order of
+magnitude cheaper per field and produce the same ``{"code", "detail", "field"}`` shape.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from apps.core.errors import ValidationFailed
+
+
+def fail(code: str, detail: str, field: str) -> ValidationFailed:
+    return ValidationFailed(code, detail, field=field)
+
+
+def obj(value: Any, field: str, *, allowed: set[str], required: set[str] = frozenset()) -> dict:
+    if not isinstance(value, dict):
+        raise fail("invalid_type", f"{field or 'The body'} must be a JSON object.", field)
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        path = f"{field}.{unknown[0]}" if field else unknown[0]
+        raise fail("unknown_field", f"'{unknown[0]}' is not a field here.", path)
+    for name in sorted(required):
+        if name not in value:
+            path = f"{field}.{name}" if field else name
+            raise fail("field_required", f"'{name}' is required.", path)
+    return value
+
+
+def string(value: Any, field: str, *, max_length: int = 200, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise fail("invalid_type", f"{field} must be a string.", field)
+    if not value.strip() and not allow_empty:
+        raise fail("field_blank", f"{field} must not be empty.", field)
+    if len(value) > max_length:
+        raise fail("too_long", f"{field} is longer than {max_length} characters.", field)
+    return value
+
+
+def integer(value: Any, field: str, *, minimum: int = 0, maximum: int) -> int:
+    # bool is an int in Python; a JSON true is not a count.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise fail("invalid_type", f"{field} must be an integer.", field)
+    if value < minimum:
+        raise fail("out_of_range", f"{field} must be at least {minimum}.", field)
+    if value > maximum:
+        raise fail("out_of_range", f"{field} must be at most {maximum}.", field)
+    return value
+
+
+def boolean(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise fail("invalid_type", f"{field} must be true or false.", field)
+    return value
+
+
+def array(value: Any, field: str, *, max_items: int) -> list:
+    if not isinstance(value, list):
+        raise fail("invalid_type", f"{field} must be a list.", field)
+    if len(value) > max_items:
+        raise fail("too_many_items", f"{field} has {len(value)} items; at most {max_items} are allowed.", field)
+    return value
+
+
+def choice(value: Any, field: str, *, choices: set[str] | list[str]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise fail("invalid_choice", f"{field} must be one of: {', '.join(sorted(choices))}.", field)
+    return value
+
+
+def choices_list(value: Any, field: str, *, choices: set[str] | list[str], max_items: int = 32) -> list[str]:
+    items = array(value, field, max_items=max_items)
+    out: list[str] = []
+    for index, item in enumerate(items):
+        picked = choice(item, f"{field}[{index}]", choices=choices)
+        if picked not in out:
+            out.append(picked)
+    return out

@@ -1,0 +1,83 @@
+"""Every feature flag Forest knows, declared in code (DESIGN.md §3). Pure: no Django.
+
+A flag name not declared here is a programming error, so reading it raises ``UnknownFlag`` at once:
+a typo must never read as "off".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FlagDefinition:
+    name: str
+    default: bool
+    stage: str  # internal | experimental | beta | stable
+    description: str
+
+
+class UnknownFlag(KeyError):
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"'{self.name}' is not a declared feature flag (see apps/flags/registry.py)."
+
+
+FLAGS: dict[str, FlagDefinition] = {
+    flag.name: flag
+    for flag in (
+        FlagDefinition(
+            "host.deploy.forest_compatibility",
+            False,
+            "experimental",
+            "Refuse incompatible placements, never-placeable plans and wrong-platform artifacts "
+            "before dispatch. Off: record and log 'would refuse' only.",
+        ),
+        FlagDefinition(
+            "host.deploy.persisted_placement",
+            True,
+            "stable",
+            "Write each placement decision and let retries re-read it instead of choosing again.",
+        ),
+        FlagDefinition(
+            "host.pipeline_detached_wait",
+            False,
+            "experimental",
+            "Eligible exec steps release their runner while the Grove job runs (the environment must "
+            "also be listed in PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS).",
+        ),
+        FlagDefinition(
+            "host.deploy.forest_compute_jobs",
+            False,
+            "internal",
+            "The compute job API, CLI and MCP tools.",
+        ),
+        FlagDefinition(
+            "host.accelerators.policy",
+            False,
+            "internal",
+            "Enforce accelerator entitlements, budgets (accelerator-seconds) and concurrency.",
+        ),
+        FlagDefinition(
+            "host.deploy.native_ingress",
+            False,
+            "internal",
+            "Expose native workloads through the agent's nginx proxy.",
+        ),
+        FlagDefinition(
+            "host.staff.execution_observability",
+            False,
+            "internal",
+            "Staff pages and API for Grove inventory and placements.",
+        ),
+    )
+}
+
+
+def definition(name: str) -> FlagDefinition:
+    try:
+        return FLAGS[name]
+    except KeyError:
+        raise UnknownFlag(name) from None

@@ -1,0 +1,168 @@
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from apps.groves.choices import (
+    AcceleratorKind,
+    CapabilityKind,
+    MemoryKind,
+    ShareMode,
+    Substrate,
+)
+
+
+class Grove(models.Model):
+    """One unit of execution capacity: a Kubernetes cluster or a single native machine."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    slug = models.SlugField(max_length=100, unique=True)
+    name = models.CharField(max_length=200)
+    roles = models.JSONField(default=list, help_text="build / runtime / compute")
+    substrate = models.CharField(max_length=20, choices=Substrate.choices)
+    platforms = models.JSONField(default=list, help_text="os/arch[/variant], in order of preference")
+    isolation_modes = models.JSONField(default=list)
+    change_kinds = models.JSONField(default=list)
+    version = models.CharField(max_length=100, blank=True, default="")
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # Set by the beat task when the Grove goes quiet, cleared by its next heartbeat.
+    stale_since = models.DateTimeField(null=True, blank=True)
+    # The latest reported capacity, verbatim ({"placement_units": [...], "accelerators": [...]}).
+    capacity = models.JSONField(default=dict, blank=True)
+    capacity_digest = models.CharField(max_length=64, blank=True, default="")
+    capacity_reported_at = models.DateTimeField(null=True, blank=True)
+    log_tail = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    enabled = models.BooleanField(default=True, help_text="A disabled Grove is never chosen for new work.")
+
+    class Meta:
+        ordering = ["slug"]
+        indexes = [models.Index(fields=["substrate", "last_heartbeat_at"])]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    @property
+    def stale(self) -> bool:
+        """Derived from report age; ``stale_since`` only records when the beat task noticed."""
+        if self.last_heartbeat_at is None:
+            return True
+        return timezone.now() - self.last_heartbeat_at > timedelta(seconds=settings.GROVE_STALE_AFTER_S)
+
+
+class GroveCapability(models.Model):
+    """One indexed fact per role, platform, change kind, isolation mode and accelerator API of a Grove.
+
+    Mirrors the Grove's lists so placement can pre-filter candidates with an index instead of scanning
+    every Grove in Python. Rewritten only when the underlying list changes.
+    """
+
+    grove = models.ForeignKey(Grove, on_delete=models.CASCADE, related_name="capabilities")
+    kind = models.CharField(max_length=20, choices=CapabilityKind.choices)
+    value = models.CharField(max_length=100)
+    rank = models.PositiveIntegerField(default=0, help_text="position in the Grove's list (platform preference)")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["grove", "kind", "value"], name="grove_capability_unique")]
+        indexes = [models.Index(fields=["kind", "value", "grove"])]
+
+    def __str__(self) -> str:
+        return f"{self.grove_id} {self.kind}={self.value}"
+
+
+class PlacementUnit(models.Model):
+    """A reported unit of placement (a machine, a node): CPU, memory, and accelerator counts."""
+
+    grove = models.ForeignKey(Grove, on_delete=models.CASCADE, related_name="placement_units")
+    unit_id = models.CharField(max_length=200)
+    cpu_milli_allocatable = models.BigIntegerField()
+    cpu_milli_free = models.BigIntegerField()
+    memory_bytes_allocatable = models.BigIntegerField()
+    memory_bytes_free = models.BigIntegerField()
+    # [{"inventory_id", "allocatable", "free"}], as reported.
+    accelerators = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["grove", "unit_id"]
+        constraints = [models.UniqueConstraint(fields=["grove", "unit_id"], name="placement_unit_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.grove_id}/{self.unit_id}"
+
+
+class AcceleratorInventoryItem(models.Model):
+    grove = models.ForeignKey(Grove, on_delete=models.CASCADE, related_name="accelerators")
+    inventory_id = models.CharField(max_length=200)
+    kind = models.CharField(max_length=10, choices=AcceleratorKind.choices)
+    vendor = models.CharField(max_length=50)
+    model = models.CharField(max_length=200, blank=True, default="")
+    apis = models.JSONField(default=list)
+    memory_bytes = models.BigIntegerField(null=True, blank=True)
+    memory_kind = models.CharField(max_length=20, choices=MemoryKind.choices)
+    memory_enforced = models.BooleanField()
+    share_mode = models.CharField(max_length=20, choices=ShareMode.choices)
+
+    class Meta:
+        ordering = ["grove", "inventory_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["grove", "inventory_id"], name="accelerator_item_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.grove_id}/{self.inventory_id} {self.vendor} {self.model}"
+
+
+class CapacityReport(models.Model):
+    """Bounded history: a row each time the reported capacity changes (last ``GROVE_REPORT_HISTORY``)."""
+
+    grove = models.ForeignKey(Grove, on_delete=models.CASCADE, related_name="reports")
+    received_at = models.DateTimeField(default=timezone.now)
+    version = models.CharField(max_length=100, blank=True, default="")
+    digest = models.CharField(max_length=64)
+    capacity = models.JSONField()
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+        indexes = [models.Index(fields=["grove", "-received_at"])]
+
+
+class EnrollmentToken(models.Model):
+    """A one-time, expiring token that turns a new machine or cluster into a Grove. Stored hashed."""
+
+    key_id = models.CharField(max_length=32, unique=True)
+    secret_hash = models.CharField(max_length=64)
+    roles = models.JSONField()
+    substrate = models.CharField(max_length=20, choices=Substrate.choices)
+    note = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    grove = models.ForeignKey(Grove, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"enrollment token {self.key_id}"
+
+
+class GroveCredential(models.Model):
+    """A Grove's bearer credential. Only its SHA-256 is stored; revoking is permanent."""
+
+    grove = models.ForeignKey(Grove, on_delete=models.CASCADE, related_name="credentials")
+    key_id = models.CharField(max_length=32, unique=True)
+    secret_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_reason = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"credential {self.key_id} for {self.grove_id}"

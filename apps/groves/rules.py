@@ -1,0 +1,176 @@
+"""Validation of what a Grove says about itself (enrollment and heartbeat bodies). Pure: no Django.
+
+Returns normalised plain data or raises ``ValidationFailed`` with the exact field path, before anything
+is written, so a bad report leaves the stored state untouched.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from apps.core import validation as v
+from apps.core.platforms import PlatformError, normalise_platform
+from apps.groves.choices import (
+    SUBSTRATE_CHANGE_KINDS,
+    AcceleratorKind,
+    ChangeKind,
+    IsolationMode,
+    MemoryKind,
+    ShareMode,
+    Substrate,
+)
+
+MAX_UNITS = 1024
+MAX_ACCELERATORS = 1024
+MAX_LOG_LINES = 500
+MAX_LOG_LINE = 4000
+# Generous ceilings: anything above is a bug or an attack, not a machine.
+MAX_CPU_MILLI = 100_000_000  # 100k cores
+MAX_MEMORY_BYTES = 1 << 52  # 4 PiB
+MAX_ACCELERATOR_COUNT = 4096
+MAX_ACCELERATOR_MEMORY = 1 << 44  # 16 TiB
+
+
+def platforms(value: Any, field: str = "platforms") -> list[str]:
+    items = v.array(value, field, max_items=32)
+    if not items:
+        raise v.fail("field_blank", "A Grove must report at least one platform.", field)
+    out: list[str] = []
+    for index, item in enumerate(items):
+        try:
+            platform = normalise_platform(item)
+        except PlatformError as exc:
+            raise v.fail("invalid_platform", str(exc), f"{field}[{index}]") from None
+        if platform not in out:
+            out.append(platform)
+    return out
+
+
+def enrollment(body: Any) -> dict:
+    body = v.obj(body, "", allowed={"token", "name", "substrate", "platforms", "version"},
+                 required={"token", "name", "substrate", "platforms"})
+    return {
+        "token": v.string(body["token"], "token", max_length=200),
+        "name": v.string(body["name"], "name", max_length=200),
+        "substrate": v.choice(body["substrate"], "substrate", choices=Substrate.values),
+        "platforms": platforms(body["platforms"]),
+        "version": v.string(body.get("version", ""), "version", max_length=100, allow_empty=True),
+    }
+
+
+def _accelerator(item: Any, field: str) -> dict:
+    item = v.obj(item, field,
+                 allowed={"id", "kind", "vendor", "model", "apis", "memory_bytes", "memory_kind",
+                          "memory_enforced", "share_mode"},
+                 required={"id", "kind", "vendor", "apis", "memory_kind", "memory_enforced", "share_mode"})
+    memory = item.get("memory_bytes")
+    apis = v.array(item["apis"], f"{field}.apis", max_items=16)
+    return {
+        "id": v.string(item["id"], f"{field}.id"),
+        "kind": v.choice(item["kind"], f"{field}.kind", choices=AcceleratorKind.values),
+        "vendor": v.string(item["vendor"], f"{field}.vendor", max_length=50).strip().lower(),
+        "model": v.string(item.get("model", ""), f"{field}.model", allow_empty=True),
+        "apis": sorted({v.string(api, f"{field}.apis[{i}]", max_length=30).strip().lower()
+                        for i, api in enumerate(apis)}),
+        "memory_bytes": None if memory is None
+        else v.integer(memory, f"{field}.memory_bytes", maximum=MAX_ACCELERATOR_MEMORY),
+        "memory_kind": v.choice(item["memory_kind"], f"{field}.memory_kind", choices=MemoryKind.values),
+        "memory_enforced": v.boolean(item["memory_enforced"], f"{field}.memory_enforced"),
+        "share_mode": v.choice(item["share_mode"], f"{field}.share_mode", choices=ShareMode.values),
+    }
+
+
+def _amount(value: Any, field: str, maximum: int) -> dict:
+    value = v.obj(value, field, allowed={"allocatable", "free"}, required={"allocatable", "free"})
+    allocatable = v.integer(value["allocatable"], f"{field}.allocatable", maximum=maximum)
+    free = v.integer(value["free"], f"{field}.free", maximum=maximum)
+    if free > allocatable:
+        raise v.fail("free_exceeds_allocatable", f"{field}.free ({free}) exceeds allocatable ({allocatable}).",
+                     f"{field}.free")
+    return {"allocatable": allocatable, "free": free}
+
+
+def _unit(unit: Any, field: str, inventory_ids: set[str]) -> dict:
+    unit = v.obj(unit, field, allowed={"id", "cpu_milli", "memory_bytes", "accelerators"},
+                 required={"id", "cpu_milli", "memory_bytes"})
+    slots = []
+    seen: set[str] = set()
+    for index, slot in enumerate(v.array(unit.get("accelerators", []), f"{field}.accelerators",
+                                         max_items=MAX_ACCELERATORS)):
+        path = f"{field}.accelerators[{index}]"
+        slot = v.obj(slot, path, allowed={"inventory_id", "allocatable", "free"},
+                     required={"inventory_id", "allocatable", "free"})
+        inventory_id = v.string(slot["inventory_id"], f"{path}.inventory_id")
+        if inventory_id not in inventory_ids:
+            raise v.fail("unknown_inventory_id",
+                         f"Placement unit refers to accelerator '{inventory_id}', which is not in the inventory.",
+                         f"{path}.inventory_id")
+        if inventory_id in seen:
+            raise v.fail("duplicate_inventory_id", f"Accelerator '{inventory_id}' is listed twice in one unit.",
+                         f"{path}.inventory_id")
+        seen.add(inventory_id)
+        amount = _amount({"allocatable": slot["allocatable"], "free": slot["free"]}, path, MAX_ACCELERATOR_COUNT)
+        slots.append({"inventory_id": inventory_id, **amount})
+    return {
+        "id": v.string(unit["id"], f"{field}.id"),
+        "cpu_milli": _amount(unit["cpu_milli"], f"{field}.cpu_milli", MAX_CPU_MILLI),
+        "memory_bytes": _amount(unit["memory_bytes"], f"{field}.memory_bytes", MAX_MEMORY_BYTES),
+        "accelerators": slots,
+    }
+
+
+def capacity(value: Any, field: str = "capacity") -> dict:
+    value = v.obj(value, field, allowed={"placement_units", "accelerators"}, required={"placement_units"})
+    accelerators = []
+    inventory_ids: set[str] = set()
+    for index, item in enumerate(v.array(value.get("accelerators", []), f"{field}.accelerators",
+                                         max_items=MAX_ACCELERATORS)):
+        parsed = _accelerator(item, f"{field}.accelerators[{index}]")
+        if parsed["id"] in inventory_ids:
+            raise v.fail("duplicate_inventory_id", f"Accelerator id '{parsed['id']}' is reported twice.",
+                         f"{field}.accelerators[{index}].id")
+        inventory_ids.add(parsed["id"])
+        accelerators.append(parsed)
+    units = []
+    unit_ids: set[str] = set()
+    for index, unit in enumerate(v.array(value["placement_units"], f"{field}.placement_units",
+                                         max_items=MAX_UNITS)):
+        parsed = _unit(unit, f"{field}.placement_units[{index}]", inventory_ids)
+        if parsed["id"] in unit_ids:
+            raise v.fail("duplicate_unit_id", f"Placement unit id '{parsed['id']}' is reported twice.",
+                         f"{field}.placement_units[{index}].id")
+        unit_ids.add(parsed["id"])
+        units.append(parsed)
+    return {"placement_units": units, "accelerators": accelerators}
+
+
+def heartbeat(body: Any, *, substrate: str) -> dict:
+    body = v.obj(body, "", allowed={"version", "change_kinds", "isolation", "capacity", "log_tail"},
+                 required={"version", "change_kinds", "capacity"})
+    change_kinds = v.choices_list(body["change_kinds"], "change_kinds", choices=ChangeKind.values)
+    allowed_kinds = SUBSTRATE_CHANGE_KINDS[Substrate(substrate)]
+    for index, kind in enumerate(change_kinds):
+        if kind not in allowed_kinds:
+            raise v.fail("change_kind_not_for_substrate",
+                         f"A {substrate} Grove cannot advertise '{kind}'.", f"change_kinds[{index}]")
+    isolation = v.choices_list(body.get("isolation", []), "isolation", choices=IsolationMode.values)
+    if IsolationMode.HOST_PROCESS in isolation and substrate != Substrate.NATIVE:
+        raise v.fail("isolation_not_for_substrate", "Only a native Grove offers host_process isolation.",
+                     "isolation")
+    lines = v.array(body.get("log_tail", []), "log_tail", max_items=MAX_LOG_LINES)
+    log_tail = [v.string(line, f"log_tail[{i}]", max_length=MAX_LOG_LINE, allow_empty=True)
+                for i, line in enumerate(lines)]
+    return {
+        "version": v.string(body["version"], "version", max_length=100, allow_empty=True),
+        "change_kinds": change_kinds,
+        "isolation": isolation,
+        "capacity": capacity(body["capacity"]),
+        "log_tail": log_tail,
+    }
+
+
+def capacity_digest(capacity_report: dict, change_kinds: list[str], isolation: list[str]) -> str:
+    """Identity of what was reported: unchanged reports skip the rewrite of units and inventory."""
+    canonical = json.dumps([capacity_report, change_kinds, isolation], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()

@@ -1,0 +1,1 @@
+"""Infrastructure: the policy-enforcing wrapper around OpenTofu for ``infra/`` (``manage.py infra``)."""

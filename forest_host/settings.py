@@ -1,0 +1,216 @@
+"""Forest Host settings. Everything an operator changes comes from the environment.
+
+With no ``DATABASE_URL`` / ``CELERY_BROKER_URL`` Host runs embedded (SQLite and a filesystem broker
+under ``var/``) so ``make run`` needs no server; with them set it uses PostgreSQL and Redis.
+"""
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("FOREST_VAR_DIR", BASE_DIR / "var"))
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", False)
+# A missing SECRET_KEY is fatal in production; in DEBUG a fixed development key keeps `make run` simple.
+SECRET_KEY = os.environ.get("SECRET_KEY") or (
+    "django-insecure-forest-development-key-never-use-in-production" if DEBUG else ""
+)
+if not SECRET_KEY:
+    raise RuntimeError("SECRET_KEY must be set when DEBUG is off (see README: Configuration).")
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_prometheus",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "django_filters",
+    "django_htmx",
+    "apps.core",
+    "apps.flags",
+    "apps.groves",
+    "apps.infra",
+]
+
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "apps.flags.middleware.FlagSnapshotMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+
+ROOT_URLCONF = "forest_host.urls"
+WSGI_APPLICATION = "forest_host.wsgi.application"
+ASGI_APPLICATION = "forest_host.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'forest.sqlite3'}"),
+        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
+        conn_health_checks=True,
+    )
+}
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("DATABASE_TEST_NAME", "forest_test")}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    DATABASES["default"]["OPTIONS"] = {"timeout": 20}
+    DATABASES["default"]["TEST"] = {}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"] if (BASE_DIR / "static").is_dir() else []
+LOGIN_URL = "admin:login"
+
+# Bodies larger than this are refused with 413 {"code": "payload_too_large"} before parsing.
+DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("FOREST_MAX_BODY_BYTES", str(1024 * 1024)))
+
+# --- security: secure by default whenever DEBUG is off ----------------------------------------
+if not DEBUG:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+    SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+# --- REST framework -----------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": ["apps.core.api.parsers.BoundedJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"]
+    + (["rest_framework.renderers.BrowsableAPIRenderer"] if DEBUG else []),
+    "DEFAULT_PAGINATION_CLASS": "apps.core.api.pagination.ForestPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "apps.core.api.exceptions.forest_exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Forest Host API",
+    "DESCRIPTION": "Grove wire API (/api/forest/v1/groves/...) and the staff/CI API.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Groves and tools read the contract before they hold any credential.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- Celery -------------------------------------------------------------------------------------
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir = VAR_DIR / "broker"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE = {
+    "groves.mark_stale": {"task": "groves.mark_stale", "schedule": timedelta(seconds=30)},
+}
+
+# Redis is also the wake-up channel for long-polling Groves; without it Host polls the database.
+REDIS_URL = os.environ.get(
+    "REDIS_URL", CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else ""
+)
+
+# --- Forest -------------------------------------------------------------------------------------
+# A Grove whose last heartbeat is older than this is stale: not chosen for new work.
+GROVE_STALE_AFTER_S = int(os.environ.get("GROVE_STALE_AFTER_S", "90"))
+# Capacity reports kept per Grove (a new row only when the reported capacity changes).
+GROVE_REPORT_HISTORY = int(os.environ.get("GROVE_REPORT_HISTORY", "20"))
+GROVE_LOG_TAIL_LINES = int(os.environ.get("GROVE_LOG_TAIL_LINES", "200"))
+ENROLLMENT_TOKEN_DEFAULT_TTL_S = int(os.environ.get("ENROLLMENT_TOKEN_DEFAULT_TTL_S", str(24 * 3600)))
+# How long one process may reuse its snapshot of flag overrides (a request pins one snapshot).
+FLAGS_CACHE_TTL_S = float(os.environ.get("FLAGS_CACHE_TTL_S", "1.0"))
+
+FOREST_NATIVE_WORKLOAD_DISPATCH = env_bool("FOREST_NATIVE_WORKLOAD_DISPATCH", False)
+PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS = env_list("PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS")
+
+# --- logging: structlog renders JSON in production, console lines in DEBUG --------------------
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "structured": {"()": "apps.core.logging.structured_formatter", "console": DEBUG}
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

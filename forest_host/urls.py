@@ -1,0 +1,20 @@
+"""Top-level routes. Each app owns its API routes under /api/forest/v1/ in ``apps/<name>/api/urls.py``."""
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from apps.core import views as core_views
+
+api_v1 = [
+    path("", include("apps.groves.api.urls")),
+]
+
+urlpatterns = [
+    path("", core_views.home, name="home"),
+    path("healthz", core_views.healthz, name="healthz"),
+    path("admin/", admin.site.urls),
+    path("api/forest/v1/", include(api_v1)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("", include("django_prometheus.urls")),
+]
