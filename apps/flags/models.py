@@ -38,7 +38,8 @@ class FlagOverride(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["flag", "scope", "scope_value"], name="flag_override_unique_scope"),
             models.CheckConstraint(
-                condition=(models.Q(scope="global", scope_value="") | (~models.Q(scope="global") & ~models.Q(scope_value=""))),
+                condition=models.Q(scope="global", scope_value="")
+                | (~models.Q(scope="global") & ~models.Q(scope_value="")),
                 name="flag_override_scope_value_matches_scope",
             ),
         ]

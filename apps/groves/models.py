@@ -127,6 +127,9 @@ class CapacityReport(models.Model):
         ordering = ["-received_at", "-id"]
         indexes = [models.Index(fields=["grove", "-received_at"])]
 
+    def __str__(self) -> str:
+        return f"{self.grove_id} report at {self.received_at:%Y-%m-%d %H:%M:%S}"
+
 
 class EnrollmentToken(models.Model):
     """A one-time, expiring token that turns a new machine or cluster into a Grove. Stored hashed."""

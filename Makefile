@@ -1,0 +1,49 @@
+# Forest — the two commands: `make run` and `make test`. See README.md.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+# Embedded defaults for `make run`: DEBUG on, SQLite and a filesystem broker under var/ unless the
+# caller exports DATABASE_URL / CELERY_BROKER_URL (then PostgreSQL / Redis are used).
+RUN_ENV := DEBUG=$${DEBUG:-1}
+
+# `make test` always uses real PostgreSQL and Redis on 127.0.0.1 (started by scripts/services-up.sh).
+TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/forest} \
+	CELERY_BROKER_URL=$${TEST_CELERY_BROKER_URL:-redis://127.0.0.1:6379/15} \
+	SECRET_KEY=forest-test-secret-key-not-for-production DEBUG=0 SECURE_SSL_REDIRECT=0 \
+	ALLOWED_HOSTS=testserver,127.0.0.1,localhost FLAGS_CACHE_TTL_S=0
+
+PYTEST_ARGS ?= -n 2
+
+.PHONY: run test lint venv clean help
+
+help:  ## Show the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(STAMP): pyproject.toml $(wildcard agent/pyproject.toml)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]' $(if $(wildcard agent/pyproject.toml),-e ./agent)
+	@touch $(STAMP)
+
+venv: $(STAMP)  ## Create .venv and install Host, the agent and the dev tools
+
+run: $(STAMP)  ## Migrate, load the demo and serve Host (web :8000 + worker + beat); Ctrl-C stops all
+	@mkdir -p var/broker/queue var/broker/processed
+	$(RUN_ENV) $(BIN)/python manage.py migrate --noinput
+	$(RUN_ENV) $(BIN)/python manage.py collectstatic --noinput --verbosity 0
+	$(RUN_ENV) $(BIN)/python manage.py load_demo
+	@echo "Forest Host on http://127.0.0.1:8000/  (admin: /admin/, API schema: /api/schema/)"
+	$(RUN_ENV) $(BIN)/honcho start -f Procfile
+
+test: $(STAMP)  ## Run the whole suite against real PostgreSQL and Redis
+	@scripts/services-up.sh
+	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)  ## ruff
+	$(BIN)/ruff check .
+
+clean:  ## Remove the venv and local state
+	rm -rf $(VENV) var staticfiles

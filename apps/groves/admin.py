@@ -1,0 +1,151 @@
+"""Groves in admin: reported fields are read-only (the Grove is their source); tokens shown once."""
+from django.contrib import admin, messages
+
+from apps.groves import services
+from apps.groves.models import (
+    AcceleratorInventoryItem,
+    CapacityReport,
+    EnrollmentToken,
+    Grove,
+    GroveCredential,
+    PlacementUnit,
+)
+
+
+class PlacementUnitInline(admin.TabularInline):
+    model = PlacementUnit
+    extra = 0
+    can_delete = False
+    fields = ("unit_id", "cpu_milli_allocatable", "cpu_milli_free", "memory_bytes_allocatable",
+              "memory_bytes_free", "accelerators")
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+class AcceleratorInline(admin.TabularInline):
+    model = AcceleratorInventoryItem
+    extra = 0
+    can_delete = False
+    fields = ("inventory_id", "kind", "vendor", "model", "apis", "memory_bytes", "memory_kind",
+              "memory_enforced", "share_mode")
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+class CredentialInline(admin.TabularInline):
+    model = GroveCredential
+    extra = 0
+    can_delete = False
+    fields = ("key_id", "created_at", "revoked_at", "revoked_reason")
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Grove)
+class GroveAdmin(admin.ModelAdmin):
+    list_display = ("slug", "name", "substrate", "roles", "platforms", "enabled", "last_heartbeat_at",
+                    "stale_display", "version")
+    list_filter = ("substrate", "enabled")
+    search_fields = ("slug", "name")
+    readonly_fields = ("id", "substrate", "platforms", "isolation_modes", "change_kinds", "version",
+                       "last_heartbeat_at", "stale_since", "capacity_reported_at", "capacity", "log_tail",
+                       "created_at")
+    fields = ("id", "slug", "name", "enabled", "roles", *readonly_fields[1:])
+    inlines = [PlacementUnitInline, AcceleratorInline, CredentialInline]
+
+    @admin.display(boolean=True, description="stale")
+    def stale_display(self, obj: Grove) -> bool:
+        return obj.stale
+
+    def has_add_permission(self, request):
+        return False  # Groves come from enrollment
+
+
+@admin.register(EnrollmentToken)
+class EnrollmentTokenAdmin(admin.ModelAdmin):
+    list_display = ("key_id", "substrate", "roles", "note", "created_at", "expires_at", "used_at", "grove")
+    list_filter = ("substrate",)
+    fields = ("roles_text", "substrate", "note", "expires_in_s")
+
+    def get_fields(self, request, obj=None):
+        if obj:
+            return ("key_id", "roles", "substrate", "note", "created_at", "expires_at", "used_at", "grove")
+        return super().get_fields(request, obj)
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.get_fields(request, obj) if obj else ()
+
+    def get_form(self, request, obj=None, **kwargs):
+        if obj:
+            return super().get_form(request, obj, **kwargs)
+        from django import forms
+
+        from apps.groves.choices import Role, Substrate
+
+        class NewTokenForm(forms.ModelForm):
+            roles_text = forms.MultipleChoiceField(choices=Role.choices, label="Roles",
+                                                   widget=forms.CheckboxSelectMultiple)
+            substrate = forms.ChoiceField(choices=Substrate.choices)
+            note = forms.CharField(required=False)
+            expires_in_s = forms.IntegerField(initial=24 * 3600, label="Expires in (seconds)")
+
+            class Meta:
+                model = EnrollmentToken
+                fields = ()
+
+        return NewTokenForm
+
+    def save_model(self, request, obj, form, change):
+        token, presented = services.enrollment_token_create(
+            roles=form.cleaned_data["roles_text"], substrate=form.cleaned_data["substrate"],
+            expires_in_s=form.cleaned_data["expires_in_s"], note=form.cleaned_data["note"],
+            created_by=request.user,
+        )
+        obj.pk = token.pk
+        messages.warning(request, f"Enrollment token (shown once, copy it now): {presented}")
+
+    def has_change_permission(self, request, obj=None):
+        return obj is None
+
+
+@admin.action(description="Revoke selected credentials")
+def revoke(modeladmin, request, queryset):
+    for credential in queryset.filter(revoked_at__isnull=True):
+        services.grove_credential_revoke(credential=credential,
+                                         reason=f"revoked in admin by {request.user.get_username()}")
+    modeladmin.message_user(request, "Revoked; the Grove must enroll again.")
+
+
+@admin.register(GroveCredential)
+class GroveCredentialAdmin(admin.ModelAdmin):
+    list_display = ("key_id", "grove", "created_at", "revoked_at", "revoked_reason")
+    list_filter = ("grove",)
+    readonly_fields = ("key_id", "grove", "created_at", "revoked_at", "revoked_reason")
+    exclude = ("secret_hash",)
+    actions = [revoke]
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(CapacityReport)
+class CapacityReportAdmin(admin.ModelAdmin):
+    list_display = ("grove", "received_at", "version", "digest")
+    list_filter = ("grove",)
+    readonly_fields = ("grove", "received_at", "version", "digest", "capacity")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+admin.site.site_header = "Forest administration"
+admin.site.site_title = "Forest"

@@ -1,0 +1,64 @@
+"""Shared fixtures: users and tokens for the staff API, Groves with credentials for the wire API."""
+from __future__ import annotations
+
+import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from apps.groves import services as grove_services
+from tests.factories import UserFactory, heartbeat_body
+
+
+@pytest.fixture
+def staff_user(db):
+    return UserFactory(username="staff", is_staff=True)
+
+
+@pytest.fixture
+def staff_client(staff_user) -> APIClient:
+    token, _ = Token.objects.get_or_create(user=staff_user)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+@pytest.fixture
+def anon_client() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def enroll(db):
+    """Enroll a Grove through the real service; returns (grove, credential)."""
+
+    def _enroll(name: str = "box", substrate: str = "native", roles=("compute",),
+                platforms=("linux/amd64",)):
+        _, token = grove_services.enrollment_token_create(roles=list(roles), substrate=substrate)
+        return grove_services.grove_enroll(body={"token": token, "name": name, "substrate": substrate,
+                                                 "platforms": list(platforms), "version": "test"})
+
+    return _enroll
+
+
+@pytest.fixture
+def grove_client():
+    def _client(credential: str) -> APIClient:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {credential}")
+        return client
+
+    return _client
+
+
+@pytest.fixture
+def fresh_grove(enroll):
+    """A native compute Grove that has heartbeated once (so it is fresh), with its credential."""
+
+    def _make(name="box", substrate="native", roles=("compute",), platforms=("linux/amd64",), gpus=0,
+              change_kinds=None):
+        grove, credential = enroll(name=name, substrate=substrate, roles=roles, platforms=platforms)
+        grove = grove_services.grove_heartbeat_record(
+            grove=grove, body=heartbeat_body(substrate=substrate, gpus=gpus, change_kinds=change_kinds))
+        return grove, credential
+
+    return _make

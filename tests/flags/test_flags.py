@@ -1,0 +1,140 @@
+"""The flag registry: code defaults, scoped overrides, audit, unknown names, admin and the command."""
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from apps.core.errors import ValidationFailed
+from apps.flags import services
+from apps.flags.models import FlagAudit, FlagOverride
+from apps.flags.registry import FLAGS, UnknownFlag
+from apps.flags.selectors import invalidate, is_enabled, pinned_snapshot, resolve
+
+pytestmark = pytest.mark.django_db
+
+COMPAT = "host.deploy.forest_compatibility"
+
+
+def test_every_design_flag_is_declared_with_its_default():
+    assert {name: flag.default for name, flag in FLAGS.items()} == {
+        "host.deploy.forest_compatibility": False,
+        "host.deploy.persisted_placement": True,
+        "host.pipeline_detached_wait": False,
+        "host.deploy.forest_compute_jobs": False,
+        "host.accelerators.policy": False,
+        "host.deploy.native_ingress": False,
+        "host.staff.execution_observability": False,
+    }
+
+
+def test_unknown_flag_raises_instead_of_reading_off():
+    with pytest.raises(UnknownFlag, match="not a declared feature flag"):
+        is_enabled("host.deploy.forest_compatability")
+
+
+def test_defaults_apply_without_overrides():
+    assert is_enabled(COMPAT) is False
+    assert is_enabled("host.deploy.persisted_placement") is True
+
+
+def test_scope_precedence_team_over_environment_over_global():
+    services.flag_override_set(name=COMPAT, enabled=True, reason="global on")
+    services.flag_override_set(name=COMPAT, enabled=False, reason="prod off", scope="environment",
+                               scope_value="prod")
+    services.flag_override_set(name=COMPAT, enabled=True, reason="ml team on", scope="team", scope_value="ml")
+    assert resolve(COMPAT) == (True, "global")
+    assert resolve(COMPAT, environment="prod") == (False, "environment=prod")
+    assert resolve(COMPAT, environment="prod", team="ml") == (True, "team=ml")
+    assert resolve(COMPAT, environment="staging") == (True, "global")
+
+
+def test_every_change_is_audited_with_old_and_new(staff_user):
+    services.flag_override_set(name=COMPAT, enabled=True, reason="try it", actor=staff_user)
+    services.flag_override_set(name=COMPAT, enabled=False, reason="roll back", actor=staff_user)
+    services.flag_override_clear(name=COMPAT, reason="back to default", actor=staff_user)
+    rows = list(FlagAudit.objects.order_by("id").values_list("old_value", "new_value", "actor_label", "reason"))
+    assert rows == [
+        (None, True, "staff", "try it"),
+        (True, False, "staff", "roll back"),
+        (False, None, "staff", "back to default"),
+    ]
+    assert is_enabled(COMPAT) is False
+
+
+def test_reason_is_required_and_nothing_is_written_without_it():
+    with pytest.raises(ValidationFailed) as exc:
+        services.flag_override_set(name=COMPAT, enabled=True, reason="  ")
+    assert exc.value.code == "reason_required"
+    assert not FlagOverride.objects.exists()
+
+
+def test_bad_scopes_are_refused():
+    with pytest.raises(ValidationFailed, match="needs the team"):
+        services.flag_override_set(name=COMPAT, enabled=True, reason="x", scope="team")
+    with pytest.raises(ValidationFailed, match="takes no environment"):
+        services.flag_override_set(name=COMPAT, enabled=True, reason="x", scope="global", scope_value="prod")
+    with pytest.raises(ValidationFailed) as exc:
+        services.flag_override_set(name="nope", enabled=True, reason="x")
+    assert exc.value.code == "unknown_flag"
+
+
+def test_request_pins_one_snapshot(settings):
+    settings.FLAGS_CACHE_TTL_S = 0
+    with pinned_snapshot():
+        assert is_enabled(COMPAT) is False
+        FlagOverride.objects.create(flag_id=COMPAT, enabled=True)  # another process's write
+        assert is_enabled(COMPAT) is False
+    assert is_enabled(COMPAT) is True
+
+
+def test_process_cache_expires_within_ttl(settings):
+    settings.FLAGS_CACHE_TTL_S = 60
+    invalidate()
+    assert is_enabled(COMPAT) is False
+    FlagOverride.objects.create(flag_id=COMPAT, enabled=True)  # written by another process
+    assert is_enabled(COMPAT) is False  # still cached
+    settings.FLAGS_CACHE_TTL_S = 0
+    assert is_enabled(COMPAT) is True
+
+
+def test_management_command_sets_lists_and_audits(capsys):
+    call_command("flags", "set", COMPAT, "on", "--reason", "canary", "--environment", "staging")
+    call_command("flags", "list")
+    out = capsys.readouterr().out
+    assert "environment=staging:on" in out
+    assert is_enabled(COMPAT, environment="staging") is True
+    audit = FlagAudit.objects.get()
+    assert audit.actor_label.startswith("manage.py flags") and audit.reason == "canary"
+    call_command("flags", "clear", COMPAT, "--reason", "done", "--environment", "staging")
+    assert is_enabled(COMPAT, environment="staging") is False
+
+
+def test_management_command_refuses_unknown_flag():
+    with pytest.raises(CommandError, match="unknown_flag"):
+        call_command("flags", "set", "host.nope", "on", "--reason", "x")
+
+
+def test_admin_lists_default_and_effective_and_toggles_with_audit(client, django_user_model):
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw-123456789")
+    client.force_login(admin)
+    page = client.get("/admin/flags/flag/")
+    assert page.status_code == 200
+    assert b"effective (global)" in page.content.lower() and b"host.deploy.forest_compatibility" in page.content
+    response = client.post("/admin/flags/flag/", {"action": "turn_on", "_selected_action": [COMPAT]})
+    assert response.status_code == 302
+    assert is_enabled(COMPAT) is True
+    audit = FlagAudit.objects.get()
+    assert audit.actor == admin and audit.new_value is True and "admin" in audit.reason
+
+
+def test_admin_override_form_requires_reason_and_audits(client, django_user_model):
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw-123456789")
+    client.force_login(admin)
+    data = {"flag": COMPAT, "scope": "team", "scope_value": "ml", "enabled": "on"}
+    response = client.post("/admin/flags/flagoverride/add/", data)
+    assert response.status_code == 200 and b"This field is required" in response.content
+    response = client.post("/admin/flags/flagoverride/add/", {**data, "reason": "ml pilot"})
+    assert response.status_code == 302
+    assert is_enabled(COMPAT, team="ml") is True
+    assert FlagAudit.objects.get().reason == "ml pilot"
