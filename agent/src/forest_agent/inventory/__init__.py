@@ -1,0 +1,9 @@
+"""What this machine can run: accelerator inventory items and the one machine placement unit.
+
+Descriptions of capacity, never measured utilisation (DESIGN.md §2).
+"""
+
+from forest_agent.inventory.accelerators import AcceleratorItem, collect_accelerators
+from forest_agent.inventory.capacity import capacity_report
+
+__all__ = ["AcceleratorItem", "capacity_report", "collect_accelerators"]

@@ -1,0 +1,271 @@
+"""Typed, validated forms of what Host sends in `changes` (docs/wire.md: Job, Generation, Probe).
+
+Parsing is strict: a malformed message raises `MessageInvalid` with the offending field, so the agent
+can refuse that one item with a code instead of half-running it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from forest_agent.errors import AgentError
+
+
+class MessageInvalid(AgentError):
+    code = "payload_invalid"
+
+    def __init__(self, message: str, *, field_path: str) -> None:
+        super().__init__(f"{field_path}: {message}")
+        self.field_path = field_path
+
+
+def _str(data: dict[str, Any], key: str, where: str, *, required: bool = True) -> str | None:
+    value = data.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value:
+        raise MessageInvalid("must be a non-empty string", field_path=f"{where}.{key}")
+    return value
+
+
+def _argv(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value):
+        raise MessageInvalid("must be a non-empty list of strings", field_path=where)
+    return list(value)
+
+
+def _str_map(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise MessageInvalid("must be an object of string values", field_path=where)
+    for key in value:
+        if not key or "=" in key or "\0" in key:
+            raise MessageInvalid(f"{key!r} is not a valid environment name", field_path=where)
+    return dict(value)
+
+
+def _int(data: dict[str, Any], key: str, where: str, default: int | None, *, minimum: int = 0) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise MessageInvalid(f"must be an integer >= {minimum}", field_path=f"{where}.{key}")
+    return value
+
+
+def _port(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise MessageInvalid("must be a TCP port 1..65535", field_path=where)
+    return value
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: str
+    run_id: str
+    node: str
+    change_kind: str
+    idempotency_key: str
+    command: list[str]
+    env: dict[str, str]
+    timeout_s: int
+    workdir: str | None
+    image: str | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, data: Any, where: str = "job") -> Job:
+        if not isinstance(data, dict):
+            raise MessageInvalid("must be an object", field_path=where)
+        payload = data.get("payload")
+        if not isinstance(payload, dict):
+            raise MessageInvalid("must be an object", field_path=f"{where}.payload")
+        workdir = _str(payload, "workdir", f"{where}.payload", required=False)
+        if workdir is not None and (workdir.startswith("/") or ".." in workdir.split("/")):
+            raise MessageInvalid("must be a relative path inside the job workspace",
+                                 field_path=f"{where}.payload.workdir")
+        return cls(
+            job_id=_str(data, "job_id", where) or "",
+            run_id=str(data.get("run_id") or ""),
+            node=str(data.get("node") or ""),
+            change_kind=_str(data, "change_kind", where) or "",
+            idempotency_key=str(data.get("idempotency_key") or ""),
+            command=_argv(payload.get("command"), f"{where}.payload.command"),
+            env=_str_map(payload.get("env"), f"{where}.payload.env"),
+            timeout_s=_int(payload, "timeout_s", f"{where}.payload", 3600, minimum=1),
+            workdir=workdir,
+            image=_str(payload, "image", f"{where}.payload", required=False),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Probe:
+    type: str
+    port: int | None
+    path: str
+    command: list[str]
+    period_s: float
+    timeout_s: float
+    failure_threshold: int
+
+    @classmethod
+    def parse(cls, data: Any, where: str) -> Probe:
+        if not isinstance(data, dict):
+            raise MessageInvalid("must be an object", field_path=where)
+        kind = data.get("type")
+        if kind not in ("http", "tcp", "exec"):
+            raise MessageInvalid("must be one of http, tcp, exec", field_path=f"{where}.type")
+        port = _port(data.get("port"), f"{where}.port") if kind in ("http", "tcp") else None
+        path = data.get("path", "/") if kind == "http" else ""
+        if kind == "http" and (not isinstance(path, str) or not path.startswith("/")):
+            raise MessageInvalid("must start with '/'", field_path=f"{where}.path")
+        command = _argv(data.get("command"), f"{where}.command") if kind == "exec" else []
+        return cls(
+            type=kind, port=port, path=path, command=command,
+            period_s=float(_int(data, "period_s", where, 5, minimum=1)),
+            timeout_s=float(_int(data, "timeout_s", where, 2, minimum=1)),
+            failure_threshold=_int(data, "failure_threshold", where, 3, minimum=1),
+        )
+
+
+@dataclass(frozen=True)
+class BundleRef:
+    url: str
+    digest: str
+    size: int | None
+    signature: str
+    key_id: str
+
+
+@dataclass(frozen=True)
+class Ingress:
+    listen: str
+    server_name: str
+    port: int
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    backoff_initial_s: float = 1.0
+    backoff_max_s: float = 60.0
+    crash_loop_after: int = 5
+
+
+@dataclass(frozen=True)
+class Generation:
+    generation_id: str
+    workload: str
+    generation: int
+    bundle: BundleRef
+    command: list[str]
+    env: dict[str, str]
+    secrets: dict[str, str] = field(repr=False)
+    secrets_mode: str
+    ports: list[dict[str, Any]]
+    readiness: Probe | None
+    liveness: Probe | None
+    ingress: Ingress | None
+    restart: RestartPolicy
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, data: Any, where: str = "workload") -> Generation:
+        if not isinstance(data, dict):
+            raise MessageInvalid("must be an object", field_path=where)
+        generation_id = _str(data, "generation_id", where) or ""
+        workload = _str(data, "workload", where) or ""
+        if not all(c.isalnum() or c in "-_" for c in workload) or workload.startswith("-"):
+            raise MessageInvalid("must be a slug (letters, digits, '-', '_')", field_path=f"{where}.workload")
+        if "/" in generation_id or generation_id in (".", ".."):
+            raise MessageInvalid("must not contain '/'", field_path=f"{where}.generation_id")
+        bundle = data.get("bundle")
+        if not isinstance(bundle, dict):
+            raise MessageInvalid("must be an object", field_path=f"{where}.bundle")
+        digest = _str(bundle, "digest", f"{where}.bundle") or ""
+        if not digest.startswith("sha256:") or len(digest) != 71:
+            raise MessageInvalid("must be 'sha256:<64 hex>'", field_path=f"{where}.bundle.digest")
+        size = bundle.get("size")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+            raise MessageInvalid("must be a non-negative integer", field_path=f"{where}.bundle.size")
+        secrets_mode = data.get("secrets_mode", "env")
+        if secrets_mode not in ("env", "file"):
+            raise MessageInvalid("must be 'env' or 'file'", field_path=f"{where}.secrets_mode")
+        probes = data.get("probes") or {}
+        if not isinstance(probes, dict):
+            raise MessageInvalid("must be an object", field_path=f"{where}.probes")
+        ingress_raw = data.get("ingress")
+        ingress = None
+        if ingress_raw is not None:
+            if not isinstance(ingress_raw, dict):
+                raise MessageInvalid("must be an object", field_path=f"{where}.ingress")
+            ingress = Ingress(
+                listen=_str(ingress_raw, "listen", f"{where}.ingress") or "",
+                server_name=_str(ingress_raw, "server_name", f"{where}.ingress") or "",
+                port=_port(ingress_raw.get("port"), f"{where}.ingress.port"),
+            )
+        restart_raw = data.get("restart") or {}
+        if not isinstance(restart_raw, dict):
+            raise MessageInvalid("must be an object", field_path=f"{where}.restart")
+        restart = RestartPolicy(
+            backoff_initial_s=float(_num(restart_raw, "backoff_initial_s", 1.0, f"{where}.restart")),
+            backoff_max_s=float(_num(restart_raw, "backoff_max_s", 60.0, f"{where}.restart")),
+            crash_loop_after=_int(restart_raw, "crash_loop_after", f"{where}.restart", 5, minimum=1),
+        )
+        if restart.backoff_max_s < restart.backoff_initial_s:
+            raise MessageInvalid("must be >= backoff_initial_s", field_path=f"{where}.restart.backoff_max_s")
+        ports = data.get("ports") or []
+        if not isinstance(ports, list):
+            raise MessageInvalid("must be a list", field_path=f"{where}.ports")
+        for index, port in enumerate(ports):
+            if not isinstance(port, dict):
+                raise MessageInvalid("must be an object", field_path=f"{where}.ports[{index}]")
+            _port(port.get("port"), f"{where}.ports[{index}].port")
+        return cls(
+            generation_id=generation_id,
+            workload=workload,
+            generation=_int(data, "generation", where, 0),
+            bundle=BundleRef(
+                url=_str(bundle, "url", f"{where}.bundle") or "",
+                digest=digest.lower(),
+                size=size,
+                signature=_str(bundle, "signature", f"{where}.bundle") or "",
+                key_id=_str(bundle, "key_id", f"{where}.bundle") or "",
+            ),
+            command=_argv(data.get("command"), f"{where}.command"),
+            env=_str_map(data.get("env"), f"{where}.env"),
+            secrets=_str_map(data.get("secrets"), f"{where}.secrets"),
+            secrets_mode=secrets_mode,
+            ports=ports,
+            readiness=Probe.parse(probes["readiness"], f"{where}.probes.readiness") if probes.get("readiness")
+            else None,
+            liveness=Probe.parse(probes["liveness"], f"{where}.probes.liveness") if probes.get("liveness")
+            else None,
+            ingress=ingress,
+            restart=restart,
+            raw=data,
+        )
+
+
+def _num(data: dict[str, Any], key: str, default: float, where: str) -> float:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise MessageInvalid("must be a positive number", field_path=f"{where}.{key}")
+    return value
+
+
+@dataclass(frozen=True)
+class Changes:
+    jobs: list[dict[str, Any]]
+    workloads: list[dict[str, Any]]
+    cancel: list[str]
+
+
+def parse_changes(data: dict[str, Any]) -> Changes:
+    """Split a `changes` answer; items are parsed one by one later so one bad item spoils nothing."""
+    jobs = data.get("jobs") or []
+    workloads = data.get("workloads") or []
+    cancel = data.get("cancel") or []
+    if not isinstance(jobs, list) or not isinstance(workloads, list) or not isinstance(cancel, list):
+        raise MessageInvalid("jobs, workloads and cancel must be lists", field_path="changes")
+    return Changes(jobs=jobs, workloads=workloads, cancel=[str(c) for c in cancel])
