@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -111,7 +112,10 @@ class CliEngine:
 
         subcommand, *rest = argv
         driver = Terraform(working_dir=str(cwd), terraform_bin_path=self.binary, is_env_vars_included=True)
-        with _patched_environ(engine_environment(os.environ)):
+        with _patched_environ(engine_environment(os.environ)), warnings.catch_warnings():
+            # python-terraform logs every non-zero exit through the deprecated Logger.warn(); the exit
+            # status is reported by the caller, so that DeprecationWarning is noise.
+            warnings.filterwarnings("ignore", category=DeprecationWarning, module="python_terraform")
             # Flags are already formatted, so they travel as positional arguments; cmd() appends them
             # after the subcommand in order.
             returncode, stdout, stderr = driver.cmd(subcommand, *rest)
