@@ -132,7 +132,9 @@ def grove_authenticate(*, presented: str) -> GroveCredential:
     parts = secrets.split(presented, secrets.CREDENTIAL_PREFIX)
     credential = None
     if parts:
-        credential = GroveCredential.objects.select_related("grove").filter(key_id=parts[0]).first()
+        # The reported capacity and log tail can be large and no wire view needs them from here.
+        credential = (GroveCredential.objects.select_related("grove").defer("grove__capacity", "grove__log_tail")
+                      .filter(key_id=parts[0]).first())
     if credential is None or not secrets.matches(parts[1], credential.secret_hash):
         raise NotAuthenticated("credential_unknown", "This Grove credential is not known to Host.")
     if credential.revoked_at is not None:
@@ -184,15 +186,16 @@ def grove_heartbeat_record(*, grove: Grove, body: dict) -> Grove:
     digest = rules.capacity_digest(data["capacity"], data["change_kinds"], data["isolation"])
     now = timezone.now()
     log_tail = data["log_tail"][-settings.GROVE_LOG_TAIL_LINES:]
+    if digest == grove.capacity_digest:
+        # One autocommitted UPDATE: no transaction round trips on the hot path.
+        fields = {"last_heartbeat_at": now, "version": data["version"], "stale_since": None}
+        if log_tail:
+            fields["log_tail"] = log_tail
+        Grove.objects.filter(pk=grove.pk).update(**fields)
+        for key, value in fields.items():
+            setattr(grove, key, value)
+        return grove
     with transaction.atomic():
-        if digest == grove.capacity_digest:
-            fields = {"last_heartbeat_at": now, "version": data["version"], "stale_since": None}
-            if log_tail:
-                fields["log_tail"] = log_tail
-            Grove.objects.filter(pk=grove.pk).update(**fields)
-            for key, value in fields.items():
-                setattr(grove, key, value)
-            return grove
         grove = Grove.objects.select_for_update().get(pk=grove.pk)
         grove.last_heartbeat_at = now
         grove.stale_since = None
