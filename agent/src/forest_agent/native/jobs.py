@@ -67,7 +67,8 @@ class _ProcessWatch:
         return recorded if recorded is not None else -signal.SIGKILL
 
     def done(self) -> bool:
-        return self.exit_code() is not None
+        """The job and everything left in its process group are gone (the grace period covers all)."""
+        return self.exit_code() is not None and not processes.group_alive(self.pid)
 
 
 def _read_exit_file(path: Path) -> int | None:
@@ -205,12 +206,12 @@ class JobRunner(threading.Thread):
                                  own_group=own)
                 return
             if self.cancel_requested.is_set():
-                code = self._stop(entry, proc)
+                code = self._terminate(entry, proc)
                 self._finish(entry, Outcome("cancelled", exit_code=code, reason="cancelled"), JobState.CANCELLED,
                              own_group=own)
                 return
             if entry.deadline_wall is not None and clock.wall() >= entry.deadline_wall:
-                code = self._stop(entry, proc)
+                code = self._terminate(entry, proc)
                 self._finish(entry, Outcome("timed_out", exit_code=code, reason="timeout"), JobState.TIMED_OUT,
                              own_group=own)
                 return
@@ -223,7 +224,7 @@ class JobRunner(threading.Thread):
                 self._report({"state": "running", "log_tail": self._tail()}, final=False)
             time.sleep(settings.poll_interval_s)
 
-    def _stop(self, entry: JournalEntry, proc: _ProcessWatch) -> int | None:
+    def _terminate(self, entry: JournalEntry, proc: _ProcessWatch) -> int | None:
         assert entry.pgid is not None
         how = processes.terminate_group(entry.pgid, is_done=proc.done, grace_s=self.manager.settings.kill_grace_s)
         log.info("job %s: process group %s %s", self.job_id, entry.pgid, how)

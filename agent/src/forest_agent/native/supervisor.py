@@ -202,8 +202,9 @@ class Supervisor:
             if popen is not None:
                 processes.signal_group(popen.pid, signal.SIGKILL)
             return
-        processes.terminate_group(popen.pid, is_done=lambda: popen.poll() is not None,
-                                  grace_s=self.timing.kill_grace_s)
+        processes.terminate_group(
+            popen.pid, is_done=lambda: popen.poll() is not None and not processes.group_alive(popen.pid),
+            grace_s=self.timing.kill_grace_s)
 
     def _shutdown(self) -> None:
         if self.state is ProcessState.STOPPED:
