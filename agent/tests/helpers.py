@@ -59,3 +59,36 @@ def special_entry(name: str, kind: bytes, linkname: str = "") -> tuple[tarfile.T
     info.type = kind
     info.linkname = linkname
     return info, None
+
+
+# A tiny workload: answers /healthz, /env (its environment) and /secret-file; `crash` mode exits.
+SERVER_PY = b'''
+import http.server, json, os, sys
+mode, port = sys.argv[1], int(sys.argv[2])
+print("server starting in", mode, "mode; env secret:", os.environ.get("API_KEY", "-"), flush=True)
+if mode == "crash":
+    sys.exit(3)
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def do_GET(self):
+        if self.path == "/env":
+            body = json.dumps(dict(os.environ)).encode()
+        elif self.path == "/secret-file":
+            body = open(os.path.join(os.environ["FOREST_SECRETS_DIR"], "API_KEY")).read().encode()
+        else:
+            body = (mode + " ok").encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+'''
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
