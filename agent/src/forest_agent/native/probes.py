@@ -14,6 +14,9 @@ from pathlib import Path
 from forest_agent.wire.messages import Probe
 
 UNKNOWN, PASSING, FAILING = "unknown", "passing", "failing"
+# Until a probe has passed once, retry it this often instead of every `period_s`: a workload that
+# is up in 300 ms should not wait a whole period to be reported live.
+STARTUP_RETRY_S = 0.2
 
 
 def check_once(probe: Probe, *, cwd: Path, env: dict[str, str]) -> bool:
@@ -43,23 +46,28 @@ def check_once(probe: Probe, *, cwd: Path, env: dict[str, str]) -> bool:
 class ProbeTracker:
     """Schedules one probe and keeps its verdict."""
 
-    def __init__(self, probe: Probe) -> None:
+    def __init__(self, probe: Probe, *, fast_start: bool = False) -> None:
         self.probe = probe
+        self.fast_start = fast_start  # readiness only: liveness must not kill a slow starter sooner
         self.status = UNKNOWN
         self.consecutive_failures = 0
         self.next_due = 0.0
+        self.ever_passed = False
 
     def reset(self) -> None:
         self.status = UNKNOWN
         self.consecutive_failures = 0
         self.next_due = 0.0
+        self.ever_passed = False
 
     def due(self, now: float) -> bool:
         return now >= self.next_due
 
     def record(self, ok: bool, now: float) -> bool:
         """Record a result; return True if the verdict changed."""
-        self.next_due = now + self.probe.period_s
+        self.ever_passed = self.ever_passed or ok
+        fast = self.fast_start and not self.ever_passed
+        self.next_due = now + (min(self.probe.period_s, STARTUP_RETRY_S) if fast else self.probe.period_s)
         before = self.status
         if ok:
             self.consecutive_failures = 0

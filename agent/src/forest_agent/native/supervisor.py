@@ -53,7 +53,7 @@ class Supervisor:
         self._on_change = on_change
         self.lifecycle: Lifecycle[ProcessState] = Lifecycle(
             f"process {spec.name}", ProcessState.STOPPED, ALLOWED, self._on_transition)
-        self.readiness = ProbeTracker(spec.readiness) if spec.readiness else None
+        self.readiness = ProbeTracker(spec.readiness, fast_start=True) if spec.readiness else None
         self.liveness = ProbeTracker(spec.liveness) if spec.liveness else None
         self.restarts = 0
         self.failures = 0
