@@ -53,6 +53,8 @@ INSTALLED_APPS = [
     "apps.core",
     "apps.flags",
     "apps.groves",
+    "apps.artifacts",
+    "apps.workloads",
     "apps.infra",
 ]
 
@@ -206,6 +208,10 @@ ENROLLMENT_TOKEN_DEFAULT_TTL_S = int(os.environ.get("ENROLLMENT_TOKEN_DEFAULT_TT
 FLAGS_CACHE_TTL_S = float(os.environ.get("FLAGS_CACHE_TTL_S", "1.0"))
 
 FOREST_NATIVE_WORKLOAD_DISPATCH = env_bool("FOREST_NATIVE_WORKLOAD_DISPATCH", False)
+# Where agents reach Host (bundle URLs in workload generations are built on it).
+FOREST_PUBLIC_URL = os.environ.get("FOREST_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+FOREST_CAS_ROOT = Path(os.environ.get("FOREST_CAS_ROOT", VAR_DIR / "cas"))
+FOREST_MAX_BLOB_BYTES = int(os.environ.get("FOREST_MAX_BLOB_BYTES", str(4 * 1024**3)))
 PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS = env_list("PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS")
 
 # --- logging: structlog renders JSON in production, console lines in DEBUG --------------------

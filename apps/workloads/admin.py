@@ -1,0 +1,45 @@
+from django.contrib import admin
+
+from apps.workloads.models import NativeWorkload, WorkloadGeneration, WorkloadSecret
+
+
+class GenerationInline(admin.TabularInline):
+    model = WorkloadGeneration
+    extra = 0
+    can_delete = False
+    fields = ("number", "grove", "state", "live", "restarts", "probes", "reason", "observed_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(NativeWorkload)
+class NativeWorkloadAdmin(admin.ModelAdmin):
+    list_display = ("slug", "environment", "team", "grove", "updated_at")
+    search_fields = ("slug",)
+    readonly_fields = [f.name for f in NativeWorkload._meta.fields]
+    inlines = [GenerationInline]
+
+    def has_add_permission(self, request):
+        return False  # written through the API so the generation writer runs
+
+
+@admin.register(WorkloadGeneration)
+class WorkloadGenerationAdmin(admin.ModelAdmin):
+    list_display = ("workload", "number", "grove", "state", "live", "restarts", "reason", "observed_at")
+    list_filter = ("state", "grove")
+    readonly_fields = [f.name for f in WorkloadGeneration._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(WorkloadSecret)
+class WorkloadSecretAdmin(admin.ModelAdmin):
+    list_display = ("environment", "name", "updated_at")
+    exclude = ("ciphertext",)
+    readonly_fields = ("environment", "name", "updated_at")
+
+    def has_add_permission(self, request):
+        return False  # set through the API, which encrypts

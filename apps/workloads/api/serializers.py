@@ -1,0 +1,65 @@
+from rest_framework import serializers
+
+from apps.workloads.models import NativeWorkload, WorkloadGeneration
+
+
+class GenerationSerializer(serializers.ModelSerializer):
+    grove = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = WorkloadGeneration
+        fields = ["id", "number", "grove", "spec_digest", "state", "live", "restarts", "probes", "reason",
+                  "message", "observed_at", "created_at"]
+
+
+class NativeWorkloadSerializer(serializers.ModelSerializer):
+    bundle_digest = serializers.CharField(source="bundle.digest", read_only=True)
+    grove = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    generations = serializers.SerializerMethodField()
+
+    class Meta:
+        model = NativeWorkload
+        fields = ["slug", "environment", "team", "bundle_digest", "command", "env", "secret_refs", "secrets_mode",
+                  "ports", "probes", "ingress", "restart", "platform", "resources", "grove", "generations",
+                  "updated_at"]
+
+    def get_generations(self, obj) -> list[dict]:
+        return GenerationSerializer(obj.generations.all()[:5], many=True).data
+
+
+class NativeWorkloadRequestSerializer(serializers.Serializer):
+    """Describes the request body for the schema; validation is ``apps.workloads.rules.workload_spec``."""
+
+    slug = serializers.SlugField()
+    environment = serializers.CharField(required=False)
+    team = serializers.CharField(required=False)
+    bundle_digest = serializers.CharField()
+    command = serializers.ListField(child=serializers.CharField())
+    env = serializers.DictField(child=serializers.CharField(), required=False)
+    secret_refs = serializers.ListField(child=serializers.CharField(), required=False)
+    secrets_mode = serializers.ChoiceField(choices=["env", "file"], required=False)
+    ports = serializers.ListField(child=serializers.DictField(), required=False)
+    probes = serializers.DictField(required=False)
+    ingress = serializers.DictField(required=False, allow_null=True)
+    restart = serializers.DictField(required=False)
+    platform = serializers.ListField(child=serializers.CharField(), required=False)
+    resources = serializers.DictField(required=False)
+    grove = serializers.CharField(required=False)
+
+
+class SecretRequestSerializer(serializers.Serializer):
+    environment = serializers.CharField(required=False)
+    name = serializers.CharField()
+    value = serializers.CharField()
+
+
+class StatusRequestSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=["pending", "starting", "live", "crash_loop", "failed", "stopped",
+                                             "superseded"])
+    live = serializers.BooleanField(required=False)
+    restarts = serializers.IntegerField(required=False, min_value=0)
+    probes = serializers.DictField(child=serializers.ChoiceField(choices=["passing", "failing", "unknown"]),
+                                   required=False)
+    reason = serializers.CharField(required=False, allow_blank=True)
+    message = serializers.CharField(required=False, allow_blank=True)
+    log_tail = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)

@@ -1,0 +1,65 @@
+"""Native workload API: staff/CI write desired state; agents report observed state per generation."""
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import generics, serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.groves.api.serializers import ErrorSerializer
+from apps.groves.api.views import GroveWireView
+from apps.workloads import services
+from apps.workloads.api import serializers as s
+from apps.workloads.models import NativeWorkload
+
+ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404, 409)}
+
+
+class NativeWorkloadListView(generics.ListAPIView):
+    serializer_class = s.NativeWorkloadSerializer
+    queryset = NativeWorkload.objects.select_related("bundle", "grove").prefetch_related("generations__grove")
+
+    @extend_schema(tags=["workloads"], summary="List desired native workloads with recent generations")
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(request=s.NativeWorkloadRequestSerializer, responses={200: s.NativeWorkloadSerializer, **ERRORS},
+                   tags=["workloads"], summary="Create or update a native workload (writes a generation on change)")
+    def post(self, request):
+        workload, _ = services.native_workload_apply(body=request.data)
+        return Response(s.NativeWorkloadSerializer(workload).data)
+
+
+class NativeWorkloadDetailView(generics.RetrieveAPIView):
+    serializer_class = s.NativeWorkloadSerializer
+    queryset = NativeWorkload.objects.select_related("bundle", "grove")
+    lookup_field = "slug"
+
+    @extend_schema(tags=["workloads"], summary="One native workload with its recent generations")
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+class WorkloadSecretView(APIView):
+    @extend_schema(request=s.SecretRequestSerializer,
+                   responses={201: inline_serializer("SecretSet", {"environment": serializers.CharField(),
+                                                                   "name": serializers.CharField()}), **ERRORS},
+                   tags=["workloads"], summary="Set a workload secret (stored encrypted; never returned)")
+    def post(self, request):
+        body = s.SecretRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        secret = services.workload_secret_set(environment=body.validated_data.get("environment", "default"),
+                                              name=body.validated_data["name"], value=body.validated_data["value"])
+        return Response({"environment": secret.environment, "name": secret.name}, status=status.HTTP_201_CREATED)
+
+
+class GenerationStatusView(GroveWireView):
+    @extend_schema(request=s.StatusRequestSerializer,
+                   responses={200: inline_serializer("GenerationStatus", {"generation_id": serializers.UUIDField(),
+                                                                          "state": serializers.CharField()}),
+                              **ERRORS},
+                   tags=["wire"], summary="Report the observed state of a workload generation")
+    def post(self, request, grove_id, generation_id):
+        generation = services.workload_status_record(grove=self.grove, generation_id=generation_id,
+                                                     body=request.data)
+        return Response({"generation_id": str(generation.id), "state": generation.state})

@@ -1,0 +1,174 @@
+"""Native workload specs: validation of what staff submit, compilation into a generation, and
+validation of agent status reports. Pure: no Django."""
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+from typing import Any
+
+from apps.core import validation as v
+from apps.core.platforms import PlatformError, normalise_platform
+from apps.workloads.choices import GenerationState, ProbeResult, SecretsMode
+
+SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+PROBE_TYPES = {"http", "tcp", "exec"}
+DEFAULT_RESTART = {"backoff_initial_s": 1, "backoff_max_s": 60, "crash_loop_after": 5}
+
+
+def _port(value: Any, field: str) -> int:
+    return v.integer(value, field, minimum=1, maximum=65535)
+
+
+def _argv(value: Any, field: str) -> list[str]:
+    items = v.array(value, field, max_items=256)
+    if not items:
+        raise v.fail("field_blank", f"{field} needs at least the program to run.", field)
+    return [v.string(item, f"{field}[{i}]", max_length=4096) for i, item in enumerate(items)]
+
+
+def _env(value: Any, field: str) -> dict[str, str]:
+    value = v.obj(value, field, allowed=set(value) if isinstance(value, dict) else set())
+    out = {}
+    for key, item in value.items():
+        if not ENV_NAME_RE.match(key):
+            raise v.fail("invalid_env_name", f"'{key}' is not a valid environment variable name.", f"{field}.{key}")
+        out[key] = v.string(item, f"{field}.{key}", max_length=32768, allow_empty=True)
+    return out
+
+
+def _probe(value: Any, field: str) -> dict:
+    value = v.obj(value, field, allowed={"type", "path", "port", "command", "period_s", "timeout_s",
+                                         "failure_threshold"}, required={"type"})
+    kind = v.choice(value["type"], f"{field}.type", choices=PROBE_TYPES)
+    probe: dict[str, Any] = {"type": kind}
+    if kind in {"http", "tcp"}:
+        if "port" not in value:
+            raise v.fail("field_required", f"An {kind} probe needs a port.", f"{field}.port")
+        probe["port"] = _port(value["port"], f"{field}.port")
+    if kind == "http":
+        path = v.string(value.get("path", "/"), f"{field}.path", max_length=500)
+        if not path.startswith("/"):
+            raise v.fail("invalid_value", "An HTTP probe path starts with '/'.", f"{field}.path")
+        probe["path"] = path
+    if kind == "exec":
+        probe["command"] = _argv(value.get("command"), f"{field}.command")
+    probe["period_s"] = v.integer(value.get("period_s", 5), f"{field}.period_s", minimum=1, maximum=3600)
+    probe["timeout_s"] = v.integer(value.get("timeout_s", 2), f"{field}.timeout_s", minimum=1, maximum=600)
+    probe["failure_threshold"] = v.integer(value.get("failure_threshold", 3), f"{field}.failure_threshold",
+                                           minimum=1, maximum=100)
+    return probe
+
+
+def _ingress(value: Any, field: str, ports: set[int]) -> dict | None:
+    if value is None:
+        return None
+    value = v.obj(value, field, allowed={"listen", "server_name", "port"}, required={"listen", "port"})
+    listen = v.string(value["listen"], f"{field}.listen", max_length=100)
+    host, _, port = listen.rpartition(":")
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        listen_port = int(port)
+        if not 1 <= listen_port <= 65535:
+            raise ValueError
+    except ValueError:
+        raise v.fail("invalid_listen", "listen is 'ip:port' on the mesh address, e.g. 10.0.0.5:8081.",
+                     f"{field}.listen") from None
+    target = _port(value["port"], f"{field}.port")
+    if ports and target not in ports:
+        raise v.fail("unknown_port", f"Ingress forwards to port {target}, which the workload does not declare.",
+                     f"{field}.port")
+    return {"listen": listen, "server_name": v.string(value.get("server_name", "_"), f"{field}.server_name"),
+            "port": target}
+
+
+def workload_spec(body: Any) -> dict:
+    """Validate and normalise a desired native workload as staff/CI submit it."""
+    body = v.obj(body, "", allowed={"slug", "environment", "team", "bundle_digest", "command", "env", "secret_refs",
+                                    "secrets_mode", "ports", "probes", "ingress", "restart", "platform",
+                                    "resources", "grove"},
+                 required={"slug", "bundle_digest", "command"})
+    slug = v.string(body["slug"], "slug", max_length=100)
+    if not SLUG_RE.match(slug):
+        raise v.fail("invalid_slug", "slug is lowercase letters, digits and '-'.", "slug")
+    ports = []
+    for i, item in enumerate(v.array(body.get("ports", []), "ports", max_items=32)):
+        item = v.obj(item, f"ports[{i}]", allowed={"name", "port"}, required={"name", "port"})
+        ports.append({"name": v.string(item["name"], f"ports[{i}].name", max_length=50),
+                      "port": _port(item["port"], f"ports[{i}].port")})
+    probes_in = v.obj(body.get("probes", {}), "probes", allowed={"readiness", "liveness"})
+    restart_in = v.obj(body.get("restart", {}), "restart", allowed=set(DEFAULT_RESTART))
+    restart = {key: v.integer(restart_in.get(key, default), f"restart.{key}", minimum=1, maximum=86400)
+               for key, default in DEFAULT_RESTART.items()}
+    platforms = []
+    for i, item in enumerate(v.array(body.get("platform", []), "platform", max_items=16)):
+        try:
+            platforms.append(normalise_platform(item))
+        except PlatformError as exc:
+            raise v.fail("invalid_platform", str(exc), f"platform[{i}]") from None
+    secret_refs = [v.string(name, f"secret_refs[{i}]", max_length=100)
+                   for i, name in enumerate(v.array(body.get("secret_refs", []), "secret_refs", max_items=64))]
+    for i, name in enumerate(secret_refs):
+        if not ENV_NAME_RE.match(name):
+            raise v.fail("invalid_env_name", f"Secret name '{name}' must be a valid variable name.",
+                         f"secret_refs[{i}]")
+    resources = v.obj(body.get("resources", {}), "resources", allowed={"cpu_milli", "memory_bytes"})
+    return {
+        "slug": slug,
+        "environment": v.string(body.get("environment", "default"), "environment", max_length=100),
+        "team": v.string(body.get("team", ""), "team", max_length=100, allow_empty=True),
+        "bundle_digest": v.string(body["bundle_digest"], "bundle_digest", max_length=71),
+        "command": _argv(body["command"], "command"),
+        "env": _env(body.get("env", {}), "env"),
+        "secret_refs": secret_refs,
+        "secrets_mode": v.choice(body.get("secrets_mode", SecretsMode.ENV), "secrets_mode", choices=SecretsMode.values),
+        "ports": ports,
+        "probes": {name: _probe(probe, f"probes.{name}") for name, probe in probes_in.items()},
+        "ingress": _ingress(body.get("ingress"), "ingress", {p["port"] for p in ports}),
+        "restart": restart,
+        "platform": platforms,
+        "resources": {key: v.integer(value, f"resources.{key}", maximum=1 << 52) for key, value in resources.items()},
+        "grove": v.string(body["grove"], "grove", max_length=100) if body.get("grove") else "",
+    }
+
+
+def generation_spec(*, workload: dict, bundle: dict, ingress_enabled: bool) -> dict:
+    """The part of a generation that does not depend on its id, without secret values."""
+    return {
+        "bundle": {"digest": bundle["digest"], "size": bundle["size"], "signature": bundle["signature"],
+                   "key_id": bundle["key_id"]},
+        "command": workload["command"],
+        "env": workload["env"],
+        "secret_names": sorted(workload["secret_refs"]),
+        "secrets_mode": workload["secrets_mode"],
+        "ports": workload["ports"],
+        "probes": workload["probes"],
+        "ingress": workload["ingress"] if ingress_enabled else None,
+        "restart": workload["restart"] or DEFAULT_RESTART,
+    }
+
+
+def spec_digest(spec: dict, secrets: dict[str, str]) -> str:
+    """Identity of a desired state: a changed secret value is a new generation too."""
+    canonical = json.dumps([spec, sorted(secrets.items())], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def status_report(body: Any) -> dict:
+    body = v.obj(body, "", allowed={"state", "live", "restarts", "probes", "reason", "message", "log_tail"},
+                 required={"state"})
+    probes = v.obj(body.get("probes", {}), "probes", allowed={"readiness", "liveness"})
+    lines = v.array(body.get("log_tail", []), "log_tail", max_items=500)
+    return {
+        "state": v.choice(body["state"], "state", choices=GenerationState.values),
+        "live": v.boolean(body.get("live", False), "live"),
+        "restarts": v.integer(body.get("restarts", 0), "restarts", maximum=1_000_000),
+        "probes": {name: v.choice(result, f"probes.{name}", choices=ProbeResult.values)
+                   for name, result in probes.items()},
+        "reason": v.string(body.get("reason", ""), "reason", max_length=100, allow_empty=True),
+        "message": v.string(body.get("message", ""), "message", max_length=2000, allow_empty=True),
+        "log_tail": [v.string(line, f"log_tail[{i}]", max_length=4000, allow_empty=True)
+                     for i, line in enumerate(lines)],
+    }

@@ -1,0 +1,167 @@
+"""Writes for native workloads: desired state, the generation writer, and observed status."""
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from apps.artifacts.choices import StorageKind
+from apps.artifacts.models import Artifact
+from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.flags.selectors import is_enabled
+from apps.groves.choices import ChangeKind
+from apps.groves.models import Grove
+from apps.workloads import rules, secrets, states
+from apps.workloads.models import NativeWorkload, WorkloadGeneration, WorkloadSecret
+
+log = logging.getLogger(__name__)
+SUBJECT_TYPE = "native_workload"
+
+
+def workload_secret_set(*, environment: str, name: str, value: str) -> WorkloadSecret:
+    if not rules.ENV_NAME_RE.match(name):
+        raise ValidationFailed("invalid_env_name", f"Secret name '{name}' must be a valid variable name.", field="name")
+    secret, _ = WorkloadSecret.objects.update_or_create(
+        environment=environment, name=name, defaults={"ciphertext": secrets.encrypt(value)})
+    return secret
+
+
+def _secret_values(workload: NativeWorkload) -> dict[str, str]:
+    found = {s.name: s for s in WorkloadSecret.objects.filter(environment=workload.environment,
+                                                              name__in=workload.secret_refs)}
+    missing = sorted(set(workload.secret_refs) - set(found))
+    if missing:
+        raise ValidationFailed("secret_missing", f"Secret '{missing[0]}' is not set in environment "
+                               f"'{workload.environment}'.", field="secret_refs")
+    return {name: secrets.decrypt(secret.ciphertext) for name, secret in found.items()}
+
+
+def _bundle(digest: str) -> Artifact:
+    bundle = Artifact.objects.filter(digest=digest, storage_kind=StorageKind.CAS).first()
+    if bundle is None:
+        raise ValidationFailed("artifact_not_found", f"No bundle {digest} in the content-addressed store.",
+                               field="bundle_digest")
+    if not bundle.signature:
+        raise ValidationFailed("bundle_unsigned", "Native bundles must be signed; upload it with a signature.",
+                               field="bundle_digest")
+    return bundle
+
+
+@transaction.atomic
+def native_workload_apply(*, body: dict) -> tuple[NativeWorkload, WorkloadGeneration | None]:
+    """Create or update a desired native workload and write its next generation when it changed."""
+    data = rules.workload_spec(body)
+    bundle = _bundle(data["bundle_digest"])
+    grove = None
+    if data["grove"]:
+        grove = Grove.objects.filter(slug=data["grove"]).first() or Grove.objects.filter(
+            pk=data["grove"] if len(data["grove"]) == 36 else None).first()
+        if grove is None:
+            raise ValidationFailed("grove_not_found", f"No Grove '{data['grove']}'.", field="grove")
+    fields = {key: data[key] for key in ("environment", "team", "command", "env", "secret_refs", "secrets_mode",
+                                         "ports", "probes", "ingress", "restart", "platform", "resources")}
+    workload, _ = NativeWorkload.objects.update_or_create(
+        slug=data["slug"], defaults={**fields, "bundle": bundle, "grove": grove})
+    return workload, native_workload_generation_write(workload=workload)
+
+
+def _requirement(workload: NativeWorkload):
+    from apps.placement.derivation import requirement_for_native_workload
+
+    spec = {"slug": workload.slug, "platform": workload.platform, "resources": workload.resources}
+    if workload.grove_id:
+        spec["grove"] = str(workload.grove_id)
+    return requirement_for_native_workload(spec, artifact={"digest": workload.bundle.digest,
+                                                           "platform": workload.bundle.platform or None})
+
+
+def native_workload_generation_write(*, workload: NativeWorkload) -> WorkloadGeneration | None:
+    """The native generation writer: a new generation when the compiled desired state changed.
+
+    Refuses (before anything is written) unless ``FOREST_NATIVE_WORKLOAD_DISPATCH`` is on and the
+    placed Grove advertises ``native.workload``. Returns the unchanged latest generation otherwise.
+    """
+    if not settings.FOREST_NATIVE_WORKLOAD_DISPATCH:
+        raise Conflict("native_dispatch_disabled",
+                       "Native workload dispatch is off on this Host (FOREST_NATIVE_WORKLOAD_DISPATCH=false).")
+    from apps.placement.services import place_execution
+
+    with transaction.atomic():
+        workload = NativeWorkload.objects.select_for_update().select_related("bundle").get(pk=workload.pk)
+        placement = place_execution(subject_type=SUBJECT_TYPE, subject_id=str(workload.pk),
+                                    requirement=_requirement(workload), team=workload.team or None,
+                                    environment=workload.environment)
+        grove = placement.grove
+        if ChangeKind.NATIVE_WORKLOAD not in grove.change_kinds:
+            raise Conflict("grove_lacks_native_workload",
+                           f"Grove {grove.slug} does not advertise native.workload (start its agent with "
+                           f"--enable-native-workloads).")
+        values = _secret_values(workload)
+        bundle = workload.bundle
+        spec = rules.generation_spec(
+            workload={"command": workload.command, "env": workload.env, "secret_refs": workload.secret_refs,
+                      "secrets_mode": workload.secrets_mode, "ports": workload.ports, "probes": workload.probes,
+                      "ingress": workload.ingress, "restart": workload.restart},
+            bundle={"digest": bundle.digest, "size": bundle.size, "signature": bundle.signature,
+                    "key_id": bundle.signing_key_id},
+            ingress_enabled=is_enabled("host.deploy.native_ingress", environment=workload.environment,
+                                       team=workload.team or None),
+        )
+        digest = rules.spec_digest(spec, values)
+        latest = workload.generations.order_by("-number").first()
+        if latest is not None and latest.spec_digest == digest and latest.grove_id == grove.pk:
+            return latest
+        generation = WorkloadGeneration.objects.create(
+            workload=workload, number=(latest.number + 1) if latest else 1, grove=grove, spec=spec,
+            spec_digest=digest,
+        )
+        log.info("native workload generation written",
+                 extra={"workload": workload.slug, "generation": generation.number, "grove": grove.slug})
+    _notify(grove)
+    return generation
+
+
+def _notify(grove: Grove) -> None:
+    """Wake the Grove's long-poll if the pipelines app provides the wake-up channel."""
+    try:
+        from apps.pipelines.wakeup import grove_wake
+    except ImportError:  # pipelines not installed: the agent sees the generation on its next poll
+        return
+    transaction.on_commit(lambda: grove_wake(grove_id=grove.pk))
+
+
+@transaction.atomic
+def workload_status_record(*, grove: Grove, generation_id, body: dict) -> WorkloadGeneration:
+    """Normalise an agent's report into the generation's observed state (one transaction)."""
+    data = rules.status_report(body)
+    generation = (WorkloadGeneration.objects.select_for_update().filter(pk=generation_id, grove=grove).first()
+                  if _is_uuid(generation_id) else None)
+    if generation is None:
+        raise NotFound("generation_not_found", f"No workload generation {generation_id} on this Grove.")
+    generation.state = states.transition(generation.state, data["state"])
+    generation.live = data["live"] or data["state"] == states.LIVE
+    generation.restarts = data["restarts"]
+    generation.probes = data["probes"]
+    generation.reason = data["reason"]
+    generation.message = data["message"]
+    if data["log_tail"]:
+        generation.log_tail = data["log_tail"][-200:]
+    generation.observed_at = timezone.now()
+    generation.save()
+    if generation.state == states.LIVE:
+        # The agent switched atomically to this generation: older ones are no longer running.
+        WorkloadGeneration.objects.filter(workload_id=generation.workload_id, number__lt=generation.number).exclude(
+            state=states.SUPERSEDED).update(state=states.SUPERSEDED, live=False, observed_at=timezone.now())
+    return generation
+
+
+def _is_uuid(value) -> bool:
+    import uuid
+
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
