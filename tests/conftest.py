@@ -62,3 +62,9 @@ def fresh_grove(enroll):
         return grove, credential
 
     return _make
+
+
+@pytest.fixture(autouse=True)
+def _cas_root(settings, tmp_path):
+    """Every test gets its own content-addressed store directory."""
+    settings.FOREST_CAS_ROOT = tmp_path / "cas"
