@@ -53,6 +53,8 @@ INSTALLED_APPS = [
     "apps.core",
     "apps.flags",
     "apps.groves",
+    "apps.placement",
+    "apps.accelerators",
     "apps.artifacts",
     "apps.workloads",
     "apps.infra",
@@ -190,6 +192,7 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "groves.mark_stale": {"task": "groves.mark_stale", "schedule": timedelta(seconds=30)},
+    "accelerators.accrue_usage": {"task": "accelerators.accrue_usage", "schedule": timedelta(seconds=60)},
 }
 
 # Redis is also the wake-up channel for long-polling Groves; without it Host polls the database.

@@ -7,6 +7,7 @@ from apps.core import views as core_views
 
 api_v1 = [
     path("", include("apps.groves.api.urls")),
+    path("", include("apps.placement.api.urls")),
     path("", include("apps.artifacts.api.urls")),
     path("", include("apps.workloads.api.urls")),
 ]

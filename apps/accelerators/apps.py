@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class AcceleratorsConfig(AppConfig):
+    name = "apps.accelerators"
+    label = "accelerators"

@@ -1,0 +1,30 @@
+"""Stored placements in admin: read-only decisions, and a staff action to re-place."""
+from django.contrib import admin, messages
+
+from apps.core.errors import ForestError
+from apps.placement import services
+from apps.placement.models import ExecutionPlacement
+
+
+@admin.register(ExecutionPlacement)
+class ExecutionPlacementAdmin(admin.ModelAdmin):
+    list_display = ("subject_type", "subject_id", "grove_slug", "selected_platform", "chooser", "enforced",
+                    "would_refuse", "created_at")
+    list_filter = ("subject_type", "chooser", "enforced", "would_refuse")
+    search_fields = ("subject_id", "grove_slug")
+    readonly_fields = [f.name for f in ExecutionPlacement._meta.fields]
+    actions = ["replace"]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.action(description="Re-place (choose afresh) the selected placements")
+    def replace(self, request, queryset):
+        for placement in queryset:
+            try:
+                result = services.placement_replace(placement=placement, actor=request.user,
+                                                    reason="re-placed from admin")
+            except ForestError as exc:
+                self.message_user(request, f"{placement}: {exc.code}: {exc.detail}", messages.ERROR)
+            else:
+                self.message_user(request, f"{placement.subject_id} -> {result.grove.slug}", messages.SUCCESS)

@@ -1,0 +1,57 @@
+"""Shapes of the placement API (for responses and the OpenAPI schema; requests are parsed strictly by
+``ExecutionRequirement.from_json``)."""
+from rest_framework import serializers
+
+from apps.placement.models import ExecutionPlacement
+
+
+class IncompatibilitySerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
+class CandidateSerializer(serializers.Serializer):
+    grove_id = serializers.CharField()
+    grove_slug = serializers.CharField()
+    eligible = serializers.BooleanField()
+    rank = serializers.IntegerField(allow_null=True)
+    platform = serializers.CharField(allow_null=True)
+    incompatibilities = IncompatibilitySerializer(many=True)
+
+
+class SelectedSerializer(serializers.Serializer):
+    grove_id = serializers.CharField()
+    grove_slug = serializers.CharField()
+    platform = serializers.CharField()
+
+
+class RefusalSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    detail = serializers.CharField()
+
+
+class PreviewResponseSerializer(serializers.Serializer):
+    selected = SelectedSerializer(allow_null=True)
+    chooser = serializers.CharField()
+    enforced = serializers.BooleanField()
+    would_refuse = serializers.BooleanField()
+    refusal = RefusalSerializer(allow_null=True)
+    incompatibilities = IncompatibilitySerializer(many=True)
+    candidates = CandidateSerializer(many=True)
+    summary = serializers.CharField()
+
+
+class ReplaceRequestSerializer(serializers.Serializer):
+    reason = serializers.CharField()
+    target = serializers.CharField(required=False, allow_blank=True)
+
+
+class ExecutionPlacementSerializer(serializers.ModelSerializer):
+    grove_id = serializers.UUIDField(allow_null=True, read_only=True)
+
+    class Meta:
+        model = ExecutionPlacement
+        fields = ["id", "subject_type", "subject_id", "grove_id", "grove_slug", "selected_platform", "chooser",
+                  "enforced", "would_refuse", "team", "environment", "created_at", "updated_at", "requirement",
+                  "decision", "history"]
+        read_only_fields = fields

@@ -1,0 +1,118 @@
+"""Placement API for staff, CI and the CLI (DRF token or staff session; Grove credentials are refused)."""
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import generics
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.permissions import BasePermission, IsAdminUser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.core.errors import NotAuthenticated
+from apps.flags.selectors import is_enabled
+from apps.groves.api.serializers import ErrorSerializer
+from apps.placement import services
+from apps.placement.api import serializers as s
+from apps.placement.choices import COMPATIBILITY_FLAG
+from apps.placement.filtersets import ExecutionPlacementFilterSet
+from apps.placement.models import ExecutionPlacement
+from apps.placement.requirements import JSON_SCHEMA, ExecutionRequirement
+from apps.placement.selectors import placement_list
+
+ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404, 409)}
+SCOPE = [OpenApiParameter("environment", str, description="Flag scope: environment id"),
+         OpenApiParameter("team", str, description="Flag scope: team")]
+
+
+class IsUserWithToken(BasePermission):
+    """An authenticated *user* (API token or staff session). A Grove credential is never one."""
+
+    def has_permission(self, request, view):
+        user = request.user
+        if not getattr(user, "is_authenticated", False) or not getattr(user, "pk", None):
+            raise NotAuthenticated("not_authenticated",
+                                   "Use 'Authorization: Token <key>' (manage.py drf_create_token) or a staff session.")
+        return True
+
+
+class PlacementAPIView(APIView):
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    permission_classes = [IsUserWithToken]
+
+
+class RequirementSchemaView(PlacementAPIView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, tags=["placements"],
+                   summary="The published JSON Schema of an ExecutionRequirement")
+    def get(self, request):
+        return Response(JSON_SCHEMA)
+
+
+class PlacementPreviewView(PlacementAPIView):
+    @extend_schema(request=OpenApiTypes.OBJECT, parameters=SCOPE,
+                   responses={200: s.PreviewResponseSerializer, **ERRORS}, tags=["placements"],
+                   summary="Where would this requirement be placed, and why? Nothing is stored.")
+    def post(self, request):
+        requirement = ExecutionRequirement.from_json(request.data)
+        environment = request.query_params.get("environment") or None
+        team = request.query_params.get("team") or None
+        enforced = is_enabled(COMPATIBILITY_FLAG, environment=environment, team=team)
+        decision = services.placement_decide(requirement=requirement, enforced=enforced)
+        selected = None
+        if decision.grove is not None:
+            selected = {"grove_id": str(decision.grove.id), "grove_slug": decision.grove.slug,
+                        "platform": decision.selected_platform}
+        refusal = None
+        if decision.refusal is not None:
+            refusal = {"code": decision.refusal.code, "detail": decision.refusal.detail}
+        return Response({
+            "selected": selected, "chooser": decision.chooser, "enforced": enforced,
+            "would_refuse": decision.would_refuse, "refusal": refusal,
+            "incompatibilities": [{"code": i["code"], "message": i["message"]} for i in decision.incompatibilities],
+            "candidates": decision.candidates, "summary": decision.summary,
+            "eligible_total": decision.eligible_total, "ineligible_total": decision.ineligible_total,
+        })
+
+
+class PlacementListView(generics.ListAPIView):
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    permission_classes = [IsUserWithToken]
+    serializer_class = s.ExecutionPlacementSerializer
+    filterset_class = ExecutionPlacementFilterSet
+
+    def get_queryset(self):
+        return placement_list()
+
+    @extend_schema(tags=["placements"], summary="Stored placements (filter by Grove, subject, would_refuse, enforced)")
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+class PlacementDetailView(generics.RetrieveAPIView):
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    permission_classes = [IsUserWithToken]
+    serializer_class = s.ExecutionPlacementSerializer
+    lookup_url_kwarg = "placement_id"
+
+    def get_queryset(self):
+        return placement_list()
+
+    @extend_schema(tags=["placements"], summary="One stored placement with its requirement and decision")
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+class PlacementReplaceView(PlacementAPIView):
+    permission_classes = [IsUserWithToken, IsAdminUser]
+
+    @extend_schema(request=s.ReplaceRequestSerializer, responses={200: s.ExecutionPlacementSerializer, **ERRORS},
+                   tags=["placements"], summary="Staff: choose afresh for a stored placement, keeping history")
+    def post(self, request, placement_id):
+        body = s.ReplaceRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        placement = generics.get_object_or_404(ExecutionPlacement, pk=placement_id)
+        result = services.placement_replace(placement=placement, actor=request.user,
+                                            reason=body.validated_data["reason"],
+                                            target=body.validated_data.get("target") or None)
+        return Response(s.ExecutionPlacementSerializer(result.placement).data)
+

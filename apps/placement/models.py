@@ -1,0 +1,45 @@
+from django.db import models
+
+from apps.groves.models import Grove
+from apps.placement.choices import Chooser, SubjectType
+
+
+class ExecutionPlacement(models.Model):
+    """One persisted placement decision per subject (a pipeline node, a workload generation, a compute step).
+
+    The requirement is stored verbatim as it was derived at placement time; a retry re-reads this row and
+    never re-derives. The Grove link survives the Grove's deletion as NULL (``grove_slug`` keeps the
+    name) so a retry can say the Grove is gone instead of silently choosing another.
+    """
+
+    subject_type = models.CharField(max_length=30, choices=SubjectType.choices)
+    subject_id = models.CharField(max_length=200)
+    grove = models.ForeignKey(Grove, null=True, on_delete=models.SET_NULL, related_name="placements")
+    grove_slug = models.CharField(max_length=100)
+    selected_platform = models.CharField(max_length=50)
+    requirement = models.JSONField()
+    # {"selected_platform", "incompatibilities", "enforced", "would_refuse", "chooser", "candidates", "summary"}
+    decision = models.JSONField()
+    chooser = models.CharField(max_length=20, choices=Chooser.choices)
+    enforced = models.BooleanField(help_text="Compatibility enforcement was on when this was decided.")
+    would_refuse = models.BooleanField(help_text="Incompatible, placed anyway because enforcement was off.")
+    team = models.CharField(max_length=100, blank=True, default="")
+    environment = models.CharField(max_length=100, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # Earlier decisions replaced by staff re-placement: [{"grove_id", "grove_slug", "selected_platform",
+    # "decision", "replaced_at", "replaced_by", "reason"}].
+    history = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["subject_type", "subject_id"], name="execution_placement_subject_unique"),
+        ]
+        indexes = [
+            models.Index(fields=["grove", "-created_at"]),
+            models.Index(fields=["would_refuse", "-created_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject_type}:{self.subject_id} -> {self.grove_slug} ({self.selected_platform})"

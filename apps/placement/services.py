@@ -1,0 +1,373 @@
+"""Placement: choose a Grove for a requirement, explain the choice, persist it, re-read it on retry.
+
+``placement_decide`` computes a decision (reads only; the preview API uses it as is).
+``place_execution`` adds the two switches: ``host.deploy.forest_compatibility`` (off: an incompatible
+placement is still made, recorded and logged as *would refuse*; on: refused before any dispatch) and
+``host.deploy.persisted_placement`` (on: one ``ExecutionPlacement`` per subject, re-read by retries).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from apps.accelerators import rules as accelerator_rules
+from apps.accelerators import selectors as accelerator_selectors
+from apps.core.errors import Conflict, Forbidden, ForestError, Gone, NotFound, ValidationFailed
+from apps.flags.selectors import is_enabled
+from apps.groves.models import Grove
+from apps.placement import rules, selectors
+from apps.placement.choices import COMPATIBILITY_FLAG, PERSISTED_FLAG, Chooser, SubjectType
+from apps.placement.models import ExecutionPlacement
+from apps.placement.requirements import ExecutionRequirement
+
+log = logging.getLogger(__name__)
+
+# Verdicts kept per decision: the ranked eligible Groves and a sample of the others, each bounded, so a
+# decision's size and cost do not grow with the fleet (totals are still counted).
+CANDIDATE_LIMIT = 20
+
+
+@dataclass
+class Decision:
+    grove: Grove | None
+    selected_platform: str
+    chooser: str
+    enforced: bool
+    incompatibilities: list[dict]
+    candidates: list[dict]
+    summary: str
+    eligible_total: int
+    ineligible_total: int
+    refusal: ForestError | None = None
+
+    @property
+    def would_refuse(self) -> bool:
+        return bool(self.incompatibilities) and self.refusal is None
+
+    def to_json(self) -> dict:
+        return {
+            "grove_id": str(self.grove.id) if self.grove else None,
+            "grove_slug": self.grove.slug if self.grove else None,
+            "selected_platform": self.selected_platform,
+            "chooser": self.chooser,
+            "enforced": self.enforced,
+            "would_refuse": self.would_refuse,
+            "incompatibilities": self.incompatibilities,
+            "candidates": self.candidates,
+            "summary": self.summary,
+            "eligible_total": self.eligible_total,
+            "ineligible_total": self.ineligible_total,
+        }
+
+
+@dataclass
+class PlacementResult:
+    grove: Grove | None
+    selected_platform: str
+    decision: dict
+    placement: ExecutionPlacement | None
+    would_refuse: bool
+    reused: bool = False
+
+
+@dataclass
+class PlanCheck:
+    never_placeable: bool
+    reasons: list[dict] = field(default_factory=list)
+
+
+def _incompatibility_json(items: list[rules.Incompatibility]) -> list[dict]:
+    return [{"code": item.code, "message": item.message} for item in items]
+
+
+def _verdict(grove: Grove, facts: rules.GroveFacts, incompatibilities: list[rules.Incompatibility], *,
+             rank: int | None, requirement: ExecutionRequirement, fits_cpu_memory: bool | None = None,
+             admission: accelerator_rules.Admission | None = None) -> dict:
+    verdict = {
+        "grove_id": str(grove.id), "grove_slug": grove.slug, "substrate": grove.substrate,
+        "eligible": not incompatibilities, "rank": rank,
+        "platform": rules.selected_platform(requirement, facts) if not incompatibilities else None,
+        "incompatibilities": _incompatibility_json(incompatibilities),
+    }
+    if fits_cpu_memory is not None:
+        verdict["fits_cpu_memory"] = fits_cpu_memory
+    if admission is not None:
+        verdict["fits_accelerators"] = admission.admitted
+        verdict["accelerator_reasons"] = [refusal.to_json() for refusal in admission.refusals]
+        if admission.admitted:
+            verdict["accelerator_mode"] = admission.label
+    return verdict
+
+
+def _admissions(requirement: ExecutionRequirement, groves: list[Grove]) -> dict[str, accelerator_rules.Admission]:
+    """Accelerator fit of each candidate now (reported units minus Host claims): a preference, not a rule."""
+    if requirement.accelerators is None or not groves:
+        return {}
+    inputs = accelerator_selectors.admission_inputs([grove.id for grove in groves])
+    out = {}
+    for grove in groves:
+        units, devices, claimed = inputs[str(grove.id)]
+        out[str(grove.id)] = accelerator_rules.admit(requirement.accelerators, units=units, devices=devices,
+                                                     claimed=claimed, grove=grove.slug)
+    return out
+
+
+def _ordered(requirement: ExecutionRequirement, groves: list[Grove], *, with_incompatibilities: bool):
+    """(grove, facts, incompatibilities, admission) in the chooser's order (rules.rank_key)."""
+    admissions = _admissions(requirement, groves)
+    rows = []
+    for grove in groves:
+        facts = selectors.facts(grove)
+        found = rules.check(requirement, facts) if with_incompatibilities else []
+        admission = admissions.get(str(grove.id))
+        key = rules.rank_key(
+            incompatibilities=len(found), platform_rank=grove.platform_rank, fits_cpu_memory=grove.fits_cpu_memory,
+            fits_accelerators=admission.admitted if admission else True, slug=grove.slug)
+        rows.append((key, grove, facts, found, admission))
+    rows.sort(key=lambda row: row[0])
+    return [row[1:] for row in rows]
+
+
+def _explicit(requirement: ExecutionRequirement, reference: str, enforced: bool) -> Decision:
+    grove = selectors.grove_by_reference(reference)
+    if grove is None:
+        raise NotFound("grove_not_found", f"No Grove with id or slug '{reference}'.", field="target.grove_id")
+    if not grove.enabled:
+        raise Conflict("grove_disabled", f"Grove {grove.slug} is disabled; enable it or choose another target.",
+                       field="target.grove_id")
+    facts = selectors.facts(grove)
+    found = rules.check(requirement, facts)
+    fits = selectors.fits_cpu_memory(grove, requirement)
+    admission = _admissions(requirement, [grove]).get(str(grove.id))
+    verdict = _verdict(grove, facts, found, rank=1 if not found else None, requirement=requirement,
+                       fits_cpu_memory=fits, admission=admission)
+    verdict["stale"] = grove.stale
+    decision = Decision(
+        grove=grove, selected_platform=rules.selected_platform(requirement, facts), chooser=Chooser.EXPLICIT,
+        enforced=enforced, incompatibilities=[item.to_json() for item in found], candidates=[verdict],
+        summary=rules.summarise([verdict]), eligible_total=0 if found else 1, ineligible_total=1 if found else 0,
+    )
+    if found and enforced:
+        decision.refusal = Conflict(
+            "placement_refused",
+            f"Grove {grove.slug} cannot run this work: " + " ".join(item.message for item in found),
+            extra={"incompatibilities": decision.incompatibilities, "candidates": decision.candidates})
+        decision.grove, decision.selected_platform = None, ""
+    return decision
+
+
+def _selection(requirement: ExecutionRequirement, enforced: bool) -> Decision:
+    eligible = selectors.eligible_candidates(requirement, limit=CANDIDATE_LIMIT)
+    eligible_total = eligible[0].eligible_total if eligible else 0
+    others, ineligible_total = selectors.ineligible_sample(requirement, limit=CANDIDATE_LIMIT)
+    verdicts = []
+    ordered = _ordered(requirement, eligible, with_incompatibilities=False)
+    for rank, (grove, facts, _found, admission) in enumerate(ordered, start=1):
+        verdicts.append(_verdict(grove, facts, [], rank=rank, requirement=requirement,
+                                 fits_cpu_memory=grove.fits_cpu_memory, admission=admission))
+    for grove in others:
+        facts = selectors.facts(grove)
+        verdicts.append(_verdict(grove, facts, rules.check(requirement, facts), rank=None, requirement=requirement))
+    summary = (f"{eligible_total}/{eligible_total + ineligible_total} fresh Groves eligible"
+               + (f"; sample of the others: {rules.summarise(verdicts[len(ordered):]).split(': ', 1)[-1]}"
+                  if others else ""))
+    decision = Decision(grove=None, selected_platform="", chooser=Chooser.SELECTION, enforced=enforced,
+                        incompatibilities=[], candidates=verdicts, summary=summary,
+                        eligible_total=eligible_total, ineligible_total=ineligible_total)
+    if ordered:
+        grove, facts = ordered[0][0], ordered[0][1]
+        decision.grove, decision.selected_platform = grove, rules.selected_platform(requirement, facts)
+        return decision
+    holders = selectors.role_holders(requirement, limit=CANDIDATE_LIMIT)
+    if not holders:
+        decision.refusal = Conflict(
+            "no_eligible_grove",
+            f"No fresh, enabled Grove holds the {requirement.family} role; enroll one or wait for one to report.",
+            extra={"candidates": verdicts, "summary": summary})
+        return decision
+    fallback = _ordered(requirement, holders, with_incompatibilities=True)
+    grove, facts, found, _ = fallback[0]
+    decision.incompatibilities = [item.to_json() for item in found]
+    if enforced:
+        decision.refusal = Conflict(
+            "placement_refused",
+            f"No fresh Grove can run this work ({summary}); the closest, {grove.slug}: "
+            + " ".join(item.message for item in found),
+            extra={"incompatibilities": decision.incompatibilities, "candidates": verdicts, "summary": summary})
+        return decision
+    decision.grove, decision.selected_platform = grove, rules.selected_platform(requirement, facts)
+    decision.chooser = Chooser.FALLBACK
+    return decision
+
+
+def placement_decide(*, requirement: ExecutionRequirement, target: str | None = None,
+                     enforced: bool = False) -> Decision:
+    """Choose a Grove and explain it. Reads only; a refusal is returned in ``decision.refusal``, not raised.
+
+    An explicit target (argument, else ``requirement.target``) is checked like any other Grove: a target
+    never waives compatibility.
+    """
+    reference = target or (requirement.target.grove_id if requirement.target else None)
+    if reference:
+        return _explicit(requirement, reference, enforced)
+    return _selection(requirement, enforced)
+
+
+def _subject(subject_type: str, subject_id: str) -> tuple[str, str]:
+    if subject_type not in SubjectType.values:
+        raise ValidationFailed("invalid_choice", f"Subject type must be one of {', '.join(SubjectType.values)}.",
+                               field="subject_type")
+    subject_id = str(subject_id).strip()
+    if not subject_id or len(subject_id) > 200:
+        raise ValidationFailed("invalid_value", "A subject id is 1 to 200 characters.", field="subject_id")
+    return subject_type, subject_id
+
+
+def _reuse(placement: ExecutionPlacement, *, enforced: bool) -> PlacementResult:
+    """A retry: the stored Grove, or a clear refusal; never a silent move to another Grove."""
+    grove = placement.grove
+    if grove is None or not grove.enabled:
+        raise Gone("placed_grove_gone",
+                   f"{placement.subject_type} {placement.subject_id} was placed on Grove {placement.grove_slug}, "
+                   f"which is {'disabled' if grove else 'gone'}; staff can re-place it.",
+                   extra={"placement_id": placement.pk, "grove": placement.grove_slug})
+    requirement = ExecutionRequirement.from_json(placement.requirement)
+    found = rules.check(requirement, selectors.facts(grove))
+    recorded = {item["code"] for item in placement.decision.get("incompatibilities", [])}
+    changed = [item for item in found if item.code not in recorded]
+    if changed or (found and enforced):
+        raise Conflict("placed_grove_incompatible",
+                       f"{placement.subject_type} {placement.subject_id} is placed on Grove {grove.slug}, which can no "
+                       "longer run it: " + " ".join(item.message for item in found) + " Staff can re-place it.",
+                       extra={"placement_id": placement.pk, "incompatibilities": [i.to_json() for i in found]})
+    if found:
+        log.warning("placement would refuse (retry)", extra={"subject": f"{placement.subject_type}:"
+                                                                        f"{placement.subject_id}",
+                                                             "grove": grove.slug, "codes": sorted(recorded)})
+    return PlacementResult(grove=grove, selected_platform=placement.selected_platform, decision=placement.decision,
+                           placement=placement, would_refuse=bool(found), reused=True)
+
+
+def _log_decision(subject: str, decision: Decision) -> None:
+    if decision.refusal is not None:
+        log.warning("placement refused", extra={"subject": subject, "code": decision.refusal.code,
+                                                "summary": decision.summary})
+    elif decision.would_refuse:
+        log.warning("placement would refuse", extra={
+            "subject": subject, "grove": decision.grove.slug,
+            "codes": [item["code"] for item in decision.incompatibilities]})
+
+
+def place_execution(*, subject_type: str, subject_id: str, requirement: ExecutionRequirement,
+                    target: str | None = None, team: str | None = None,
+                    environment: str | None = None) -> PlacementResult:
+    """Place one subject. A retry (same subject) re-reads its stored placement instead of choosing again."""
+    subject_type, subject_id = _subject(subject_type, subject_id)
+    enforced = is_enabled(COMPATIBILITY_FLAG, environment=environment, team=team)
+    persisted = is_enabled(PERSISTED_FLAG, environment=environment, team=team)
+    if persisted:
+        existing = selectors.placement_for_subject(subject_type=subject_type, subject_id=subject_id)
+        if existing is not None:
+            return _reuse(existing, enforced=enforced)
+    decision = placement_decide(requirement=requirement, target=target, enforced=enforced)
+    _log_decision(f"{subject_type}:{subject_id}", decision)
+    if decision.refusal is not None:
+        raise decision.refusal
+    body = decision.to_json()
+    result = PlacementResult(grove=decision.grove, selected_platform=decision.selected_platform, decision=body,
+                             placement=None, would_refuse=decision.would_refuse)
+    if not persisted:
+        return result
+    try:
+        with transaction.atomic():
+            result.placement = ExecutionPlacement.objects.create(
+                subject_type=subject_type, subject_id=subject_id, grove=decision.grove,
+                grove_slug=decision.grove.slug, selected_platform=decision.selected_platform,
+                requirement=requirement.to_json(), decision=body, chooser=decision.chooser, enforced=enforced,
+                would_refuse=decision.would_refuse, team=team or "", environment=environment or "",
+            )
+    except IntegrityError:
+        # A concurrent call for the same subject won; its row is the placement, exactly as for a retry.
+        existing = selectors.placement_for_subject(subject_type=subject_type, subject_id=subject_id)
+        if existing is None:
+            raise
+        return _reuse(existing, enforced=enforced)
+    return result
+
+
+def placement_pin(*, subject_type: str, subject_id: str, requirement: ExecutionRequirement,
+                  grove: str) -> PlacementResult:
+    """Validate and store an explicit Grove pin before a run starts (compute jobs)."""
+    result = place_execution(subject_type=subject_type, subject_id=subject_id, requirement=requirement, target=grove)
+    if result.reused and result.grove is not None and grove not in (str(result.grove.id), result.grove.slug):
+        raise Conflict("placement_exists",
+                       f"{subject_type} {subject_id} is already placed on Grove {result.grove.slug}.")
+    return result
+
+
+def placement_replace(*, placement: ExecutionPlacement, actor, reason: str, target: str | None = None,
+                      requirement: ExecutionRequirement | None = None) -> PlacementResult:
+    """Staff only: choose afresh for a stored placement (its Grove is gone or incompatible), keeping history."""
+    if not getattr(actor, "is_staff", False):
+        raise Forbidden("staff_only", "Only staff can re-place a stored placement.")
+    if not reason or not reason.strip():
+        raise ValidationFailed("reason_required", "Say why this placement is being re-placed.", field="reason")
+    requirement = requirement or ExecutionRequirement.from_json(placement.requirement)
+    enforced = is_enabled(COMPATIBILITY_FLAG, environment=placement.environment or None,
+                          team=placement.team or None)
+    decision = placement_decide(requirement=requirement, target=target, enforced=enforced)
+    _log_decision(f"{placement.subject_type}:{placement.subject_id}", decision)
+    if decision.refusal is not None:
+        raise decision.refusal
+    with transaction.atomic():
+        row = ExecutionPlacement.objects.select_for_update().get(pk=placement.pk)
+        row.history = [*row.history, {
+            "grove_id": str(row.grove_id) if row.grove_id else None, "grove_slug": row.grove_slug,
+            "selected_platform": row.selected_platform, "decision": row.decision,
+            "replaced_at": timezone.now().isoformat(), "replaced_by": actor.get_username(), "reason": reason.strip(),
+        }]
+        body = decision.to_json()
+        row.grove, row.grove_slug = decision.grove, decision.grove.slug
+        row.selected_platform, row.requirement, row.decision = decision.selected_platform, requirement.to_json(), body
+        row.chooser, row.enforced, row.would_refuse = decision.chooser, enforced, decision.would_refuse
+        row.save()
+    log.info("placement replaced", extra={"placement_id": row.pk, "grove": row.grove_slug, "actor": str(actor)})
+    return PlacementResult(grove=row.grove, selected_platform=row.selected_platform, decision=body, placement=row,
+                           would_refuse=row.would_refuse)
+
+
+def placement_plan_check(*, requirement: ExecutionRequirement, environment: str | None = None,
+                         team: str | None = None) -> PlanCheck:
+    """At plan time: could any fresh Grove ever run this (capacity aside)? Refused when enforcement is on,
+    logged as a warning when off."""
+    enforced = is_enabled(COMPATIBILITY_FLAG, environment=environment, team=team)
+    reasons: list[dict] = []
+    if requirement.target is not None:
+        grove = selectors.grove_by_reference(requirement.target.grove_id)
+        if grove is None:
+            reasons = [{"code": "grove_not_found", "message": f"No Grove '{requirement.target.grove_id}'."}]
+        else:
+            reasons = _incompatibility_json(rules.check(requirement, selectors.facts(grove)))
+            if not grove.enabled:
+                reasons.append({"code": "grove_disabled", "message": f"Grove {grove.slug} is disabled."})
+    elif not selectors.any_eligible(requirement):
+        others, _ = selectors.ineligible_sample(requirement, limit=CANDIDATE_LIMIT)
+        seen: dict[str, dict] = {}
+        for grove in others:
+            for item in rules.check(requirement, selectors.facts(grove)):
+                seen.setdefault(item.code, {"code": item.code, "message": item.message})
+        reasons = list(seen.values()) or [{"code": "no_fresh_grove",
+                                           "message": "No fresh, enabled Grove is reporting at all."}]
+    check = PlanCheck(never_placeable=bool(reasons), reasons=reasons)
+    if check.never_placeable:
+        log.warning("never placeable at plan time", extra={"codes": [r["code"] for r in reasons],
+                                                           "enforced": enforced})
+        if enforced:
+            raise ValidationFailed("never_placeable",
+                                   "No fresh Grove could ever run this node: "
+                                   + " ".join(r["message"] for r in reasons),
+                                   extra={"reasons": reasons})
+    return check
