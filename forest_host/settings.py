@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "apps.accelerators",
     "apps.artifacts",
     "apps.workloads",
+    "apps.pipelines",
     "apps.infra",
 ]
 
@@ -192,6 +193,7 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "groves.mark_stale": {"task": "groves.mark_stale", "schedule": timedelta(seconds=30)},
+    "pipelines.sweep": {"task": "pipelines.sweep", "schedule": timedelta(seconds=15)},
     "accelerators.accrue_usage": {"task": "accelerators.accrue_usage", "schedule": timedelta(seconds=60)},
 }
 

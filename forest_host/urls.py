@@ -10,6 +10,7 @@ api_v1 = [
     path("", include("apps.placement.api.urls")),
     path("", include("apps.artifacts.api.urls")),
     path("", include("apps.workloads.api.urls")),
+    path("", include("apps.pipelines.api.urls")),
 ]
 
 urlpatterns = [

@@ -1,0 +1,103 @@
+"""Shapes of the pipelines API and the job half of the wire API. Output serializers render; request
+serializers only describe bodies for the OpenAPI schema (bodies are validated by ``apps.pipelines.rules``)."""
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from apps.pipelines.models import GroveJob, PipelineNode, PipelineRun
+from apps.pipelines.rules import REPORT_STATES, RUN_KINDS
+
+
+class JobPayloadSerializer(serializers.Serializer):
+    command = serializers.ListField(child=serializers.CharField())
+    image = serializers.CharField(required=False)
+    env = serializers.DictField(child=serializers.CharField())
+    timeout_s = serializers.IntegerField()
+
+
+class WireJobSerializer(serializers.Serializer):
+    job_id = serializers.UUIDField()
+    run_id = serializers.UUIDField()
+    node = serializers.CharField()
+    change_kind = serializers.CharField()
+    idempotency_key = serializers.CharField(help_text="run:node:attempt")
+    payload = JobPayloadSerializer()
+
+
+class ChangesSerializer(serializers.Serializer):
+    jobs = WireJobSerializer(many=True)
+    workloads = serializers.ListField(child=serializers.DictField())
+    cancel = serializers.ListField(child=serializers.UUIDField())
+
+
+class ClaimResponseSerializer(serializers.Serializer):
+    job = WireJobSerializer()
+
+
+class ReportRequestSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=REPORT_STATES)
+    exit_code = serializers.IntegerField(required=False, min_value=-255, max_value=255)
+    log_tail = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)
+    outputs = serializers.DictField(required=False)
+    reason = serializers.CharField(required=False)
+
+
+class ReportResponseSerializer(serializers.Serializer):
+    job_id = serializers.UUIDField()
+    status = serializers.CharField()
+    accepted = serializers.BooleanField()
+
+
+class RunCreateSerializer(serializers.Serializer):
+    graph = serializers.DictField(help_text='Canopy Pipeline Graph: {"nodes": [...]}')
+    kind = serializers.ChoiceField(choices=RUN_KINDS)
+    environment = serializers.CharField(required=False)
+    team = serializers.CharField(required=False)
+    build_id = serializers.CharField(required=False)
+
+
+class GroveJobSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GroveJob
+        fields = ["id", "grove", "idempotency_key", "attempt", "status", "reason", "exit_code", "outputs",
+                  "log_tail", "late_report", "build_id", "created_at", "claimed_at", "finished_at", "deadline_at"]
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    id = serializers.CharField(source="node_id")
+    grove = serializers.SerializerMethodField()
+    job_id = serializers.UUIDField(source="current_job_id", allow_null=True)
+    job_status = serializers.SerializerMethodField()
+
+    class Meta:
+        model = PipelineNode
+        fields = ["id", "kind", "runtime", "status", "reason", "detail", "needs", "node_digest", "reuse", "trust",
+                  "timeout_s", "attempt", "wait_mode", "awaiting_job_id", "seeded_from_run", "dedup_decision",
+                  "grove", "job_id", "job_status", "exit_code", "outputs", "plan_warnings", "requirement",
+                  "finished_at"]
+
+    def get_grove(self, node) -> str | None:
+        return node.grove.slug if node.grove_id else None
+
+    def get_job_status(self, node) -> str | None:
+        return node.current_job.status if node.current_job_id else None
+
+
+class RunSerializer(serializers.ModelSerializer):
+    graph_digest = serializers.CharField(source="graph.digest")
+
+    class Meta:
+        model = PipelineRun
+        fields = ["id", "kind", "status", "reason", "environment", "team", "build_id", "graph_digest",
+                  "created_at", "finished_at"]
+
+
+class RunDetailSerializer(RunSerializer):
+    nodes = serializers.SerializerMethodField()
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "nodes"]
+
+    @extend_schema_field(NodeSerializer(many=True))
+    def get_nodes(self, run):
+        nodes = run.nodes.select_related("grove", "current_job").order_by("position")
+        return NodeSerializer(nodes, many=True).data

@@ -1,0 +1,185 @@
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from apps.pipelines.choices import (
+    JobStatus,
+    NodeKind,
+    NodeRuntime,
+    NodeStatus,
+    OutboxKind,
+    Reuse,
+    RunKind,
+    RunStatus,
+    Trust,
+    WaitMode,
+)
+
+LIVE_JOB = Q(status__in=[JobStatus.ASSIGNED, JobStatus.CLAIMED, JobStatus.RUNNING])
+
+
+class PipelineGraph(models.Model):
+    """A canonical Canopy Pipeline Graph. ``digest`` is the identity of the work, shared by every run of it."""
+
+    digest = models.CharField(max_length=71, unique=True)
+    canonical = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.digest[:19]
+
+
+class PipelineRun(models.Model):
+    """One attempt to execute a graph. Its id travels through every job payload and idempotency key."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    graph = models.ForeignKey(PipelineGraph, on_delete=models.PROTECT, related_name="runs")
+    kind = models.CharField(max_length=10, choices=RunKind.choices)
+    environment = models.CharField(max_length=100, blank=True, default="")
+    team = models.CharField(max_length=100, blank=True, default="")
+    # A build run may carry the build it belongs to; compute (and most deploy) runs have none.
+    build_id = models.CharField(max_length=100, null=True, blank=True)
+    status = models.CharField(max_length=10, choices=RunStatus.choices, default=RunStatus.PENDING)
+    reason = models.CharField(max_length=64, blank=True, default="")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["status", "-created_at"]), models.Index(fields=["environment", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"run {self.id}"
+
+
+class PipelineNode(models.Model):
+    """One node of one run. Two runs of the same graph never share node rows."""
+
+    run = models.ForeignKey(PipelineRun, on_delete=models.CASCADE, related_name="nodes")
+    node_id = models.CharField(max_length=63)
+    kind = models.CharField(max_length=20, choices=NodeKind.choices)
+    runtime = models.CharField(max_length=10, choices=NodeRuntime.choices, blank=True, default="")
+    spec = models.JSONField(help_text="the canonical node from the graph")
+    node_digest = models.CharField(max_length=71, help_text="identity of this node's work (GRAPH_DEDUP key)")
+    position = models.PositiveIntegerField(help_text="place in the planner's order")
+    needs = models.JSONField(default=list)
+    reuse = models.CharField(max_length=20, choices=Reuse.choices)
+    trust = models.CharField(max_length=10, choices=Trust.choices)
+    timeout_s = models.PositiveIntegerField()
+    requirement = models.JSONField(null=True, blank=True, help_text="derived at plan time")
+    plan_warnings = models.JSONField(default=list, blank=True, help_text="never-placeable reasons (flag off)")
+    status = models.CharField(max_length=10, choices=NodeStatus.choices, default=NodeStatus.PENDING)
+    reason = models.CharField(max_length=64, blank=True, default="")
+    detail = models.TextField(blank=True, default="")
+    attempt = models.PositiveIntegerField(default=1)
+    # GRAPH_DEDUP: the run whose result this node inherited at seed time, and why it could not when not.
+    seeded_from_run = models.ForeignKey(PipelineRun, null=True, blank=True, on_delete=models.SET_NULL,
+                                        related_name="+")
+    dedup_decision = models.CharField(max_length=40, blank=True, default="")
+    wait_mode = models.CharField(max_length=10, choices=WaitMode.choices, blank=True, default="")
+    current_job = models.ForeignKey("GroveJob", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # Set only while detached: the job whose terminal report will resume this node.
+    awaiting_job_id = models.UUIDField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    outputs = models.JSONField(default=dict, blank=True)
+    grove = models.ForeignKey("groves.Grove", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    queued_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "position"]
+        constraints = [models.UniqueConstraint(fields=["run", "node_id"], name="pipeline_node_unique_per_run")]
+        indexes = [
+            models.Index(fields=["node_digest", "status"], name="pipeline_node_dedup"),
+            # Sweep: only live nodes are indexed, so its cost does not grow with history.
+            models.Index(fields=["queued_at"], name="pipeline_node_queued", condition=Q(status="queued")),
+            models.Index(fields=["current_job"], name="pipeline_node_awaiting", condition=Q(status="awaiting")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}:{self.node_id}"
+
+
+class PipelineNodeEvent(models.Model):
+    """One row per node state change (the transition function writes it): who did what, and why."""
+
+    node = models.ForeignKey(PipelineNode, on_delete=models.CASCADE, related_name="events")
+    from_status = models.CharField(max_length=10, blank=True, default="")
+    to_status = models.CharField(max_length=10)
+    reason = models.CharField(max_length=64, blank=True, default="")
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.node_id}: {self.from_status} -> {self.to_status}"
+
+
+class GroveJob(models.Model):
+    """A unit of work on one Grove for one attempt of one node. ``build_id`` is nullable: compute runs have none."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(PipelineRun, on_delete=models.CASCADE, related_name="jobs")
+    node = models.ForeignKey(PipelineNode, on_delete=models.CASCADE, related_name="jobs")
+    grove = models.ForeignKey("groves.Grove", on_delete=models.PROTECT, related_name="jobs")
+    build_id = models.CharField(max_length=100, null=True, blank=True)
+    change_kind = models.CharField(max_length=30)
+    payload = models.JSONField()
+    idempotency_key = models.CharField(max_length=200, unique=True, help_text="run:node:attempt")
+    attempt = models.PositiveIntegerField()
+    status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.ASSIGNED)
+    reason = models.CharField(max_length=64, blank=True, default="")
+    exit_code = models.IntegerField(null=True, blank=True)
+    outputs = models.JSONField(default=dict, blank=True)
+    log_tail = models.JSONField(default=list, blank=True)
+    # A report that arrived after Host ended the job (cancelled / timed out): stored, never applied.
+    late_report = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(help_text="timeout_s + scheduling grace; the sweep times out past it")
+    # Host asked the Grove to stop it; the Grove acknowledges with any later report.
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_acked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # changes: a Grove's unclaimed work, and the cancellations it has not acknowledged.
+            models.Index(fields=["grove", "created_at"], name="grove_job_assigned", condition=Q(status="assigned")),
+            models.Index(fields=["grove"], name="grove_job_cancel_unacked",
+                         condition=Q(cancel_requested_at__isnull=False, cancel_acked_at__isnull=True)),
+            # sweep: only live jobs are indexed by deadline.
+            models.Index(fields=["deadline_at"], name="grove_job_live_deadline", condition=LIVE_JOB),
+            models.Index(fields=["run", "status"]),
+        ]
+
+    def __str__(self) -> str:
+        return self.idempotency_key
+
+
+class PipelineOutbox(models.Model):
+    """Transactional outbox: written with the state change it announces, sent to Celery after commit,
+    re-sent by the sweep until the consumer marks it done in the same transaction as its effect."""
+
+    kind = models.CharField(max_length=40, choices=OutboxKind.choices)
+    node = models.ForeignKey(PipelineNode, on_delete=models.CASCADE, related_name="outbox")
+    job = models.ForeignKey(GroveJob, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    next_send_at = models.DateTimeField(help_text="when the sweep re-sends it if still not done")
+    sends = models.PositiveIntegerField(default=0)
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["next_send_at"], name="pipeline_outbox_due", condition=Q(done_at__isnull=True)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} node={self.node_id}"
