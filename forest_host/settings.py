@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "apps.artifacts",
     "apps.workloads",
     "apps.pipelines",
+    "apps.compute",
     "apps.infra",
 ]
 

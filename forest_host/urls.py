@@ -11,6 +11,7 @@ api_v1 = [
     path("", include("apps.artifacts.api.urls")),
     path("", include("apps.workloads.api.urls")),
     path("", include("apps.pipelines.api.urls")),
+    path("", include("apps.compute.api.urls")),
 ]
 
 urlpatterns = [

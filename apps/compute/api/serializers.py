@@ -1,0 +1,43 @@
+"""Compute API shapes, for the OpenAPI schema (bodies are validated by ``apps.compute.rules``)."""
+from rest_framework import serializers
+
+
+class StepRequestSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    kind = serializers.ChoiceField(choices=["container", "native"], required=False)
+    image = serializers.CharField(required=False, help_text="required for container steps")
+    command = serializers.ListField(child=serializers.CharField())
+    env = serializers.DictField(child=serializers.CharField(), required=False)
+    platform = serializers.ListField(child=serializers.CharField(), required=False)
+    resources = serializers.DictField(required=False)
+    accelerators = serializers.DictField(required=False)
+    timeout_s = serializers.IntegerField(required=False)
+
+
+class ComputeJobRequestSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    environment = serializers.CharField(required=False)
+    team = serializers.CharField(required=False)
+    grove = serializers.CharField(required=False, help_text="Grove id or slug to pin every step to")
+    steps = StepRequestSerializer(many=True)
+
+
+class StepSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    status = serializers.CharField()
+    grove = serializers.CharField(allow_null=True)
+    job_id = serializers.UUIDField(allow_null=True)
+    exit_code = serializers.IntegerField(allow_null=True)
+    reason = serializers.CharField()
+    log_tail = serializers.ListField(child=serializers.CharField())
+
+
+class ComputeJobSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    run_id = serializers.UUIDField()
+    name = serializers.CharField()
+    environment = serializers.CharField()
+    status = serializers.CharField()
+    reason = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    steps = StepSerializer(many=True)

@@ -1,0 +1,30 @@
+"""Writes for compute jobs: submit (validate, plan, pin, run) and cancel. Both ride on apps.pipelines."""
+from __future__ import annotations
+
+from django.db import transaction
+
+from apps.compute import rules
+from apps.compute.models import ComputeJob
+from apps.compute.selectors import compute_enabled_or_refuse
+from apps.pipelines import services as pipelines
+
+
+@transaction.atomic
+def compute_job_submit(*, body: dict, created_by=None) -> ComputeJob:
+    """A graph of exec steps through the normal planner, as a run of kind ``compute``. An explicit Grove
+    pin is validated and stored as each step's placement before the run starts (a bad pin refuses the
+    whole job, nothing is created)."""
+    environment = body.get("environment") if isinstance(body, dict) else None
+    compute_enabled_or_refuse(environment=environment if isinstance(environment, str) else None)
+    data = rules.compute_request(body)
+    run = pipelines.pipeline_run_create(graph=data["graph"], kind="compute", environment=data["environment"],
+                                        team=data["team"], created_by=created_by)
+    return ComputeJob.objects.create(name=data["name"], environment=data["environment"], team=data["team"],
+                                     grove_pin=data["grove"] or "", request=body, run=run,
+                                     created_by=created_by if getattr(created_by, "pk", None) else None)
+
+
+def compute_job_cancel(*, job: ComputeJob) -> ComputeJob:
+    pipelines.pipeline_run_cancel(run_id=job.run_id, reason="cancelled")
+    job.run.refresh_from_db()
+    return job

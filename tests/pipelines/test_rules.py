@@ -1,0 +1,138 @@
+"""Pure graph rules: validation codes with field paths, canonical form, digests, order, GRAPH_DEDUP
+eligibility, the state machines and the report body. No database."""
+from __future__ import annotations
+
+import pytest
+
+from apps.core.errors import ValidationFailed
+from apps.pipelines import rules
+from tests.pipelines.graphs import IMAGE, exec_node, graph
+
+
+def _fails(value, code, field=None):
+    with pytest.raises(ValidationFailed) as info:
+        rules.graph_validate(value)
+    assert info.value.code == code, info.value.detail
+    if field is not None:
+        assert info.value.field == field
+    return info.value
+
+
+@pytest.mark.parametrize(("value", "code", "field"), [
+    ([], "invalid_type", "graph"),
+    ({}, "field_required", "graph.nodes"),
+    ({"nodes": [], "x": 1}, "unknown_field", "graph.x"),
+    ({"nodes": []}, "graph_empty", "graph.nodes"),
+    (graph({"id": "a", "kind": "teleport"}), "invalid_node_kind", "graph.nodes[0].kind"),
+    (graph({"id": "A!", "kind": "exec"}), "invalid_node_id", "graph.nodes[0].id"),
+    (graph(exec_node("a"), exec_node("a")), "duplicate_node_id", "graph.nodes[1].id"),
+    (graph(exec_node("a", needs=["ghost"])), "unknown_node_ref", "graph.nodes[0].needs"),
+    (graph(exec_node("a", needs=["a"])), "graph_cycle", "graph.nodes[0].needs"),
+    (graph(exec_node("a", image=None)), "image_required", "graph.nodes[0].image"),
+    (graph({**exec_node("a", runtime="native"), "image": IMAGE}), "image_not_allowed", "graph.nodes[0].image"),
+    (graph({"id": "a", "kind": "exec", "image": IMAGE}), "command_required", "graph.nodes[0].command"),
+    (graph(exec_node("a", platform=["linux/amd65"])), "invalid_platform", "graph.nodes[0].platform[0]"),
+    (graph(exec_node("a", resources={"cpu_milli": 0})), "out_of_range", "graph.nodes[0].resources.cpu_milli"),
+    (graph(exec_node("a", timeout_s=True)), "invalid_type", "graph.nodes[0].timeout_s"),
+    (graph(exec_node("a", reuse="sometimes")), "invalid_choice", "graph.nodes[0].reuse"),
+    (graph(exec_node("a", inputs=[{"digest": "md5:1", "storage_kind": "cas"}])), "invalid_digest",
+     "graph.nodes[0].inputs[0].digest"),
+    (graph(exec_node("a", env={"1BAD": "x"})), "invalid_env_name", "graph.nodes[0].env.1BAD"),
+    (graph(exec_node("a", colour="red")), "unknown_field", "graph.nodes[0].colour"),
+])
+def test_bad_graphs_are_refused_with_codes_and_paths(value, code, field):
+    _fails(value, code, field)
+
+
+def test_cycle_is_named_as_a_path():
+    error = _fails(graph(exec_node("a", needs=["c"]), exec_node("b", needs=["a"]), exec_node("c", needs=["b"])),
+                   "graph_cycle")
+    assert "a -> c -> b -> a" in error.detail
+
+
+def test_canonical_form_and_digest_ignore_spelling():
+    one = graph(exec_node("b", needs=["a"], env={"Y": "2", "X": "1"}), exec_node("a"))
+    two = graph(exec_node("a", reuse="graph_dedup", trust="trusted", timeout_s=3600),
+                exec_node("b", needs=["a", "a"], env={"X": "1", "Y": "2"}, resources={}))
+    c1, c2 = rules.graph_validate(one), rules.graph_validate(two)
+    assert c1 == c2
+    assert rules.graph_digest(c1) == rules.graph_digest(c2)
+    assert [n["id"] for n in c1["nodes"]] == ["a", "b"]
+    assert c1["nodes"][0]["resources"] == {"cpu_milli": 1000, "memory_bytes": 1024**3}
+    changed = rules.graph_validate(graph(exec_node("a", env={"Z": "1"}), exec_node("b", needs=["a"])))
+    assert rules.graph_digest(changed) != rules.graph_digest(c1)
+
+
+def test_topological_order_and_node_digests_follow_needs():
+    canonical = rules.graph_validate(graph(exec_node("z"), exec_node("m", needs=["z"]), exec_node("a", needs=["m"])))
+    assert rules.topological_order(canonical) == ["z", "m", "a"]
+    digests = rules.node_digests(canonical)
+    upstream_changed = rules.graph_validate(graph(exec_node("z", env={"K": "v"}), exec_node("m", needs=["z"]),
+                                                  exec_node("a", needs=["m"])))
+    # A node's identity includes what it consumes: changing z changes m and a too.
+    assert rules.node_digests(upstream_changed)["a"] != digests["a"]
+    # ... but not where it runs or how long we wait.
+    pinned = rules.graph_validate(graph(exec_node("z", grove="box", timeout_s=5), exec_node("m", needs=["z"]),
+                                        exec_node("a", needs=["m"])))
+    assert rules.node_digests(pinned) == digests
+
+
+@pytest.mark.parametrize(("node", "code"), [
+    (exec_node("a"), None),
+    (exec_node("a", reuse="never"), "reuse_never"),
+    (exec_node("a", runtime="native"), "host_command"),
+    (exec_node("a", trust="untrusted"), "untrusted"),
+    (exec_node("a", image="python:3.12"), "image_not_pinned"),
+    (exec_node("a", inputs=[{"digest": "sha256:" + "b" * 64, "storage_kind": "cas"}]), "input_not_oci"),
+    (exec_node("a", inputs=[{"digest": "sha256:" + "b" * 64, "storage_kind": "oci_registry"}]), None),
+    ({"id": "img", "kind": "build_image", "image": IMAGE}, "not_container_exec"),
+])
+def test_dedup_eligibility(node, code):
+    canonical = rules.graph_validate(graph(node))["nodes"][0]
+    assert rules.dedup_exclusion(canonical) == code
+
+
+@pytest.mark.parametrize(("node", "code"), [
+    (exec_node("a"), None),
+    (exec_node("a", runtime="native"), "native_step"),
+    (exec_node("a", accelerators={"count": 1, "vendor": "nvidia"}), "accelerator_step"),
+    ({"id": "img", "kind": "build_image", "image": IMAGE}, "not_exec"),
+])
+def test_detached_wait_eligibility(node, code):
+    canonical = rules.graph_validate(graph(node))["nodes"][0]
+    assert rules.detached_wait_exclusion(canonical) == code
+
+
+def test_state_machines_refuse_illegal_transitions():
+    rules.check_transition("node", rules.NODE_TRANSITIONS, "awaiting", "succeeded")
+    with pytest.raises(rules.IllegalTransition) as info:
+        rules.check_transition("node", rules.NODE_TRANSITIONS, "cancelled", "succeeded")
+    assert info.value.code == "illegal_transition"
+    with pytest.raises(rules.IllegalTransition):
+        rules.check_transition("job", rules.JOB_TRANSITIONS, "assigned", "succeeded")
+    assert rules.run_outcome(["succeeded", "skipped"]) == "failed"
+    assert rules.run_outcome(["succeeded", "succeeded"]) == "succeeded"
+    assert rules.run_outcome(["succeeded", "awaiting"]) is None
+
+
+@pytest.mark.parametrize(("body", "code", "field"), [
+    ({}, "field_required", "state"),
+    ({"state": "exploded"}, "invalid_choice", "state"),
+    ({"state": "failed", "exit_code": "1"}, "invalid_type", "exit_code"),
+    ({"state": "failed", "outputs": []}, "invalid_type", "outputs"),
+    ({"state": "failed", "reason": "Not A Code"}, "invalid_reason", "reason"),
+    ({"state": "running", "extra": 1}, "unknown_field", "extra"),
+])
+def test_report_body_validation(body, code, field):
+    with pytest.raises(ValidationFailed) as info:
+        rules.job_report(body)
+    assert (info.value.code, info.value.field) == (code, field)
+
+
+def test_changes_wait_bounds():
+    assert rules.changes_wait(None) == 20
+    assert rules.changes_wait("0") == 0
+    for bad in ("31", "-1", "soon"):
+        with pytest.raises(ValidationFailed) as info:
+            rules.changes_wait(bad)
+        assert info.value.code == "invalid_wait"
