@@ -28,9 +28,14 @@ class AcceleratorInline(admin.TabularInline):
     model = AcceleratorInventoryItem
     extra = 0
     can_delete = False
-    fields = ("inventory_id", "kind", "vendor", "model", "apis", "memory_bytes", "memory_kind",
+    # "model" would resolve to InlineModelAdmin.model (the class), so the device model has its own display.
+    fields = ("inventory_id", "kind", "vendor", "device_model", "apis", "memory_bytes", "memory_kind",
               "memory_enforced", "share_mode")
     readonly_fields = fields
+
+    @admin.display(description="model")
+    def device_model(self, obj: AcceleratorInventoryItem) -> str:
+        return obj.model
 
     def has_add_permission(self, request, obj=None):
         return False
