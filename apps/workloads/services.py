@@ -17,7 +17,8 @@ from apps.workloads import rules, secrets, states
 from apps.workloads.models import NativeWorkload, WorkloadGeneration, WorkloadSecret
 
 log = logging.getLogger(__name__)
-SUBJECT_TYPE = "native_workload"
+# One placement per workload (subject id = its slug): every generation stays on the same Grove.
+SUBJECT_TYPE = "workload_generation"
 
 
 def workload_secret_set(*, environment: str, name: str, value: str) -> WorkloadSecret:
@@ -90,7 +91,7 @@ def native_workload_generation_write(*, workload: NativeWorkload) -> WorkloadGen
 
     with transaction.atomic():
         workload = NativeWorkload.objects.select_for_update().select_related("bundle").get(pk=workload.pk)
-        placement = place_execution(subject_type=SUBJECT_TYPE, subject_id=str(workload.pk),
+        placement = place_execution(subject_type=SUBJECT_TYPE, subject_id=workload.slug,
                                     requirement=_requirement(workload), team=workload.team or None,
                                     environment=workload.environment)
         grove = placement.grove

@@ -1,0 +1,158 @@
+"""The native workload generation writer, its refusals, the wire payload and observed status."""
+from __future__ import annotations
+
+import base64
+import hashlib
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from apps.artifacts.services import artifact_blob_create
+from apps.core.errors import ForestError
+from apps.flags.services import flag_override_set
+from apps.workloads import services
+from apps.workloads.models import NativeWorkload, WorkloadGeneration
+from apps.workloads.selectors import generations_for_grove
+
+pytestmark = pytest.mark.django_db
+V1 = "/api/forest/v1"
+
+
+@pytest.fixture
+def bundle():
+    data = b"pretend this is a tar.gz bundle"
+    digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
+    signature = base64.b64encode(Ed25519PrivateKey.generate().sign(digest.encode())).decode()
+    return artifact_blob_create(chunks=[data], expected_digest=digest, signature=signature, signing_key_id="release")
+
+
+@pytest.fixture
+def native_grove(fresh_grove):
+    return fresh_grove(name="mac", roles=("runtime", "compute"), platforms=("darwin/arm64",),
+                       change_kinds=["native.job", "native.workload"])
+
+
+def _spec(bundle, **extra):
+    return {"slug": "web", "bundle_digest": bundle.digest, "command": ["./bin/server", "--port", "8080"],
+            "ports": [{"name": "http", "port": 8080}],
+            "probes": {"readiness": {"type": "http", "path": "/healthz", "port": 8080}},
+            "ingress": {"listen": "10.0.0.5:8081", "server_name": "web.internal", "port": 8080},
+            "secret_refs": ["API_TOKEN"], **extra}
+
+
+@pytest.fixture
+def dispatch_on(settings):
+    settings.FOREST_NATIVE_WORKLOAD_DISPATCH = True
+
+
+def test_dispatch_switch_off_refuses_and_writes_nothing(bundle, native_grove):
+    services.workload_secret_set(environment="default", name="API_TOKEN", value="s3cret")
+    with pytest.raises(ForestError) as exc:
+        services.native_workload_apply(body=_spec(bundle))
+    assert exc.value.code == "native_dispatch_disabled"
+    assert not NativeWorkload.objects.exists() and not WorkloadGeneration.objects.exists()
+
+
+def test_grove_must_advertise_native_workload(bundle, fresh_grove, dispatch_on):
+    fresh_grove(name="jobs-only", roles=("runtime",), change_kinds=["native.job"])
+    services.workload_secret_set(environment="default", name="API_TOKEN", value="s3cret")
+    with pytest.raises(ForestError) as exc:
+        services.native_workload_apply(body=_spec(bundle, grove="jobs-only"))
+    assert exc.value.code == "grove_lacks_native_workload"
+    assert not WorkloadGeneration.objects.exists()
+
+
+def test_generations_are_written_only_on_change(bundle, native_grove, dispatch_on):
+    grove, _ = native_grove
+    services.workload_secret_set(environment="default", name="API_TOKEN", value="s3cret")
+    workload, first = services.native_workload_apply(body=_spec(bundle))
+    assert (first.number, first.grove) == (1, grove)
+    assert "s3cret" not in str(first.spec)
+    _, same = services.native_workload_apply(body=_spec(bundle))
+    assert same.pk == first.pk
+    _, second = services.native_workload_apply(body=_spec(bundle, command=["./bin/server", "--port", "8080", "-v"]))
+    assert second.number == 2
+    services.workload_secret_set(environment="default", name="API_TOKEN", value="rotated")
+    third = services.native_workload_generation_write(workload=workload)
+    assert third.number == 3
+    payloads = generations_for_grove(grove, base_url="http://host.test")
+    assert [p["generation"] for p in payloads] == [3]
+    payload = payloads[0]
+    assert payload["secrets"] == {"API_TOKEN": "rotated"}
+    assert payload["bundle"]["url"] == f"http://host.test/api/forest/v1/artifacts/{bundle.digest}/blob"
+    assert payload["bundle"]["signature"] == bundle.signature and payload["bundle"]["key_id"] == "release"
+    assert "ingress" not in payload  # host.deploy.native_ingress is off by default
+
+
+def test_ingress_is_emitted_only_with_the_flag(bundle, native_grove, dispatch_on):
+    grove, _ = native_grove
+    services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
+    flag_override_set(name="host.deploy.native_ingress", enabled=True, reason="test")
+    services.native_workload_apply(body=_spec(bundle))
+    (payload,) = generations_for_grove(grove)
+    assert payload["ingress"] == {"listen": "10.0.0.5:8081", "server_name": "web.internal", "port": 8080}
+
+
+@pytest.mark.parametrize(("mutate", "code"), [
+    (lambda s: {**s, "secret_refs": ["MISSING"]}, "secret_missing"),
+    (lambda s: {**s, "bundle_digest": "sha256:" + "0" * 64}, "artifact_not_found"),
+    (lambda s: {**s, "ports": [{"name": "http", "port": 70000}]}, "out_of_range"),
+    (lambda s: {**s, "probes": {"readiness": {"type": "http"}}}, "field_required"),
+    (lambda s: {**s, "ingress": {"listen": "nowhere", "port": 8080}}, "invalid_listen"),
+    (lambda s: {**s, "ingress": {"listen": "10.0.0.5:80", "port": 9999}}, "unknown_port"),
+    (lambda s: {**s, "command": []}, "field_blank"),
+    (lambda s: {**s, "slug": "Not A Slug"}, "invalid_slug"),
+])
+def test_bad_specs_are_refused_with_codes(bundle, native_grove, dispatch_on, mutate, code):
+    services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
+    with pytest.raises(ForestError) as exc:
+        services.native_workload_apply(body=mutate(_spec(bundle)))
+    assert exc.value.code == code
+    assert not NativeWorkload.objects.exists()
+
+
+def test_unsigned_bundle_is_refused(native_grove, dispatch_on):
+    data = b"unsigned"
+    artifact = artifact_blob_create(chunks=[data])
+    with pytest.raises(ForestError) as exc:
+        services.native_workload_apply(body={"slug": "x", "bundle_digest": artifact.digest, "command": ["x"]})
+    assert exc.value.code == "bundle_unsigned"
+
+
+def test_status_reports_normalise_and_supersede(bundle, native_grove, dispatch_on, grove_client, fresh_grove):
+    grove, credential = native_grove
+    services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
+    _, first = services.native_workload_apply(body=_spec(bundle))
+    client = grove_client(credential)
+    url = f"{V1}/groves/{grove.id}/workloads/{first.id}/status"
+    response = client.post(url, {"state": "live", "live": True, "restarts": 0,
+                                 "probes": {"readiness": "passing"}}, format="json")
+    assert response.status_code == 200 and response.json()["state"] == "live"
+    _, second = services.native_workload_apply(body=_spec(bundle, env={"MODE": "v2"}))
+    client.post(f"{V1}/groves/{grove.id}/workloads/{second.id}/status", {"state": "crash_loop", "restarts": 5,
+                "reason": "crash_loop", "message": "exited 1 five times"}, format="json")
+    second.refresh_from_db()
+    assert (second.state, second.restarts, second.reason) == ("crash_loop", 5, "crash_loop")
+    first.refresh_from_db()
+    assert first.state == "live"  # still serving while the new generation crash-loops
+    client.post(f"{V1}/groves/{grove.id}/workloads/{second.id}/status", {"state": "live"}, format="json")
+    first.refresh_from_db()
+    assert first.state == "superseded" and not first.live
+    late = client.post(url, {"state": "live"}, format="json")
+    assert late.status_code == 409 and late.json()["code"] == "generation_superseded"
+    bad = client.post(f"{V1}/groves/{grove.id}/workloads/{second.id}/status", {"state": "exploded"}, format="json")
+    assert bad.status_code == 400 and bad.json()["code"] == "invalid_choice"
+    other, other_credential = fresh_grove(name="other")
+    foreign = grove_client(other_credential).post(f"{V1}/groves/{other.id}/workloads/{second.id}/status",
+                                                  {"state": "live"}, format="json")
+    assert foreign.status_code == 404 and foreign.json()["code"] == "generation_not_found"
+
+
+def test_api_apply_and_read(staff_client, bundle, native_grove, dispatch_on):
+    secret = staff_client.post(f"{V1}/workloads/secrets", {"name": "API_TOKEN", "value": "abc"}, format="json")
+    assert secret.status_code == 201 and "value" not in secret.json()
+    response = staff_client.post(f"{V1}/workloads", _spec(bundle), format="json")
+    assert response.status_code == 200, response.json()
+    body = staff_client.get(f"{V1}/workloads/web").json()
+    assert body["generations"][0]["number"] == 1 and body["generations"][0]["state"] == "pending"
+    assert staff_client.get(f"{V1}/workloads").json()["count"] == 1
