@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
@@ -34,6 +35,7 @@ from apps.pipelines.models import (
 log = logging.getLogger(__name__)
 
 DETACHED_WAIT_FLAG = "host.pipeline_detached_wait"
+ACCELERATOR_BUDGET_EXHAUSTED = "accelerator_budget_exhausted"
 
 
 def _setting(name: str, default: float) -> float:
@@ -111,10 +113,12 @@ def job_transition(*, job: GroveJob, to: str, reason: str = "") -> GroveJob:
     if to in rules.JOB_TERMINAL:
         job.finished_at = now
         fields.append("finished_at")
-        if job.payload.get("accelerators"):
+        # The budget task revokes (and accrues) the claim itself when it cancels a job; releasing here too
+        # would accrue the same seconds twice.
+        if job.payload.get("accelerators") and reason != ACCELERATOR_BUDGET_EXHAUSTED:
             from apps.accelerators.services import accelerator_release
 
-            accelerator_release(job_ref=job.idempotency_key)
+            accelerator_release(job_ref=str(job.id))
     job.save(update_fields=fields)
     return job
 
@@ -300,6 +304,7 @@ def pipeline_node_execute(*, node_id: int) -> str | None:
             return None
         requirement = ExecutionRequirement.from_json(node.requirement)
         key = f"{run.id}:{node.node_id}:{node.attempt}"
+        job_id = uuid.uuid4()  # known before the job row exists: it is the accelerator claim's job_ref
         try:
             with transaction.atomic():
                 placed = place_execution(subject_type="pipeline_node", subject_id=str(node.pk),
@@ -308,7 +313,7 @@ def pipeline_node_execute(*, node_id: int) -> str | None:
                 if requirement.accelerators:
                     from apps.accelerators.services import accelerator_claim
 
-                    accelerator_claim(grove=placed.grove, requirement=requirement, job_ref=key,
+                    accelerator_claim(grove=placed.grove, requirement=requirement, job_ref=str(job_id),
                                       team=run.team or None)
         except ForestError as exc:
             log.warning("node not dispatched", extra={"node": str(node), "code": exc.code})
@@ -318,7 +323,7 @@ def pipeline_node_execute(*, node_id: int) -> str | None:
         payload = _payload(node, run, placed.selected_platform)
         deadline = timezone.now() + timedelta(seconds=node.timeout_s + scheduling_grace_s())
         job = GroveJob.objects.create(
-            run=run, node=node, grove=placed.grove, build_id=run.build_id,
+            id=job_id, run=run, node=node, grove=placed.grove, build_id=run.build_id,
             change_kind=requirement.compatibility.change_kind, payload=payload, idempotency_key=key,
             attempt=node.attempt, deadline_at=deadline,
         )
@@ -365,12 +370,12 @@ def pipeline_node_resume(*, node_id: int) -> bool:
         if run_id is None:
             return False
         run = PipelineRun.objects.select_for_update().get(pk=run_id)
-        node = PipelineNode.objects.select_for_update().select_related("current_job").get(pk=node_id)
+        node = PipelineNode.objects.select_for_update().get(pk=node_id)
         pending = PipelineOutbox.objects.filter(node=node, done_at__isnull=True)
         if node.status != NodeStatus.AWAITING:
             pending.update(done_at=timezone.now())
             return False
-        job = node.current_job
+        job = GroveJob.objects.filter(pk=node.current_job_id).first()
         if job is None or job.status not in rules.JOB_TERMINAL:
             return False
         node.exit_code, node.outputs = job.exit_code, job.outputs
@@ -486,7 +491,10 @@ def grove_job_cancel(*, job_id, reason: str = "cancelled") -> bool:
     tail and the run then fails; the Grove sees the cancellation on its next poll."""
     now = timezone.now()
     with transaction.atomic():
-        job = GroveJob.objects.select_for_update().filter(pk=job_id).first()
+        try:
+            job = GroveJob.objects.select_for_update().filter(pk=job_id).first()
+        except (ValueError, TypeError, ValidationError):
+            job = None
         if job is None or job.status not in rules.JOB_LIVE:
             return False
         _job_end_by_host(job, to=JobStatus.CANCELLED, reason=reason, now=now)

@@ -1,0 +1,170 @@
+"""Fixtures for pipeline tests: Groves of both substrates, flag switches, a driver that plays the runner,
+a Grove that claims and reports over the real wire API, and a real Celery worker subprocess."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings as django_settings
+
+from apps.flags import services as flag_services
+from apps.pipelines import services
+from apps.pipelines.models import PipelineNode
+
+ROOT = Path(__file__).resolve().parents[2]
+V1 = "/api/forest/v1"
+
+
+@pytest.fixture
+def k8s_grove(fresh_grove):
+    return fresh_grove(name="kube", substrate="kubernetes", roles=("compute", "build"))
+
+
+@pytest.fixture
+def native_grove(fresh_grove):
+    return fresh_grove(name="mac", substrate="native", roles=("compute",), platforms=("darwin/arm64",))
+
+
+@pytest.fixture
+def flag_on():
+    def _on(name: str, **scope):
+        flag_services.flag_override_set(name=name, enabled=True, reason="test", **scope)
+
+    return _on
+
+
+@pytest.fixture
+def detached(flag_on, settings):
+    """Detached waiting on, and environment ``prod`` listed."""
+    flag_on("host.pipeline_detached_wait")
+    settings.PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS = ["prod"]
+
+
+def execute_queued(run) -> list[str]:
+    """Play the runner: dispatch every queued node of a run (what the node_execute task does)."""
+    modes = []
+    for node in PipelineNode.objects.filter(run=run, status="queued").order_by("position"):
+        modes.append(services.pipeline_node_execute(node_id=node.pk))
+    return modes
+
+
+class WireGrove:
+    """A Grove talking to Host over the real wire endpoints with its own credential."""
+
+    def __init__(self, client, grove):
+        self.client, self.grove = client, grove
+
+    def url(self, tail: str) -> str:
+        return f"{V1}/groves/{self.grove.id}/{tail}"
+
+    def claim(self, job_id):
+        return self.client.post(self.url(f"jobs/{job_id}/claim"), {}, format="json")
+
+    def report(self, job_id, **body):
+        return self.client.post(self.url(f"jobs/{job_id}/report"), body, format="json")
+
+    def run_job(self, job_id, *, state="succeeded", exit_code=0, outputs=None):
+        assert self.claim(job_id).status_code == 200
+        assert self.report(job_id, state="running", log_tail=["started"]).status_code == 200
+        response = self.report(job_id, state=state, exit_code=exit_code, outputs=outputs or {})
+        assert response.status_code == 200, response.json()
+        return response.json()
+
+
+@pytest.fixture
+def wire(grove_client):
+    def _wire(grove_and_credential) -> WireGrove:
+        grove, credential = grove_and_credential
+        return WireGrove(grove_client(credential), grove)
+
+    return _wire
+
+
+# --- a real Celery worker ------------------------------------------------------------------------
+
+def _test_database_url() -> str:
+    db = django_settings.DATABASES["default"]
+    return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+class Worker:
+    """``celery -A forest_host worker`` on a queue of its own (so parallel test processes never steal each
+    other's tasks), pointed at this test's database. Started in its own session so the whole process
+    group can be killed, with SIGKILL when a test needs a hard crash."""
+
+    def __init__(self, queue: str, log_path: Path):
+        self.queue, self.log_path, self.proc = queue, log_path, None
+
+    def start(self) -> Worker:
+        env = {**os.environ, "DATABASE_URL": _test_database_url(),
+               "DJANGO_SETTINGS_MODULE": "tests.pipelines.worker_settings", "FOREST_TEST_QUEUE": self.queue,
+               "PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS": "prod", "FLAGS_CACHE_TTL_S": "0", "LOG_LEVEL": "WARNING"}
+        self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [str(ROOT / ".venv/bin/celery"), "-A", "forest_host", "worker", "-Q", self.queue, "-c", "2",
+             "--without-heartbeat", "--without-gossip", "--without-mingle", "-n", f"{self.queue}@%h"],
+            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def kill(self, sig=signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(timeout=20)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if getattr(self, "log", None):
+            self.log.close()
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+
+@pytest.fixture
+def celery_queue(settings):
+    """Route this test's tasks to a queue of its own; the queue is dropped afterwards."""
+    from forest_host.celery import app
+
+    queue = f"forest-test-{uuid.uuid4().hex[:10]}"
+    previous = app.conf.task_default_queue
+    app.conf.task_default_queue = queue
+    yield queue
+    app.conf.task_default_queue = previous
+    redis.Redis.from_url(django_settings.CELERY_BROKER_URL).delete(queue)
+
+
+@pytest.fixture
+def worker(celery_queue, tmp_path):
+    """Start a worker with ``worker()``; every started worker is killed at teardown."""
+    started: list[Worker] = []
+
+    def _start() -> Worker:
+        w = Worker(celery_queue, tmp_path / f"worker-{len(started)}.log").start()
+        started.append(w)
+        return w
+
+    yield _start
+    for w in started:
+        w.stop()
+
+
+def wait_for(predicate, *, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
