@@ -8,7 +8,6 @@ import logging
 from collections.abc import Iterator
 
 import pytest
-
 from helpers import Signer
 from stub_host import StubHost
 

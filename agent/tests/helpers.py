@@ -62,7 +62,7 @@ def special_entry(name: str, kind: bytes, linkname: str = "") -> tuple[tarfile.T
 
 
 # A tiny workload: answers /healthz, /env (its environment) and /secret-file; `crash` mode exits.
-SERVER_PY = b'''
+SERVER_PY = b"""
 import http.server, json, os, sys
 mode, port = sys.argv[1], int(sys.argv[2])
 print("server starting in", mode, "mode; env secret:", os.environ.get("API_KEY", "-"), flush=True)
@@ -83,7 +83,7 @@ class H(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
-'''
+"""
 
 
 def free_port() -> int:

@@ -40,8 +40,9 @@ class StubHost:
         self.cond = threading.Condition()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     # -- lifecycle -----------------------------------------------------------------------------
     @property
@@ -96,6 +97,7 @@ class StubHost:
                 if report["state"] != "running":
                     return report
             return None
+
         return self.wait_for(find, timeout, f"terminal report of {job_id}")
 
     def status_with(self, generation_id: str, state: str, timeout: float = 10.0) -> dict[str, Any]:
@@ -104,6 +106,7 @@ class StubHost:
                 if status["state"] == state:
                     return status
             return None
+
         return self.wait_for(find, timeout, f"{generation_id} in state {state}")
 
     # -- HTTP ----------------------------------------------------------------------------------
@@ -119,7 +122,9 @@ class StubHost:
             def _send(self, status: int, body: Any = None, raw: bytes | None = None) -> None:
                 data = raw if raw is not None else json.dumps(body).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json" if raw is None else "application/octet-stream")
+                self.send_header(
+                    "Content-Type", "application/json" if raw is None else "application/octet-stream"
+                )
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -175,8 +180,11 @@ class StubHost:
                         if remaining <= 0:
                             break
                         host.cond.wait(min(remaining, 0.2))
-                    answer = {"jobs": jobs, "workloads": list(host.pending_workloads),
-                              "cancel": list(host.pending_cancel)}
+                    answer = {
+                        "jobs": jobs,
+                        "workloads": list(host.pending_workloads),
+                        "cancel": list(host.pending_cancel),
+                    }
                     host.pending_workloads.clear()
                     host.pending_cancel.clear()
                 self._send(200, answer)
@@ -190,15 +198,20 @@ class StubHost:
                 if path == API + "groves/enroll":
                     host.enrollments.append(body)
                     if body.get("token") not in host.tokens:
-                        self._error(403, "enrollment_token_invalid", "the enrollment token is unknown or used")
+                        self._error(
+                            403, "enrollment_token_invalid", "the enrollment token is unknown or used"
+                        )
                         return
                     host.tokens.discard(body["token"])
                     grove_id, credential = str(uuid.uuid4()), "cred-" + uuid.uuid4().hex
                     host.groves[credential] = grove_id
                     self._send(201, {"grove_id": grove_id, "credential": credential})
                     return
-                match = re.fullmatch(API + r"groves/([^/]+)/(heartbeat|jobs/([^/]+)/(claim|report)|"
-                                     r"workloads/([^/]+)/status)", path)
+                match = re.fullmatch(
+                    API + r"groves/([^/]+)/(heartbeat|jobs/([^/]+)/(claim|report)|"
+                    r"workloads/([^/]+)/status)",
+                    path,
+                )
                 if not match:
                     self._error(404, "not_found", "no such endpoint")
                     return

@@ -9,15 +9,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers import Signer, digest_of, file_entry, make_tar, special_entry
+from stub_host import StubHost
 
 from forest_agent.errors import BundleRefused
 from forest_agent.native.bundles import BundleInstaller, BundleLimits
 from forest_agent.native.extract import ExtractLimits
 from forest_agent.native.signing import TrustedKeys
 from forest_agent.wire.messages import BundleRef
-from helpers import Signer, digest_of, file_entry, make_tar, special_entry
-from stub_host import StubHost
-
 
 # One client for the module: building an httpx client (TLS context) per test is the slow part.
 _HTTP = httpx.Client(timeout=10.0)
@@ -45,14 +44,27 @@ class Scene:
     def outside(self) -> set[str]:
         return {p for p in snapshot(self.sandbox) if not p.startswith("workloads/app/generations/g1.partial")}
 
-    def install(self, data: bytes, *, digest: str | None = None, signature: str | None = None,
-                key_id: str | None = None, size: int | None = None, limits: BundleLimits | None = None) -> None:
+    def install(
+        self,
+        data: bytes,
+        *,
+        digest: str | None = None,
+        signature: str | None = None,
+        key_id: str | None = None,
+        size: int | None = None,
+        limits: BundleLimits | None = None,
+    ) -> None:
         digest = digest or digest_of(data)
-        ref = BundleRef(url=self.host.add_blob("b", data), digest=digest, size=size,
-                        signature=signature if signature is not None else self.signer.sign(digest),
-                        key_id=key_id or self.signer.key_id)
-        installer = BundleInstaller(keys=self.keys, limits=limits or BundleLimits(), http=_HTTP,
-                                    platform="linux")
+        ref = BundleRef(
+            url=self.host.add_blob("b", data),
+            digest=digest,
+            size=size,
+            signature=signature if signature is not None else self.signer.sign(digest),
+            key_id=key_id or self.signer.key_id,
+        )
+        installer = BundleInstaller(
+            keys=self.keys, limits=limits or BundleLimits(), http=_HTTP, platform="linux"
+        )
         installer.install(ref, self.generation)
 
 
@@ -74,7 +86,7 @@ def test_a_good_bundle_installs(scene: Scene) -> None:
     app = scene.generation / "app"
     assert (app / "README").read_text() == "hi"
     assert os.access(app / "bin" / "server", os.X_OK)
-    assert not (scene.generation / "bundle.download").exists()
+    assert sorted(p.name for p in scene.generation.iterdir()) == ["app"]  # no archive copy left behind
     assert scene.outside() == scene.before
 
 
@@ -119,7 +131,9 @@ def test_absolute_path(scene: Scene, tmp_path: Path) -> None:
 
 
 def test_symlink_pointing_outside(scene: Scene) -> None:
-    refused(scene, "bundle_path_escape", make_tar([special_entry("link", tarfile.SYMTYPE, "../../../../../")]))
+    refused(
+        scene, "bundle_path_escape", make_tar([special_entry("link", tarfile.SYMTYPE, "../../../../../")])
+    )
 
 
 def test_absolute_symlink(scene: Scene) -> None:
@@ -128,27 +142,34 @@ def test_absolute_symlink(scene: Scene) -> None:
 
 def test_write_through_a_symlink_escape(scene: Scene) -> None:
     # An in-tree link that a later link turns into an escape, then a file written through it.
-    data = make_tar([
-        file_entry("d/keep", b"x"),
-        special_entry("d/up", tarfile.SYMTYPE, ".."),          # -> app (inside)
-        special_entry("hop", tarfile.SYMTYPE, "d/up/.."),      # -> generation dir (outside app)
-        file_entry("hop/escaped.txt", b"x"),
-    ])
+    data = make_tar(
+        [
+            file_entry("d/keep", b"x"),
+            special_entry("d/up", tarfile.SYMTYPE, ".."),  # -> app (inside)
+            special_entry("hop", tarfile.SYMTYPE, "d/up/.."),  # -> generation dir (outside app)
+            file_entry("hop/escaped.txt", b"x"),
+        ]
+    )
     refused(scene, "bundle_path_escape", data)
     assert not (scene.generation / "escaped.txt").exists()
 
 
 def test_symlink_chain_that_only_escapes_once_complete(scene: Scene) -> None:
-    data = make_tar([
-        special_entry("x", tarfile.SYMTYPE, "d/y/.."),         # lexically inside while d/y is missing
-        special_entry("d/y", tarfile.SYMTYPE, "../.."),        # now x resolves outside
-    ])
+    data = make_tar(
+        [
+            special_entry("x", tarfile.SYMTYPE, "d/y/.."),  # lexically inside while d/y is missing
+            special_entry("d/y", tarfile.SYMTYPE, "../.."),  # now x resolves outside
+        ]
+    )
     refused(scene, "bundle_path_escape", data)
 
 
 def test_hardlink_to_a_file_outside(scene: Scene) -> None:
-    refused(scene, "bundle_path_escape",
-            make_tar([special_entry("passwd", tarfile.LNKTYPE, "../../../../../../etc/passwd")]))
+    refused(
+        scene,
+        "bundle_path_escape",
+        make_tar([special_entry("passwd", tarfile.LNKTYPE, "../../../../../../etc/passwd")]),
+    )
 
 
 def test_hardlink_to_an_absolute_path(scene: Scene) -> None:
@@ -178,14 +199,22 @@ def test_size_mismatch_with_what_host_declared(scene: Scene) -> None:
 def test_extracted_content_over_the_limit(scene: Scene) -> None:
     # A gzip bomb in miniature: 4 MiB of zeros compresses to a few KiB.
     data = make_tar([file_entry("zeros", bytes(4 * 1024 * 1024))])
-    refused(scene, "bundle_too_large", data,
-            limits=BundleLimits(extract=ExtractLimits(max_total_bytes=1024 * 1024, max_files=10)))
+    refused(
+        scene,
+        "bundle_too_large",
+        data,
+        limits=BundleLimits(extract=ExtractLimits(max_total_bytes=1024 * 1024, max_files=10)),
+    )
 
 
 def test_too_many_files(scene: Scene) -> None:
     data = make_tar([file_entry(f"f{i}", b"x") for i in range(20)])
-    refused(scene, "bundle_too_many_files", data,
-            limits=BundleLimits(extract=ExtractLimits(max_total_bytes=10**6, max_files=10)))
+    refused(
+        scene,
+        "bundle_too_many_files",
+        data,
+        limits=BundleLimits(extract=ExtractLimits(max_total_bytes=10**6, max_files=10)),
+    )
 
 
 def test_duplicate_entry_cannot_overwrite(scene: Scene) -> None:
@@ -197,10 +226,17 @@ def test_not_a_tar(scene: Scene) -> None:
 
 
 def test_download_error_status(scene: Scene, signer: Signer) -> None:
-    ref = BundleRef(url=f"{scene.host.url}/blobs/missing", digest="sha256:" + "0" * 64, size=None,
-                    signature=signer.sign("sha256:" + "0" * 64), key_id=signer.key_id)
+    ref = BundleRef(
+        url=f"{scene.host.url}/blobs/missing",
+        digest="sha256:" + "0" * 64,
+        size=None,
+        signature=signer.sign("sha256:" + "0" * 64),
+        key_id=signer.key_id,
+    )
     with pytest.raises(BundleRefused) as caught:
-        BundleInstaller(keys=scene.keys, limits=BundleLimits(), http=_HTTP, platform="linux").install(ref, scene.generation)
+        BundleInstaller(keys=scene.keys, limits=BundleLimits(), http=_HTTP, platform="linux").install(
+            ref, scene.generation
+        )
     assert caught.value.code == "bundle_download_failed"
 
 
@@ -208,3 +244,20 @@ def test_setuid_bits_are_dropped(scene: Scene) -> None:
     scene.install(make_tar([file_entry("bin/tool", b"#!/bin/sh\n", 0o6777)]))
     mode = (scene.generation / "app" / "bin" / "tool").stat().st_mode & 0o7777
     assert mode == 0o755
+
+
+def test_an_unsigned_bundle_is_refused_before_anything_is_fetched(scene: Scene, signer: Signer) -> None:
+    # The URL points at a closed port: had the agent tried to download, the code would differ.
+    ref = BundleRef(
+        url="http://127.0.0.1:9/never",
+        digest="sha256:" + "1" * 64,
+        size=None,
+        signature=Signer("other").sign("sha256:" + "1" * 64),
+        key_id=signer.key_id,
+    )
+    with pytest.raises(BundleRefused) as caught:
+        BundleInstaller(keys=scene.keys, limits=BundleLimits(), http=_HTTP, platform="linux").install(
+            ref, scene.generation
+        )
+    assert caught.value.code == "bundle_signature_invalid"
+    assert list(scene.generation.iterdir()) == []

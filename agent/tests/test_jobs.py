@@ -12,20 +12,35 @@ from pathlib import Path
 
 import psutil
 import pytest
+from stub_host import StubHost
 
 from forest_agent.native import processes
 from forest_agent.native.jobs import JobManager, JobSettings
 from forest_agent.native.journal import JobJournal, JournalEntry
 from forest_agent.wire.client import WireClient
-from stub_host import StubHost
 
 
-def job(job_id: str, code: str, *, timeout_s: int = 30, env: dict[str, str] | None = None,
-        change_kind: str = "native.job", **payload: object) -> dict[str, object]:
+def job(
+    job_id: str,
+    code: str,
+    *,
+    timeout_s: int = 30,
+    env: dict[str, str] | None = None,
+    change_kind: str = "native.job",
+    **payload: object,
+) -> dict[str, object]:
     return {
-        "job_id": job_id, "run_id": "run-1", "node": "step", "change_kind": change_kind,
+        "job_id": job_id,
+        "run_id": "run-1",
+        "node": "step",
+        "change_kind": change_kind,
         "idempotency_key": f"run-1:step:{job_id}",
-        "payload": {"command": [sys.executable, "-c", code], "env": env or {}, "timeout_s": timeout_s, **payload},
+        "payload": {
+            "command": [sys.executable, "-c", code],
+            "env": env or {},
+            "timeout_s": timeout_s,
+            **payload,
+        },
     }
 
 
@@ -36,8 +51,11 @@ def manager(host: StubHost, tmp_path: Path):
     made: list[JobManager] = []
 
     def make(enabled: bool = True) -> JobManager:
-        m = JobManager(wire=wire, journal=JobJournal(tmp_path / "jobs"),
-                       settings=JobSettings(enabled=enabled, kill_grace_s=1.0, running_report_interval_s=0.3))
+        m = JobManager(
+            wire=wire,
+            journal=JobJournal(tmp_path / "jobs"),
+            settings=JobSettings(enabled=enabled, kill_grace_s=1.0, running_report_interval_s=0.3),
+        )
         made.append(m)
         return m
 
@@ -47,7 +65,9 @@ def manager(host: StubHost, tmp_path: Path):
     wire.close()
 
 
-def test_success_reports_running_then_succeeded_with_log_tail(host: StubHost, manager, tmp_path: Path) -> None:
+def test_success_reports_running_then_succeeded_with_log_tail(
+    host: StubHost, manager, tmp_path: Path
+) -> None:
     m = manager()
     host.add_job(job("j1", "print('hello from the job')"))
     m.submit(host.pending_jobs["j1"])
@@ -84,7 +104,7 @@ def test_environment_is_clean_and_payload_env_is_passed(host: StubHost, manager,
 
 def test_job_runs_in_its_own_process_group_and_session(host: StubHost, manager) -> None:
     m = manager()
-    code = "import os; print(os.getpgid(0) == os.getsid(0), os.getpgid(0) != %d)" % os.getpgid(0)
+    code = f"import os; print(os.getpgid(0) == os.getsid(0), os.getpgid(0) != {os.getpgid(0)})"
     host.add_job(job("j4", code))
     m.submit(host.pending_jobs["j4"])
     assert host.terminal_report("j4")["log_tail"][-1] == "True True"
@@ -103,22 +123,35 @@ def test_timeout_terminates_the_group_and_reports_timed_out(host: StubHost, mana
 def test_cancellation_sigterm_then_sigkill_after_grace(host: StubHost, manager, tmp_path: Path) -> None:
     m = manager()
     # Ignores SIGTERM, and leaves a grandchild in the group: both must die.
-    code = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
-            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
-            "print('child', child.pid, flush=True); time.sleep(60)")
+    code = (
+        "import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+        "print('child', child.pid, flush=True); time.sleep(60)"
+    )
     host.add_job(job("j6", code))
     m.submit(host.pending_jobs["j6"])
-    host.wait_for(lambda: any("child" in line for r in host.reports.get("j6", []) for line in r.get("log_tail", []))
-                  or (tmp_path / "jobs" / "j6" / "output.log").exists()
-                  and "child" in (tmp_path / "jobs" / "j6" / "output.log").read_text(), what="child started")
+    host.wait_for(
+        lambda: (
+            any("child" in line for r in host.reports.get("j6", []) for line in r.get("log_tail", []))
+            or (
+                (tmp_path / "jobs" / "j6" / "output.log").exists()
+                and "child" in (tmp_path / "jobs" / "j6" / "output.log").read_text()
+            )
+        ),
+        what="child started",
+    )
     grandchild = int((tmp_path / "jobs" / "j6" / "output.log").read_text().split()[1])
     started = time.monotonic()
     m.cancel("j6")
     report = host.terminal_report("j6", timeout=15)
     assert (report["state"], report["reason"]) == ("cancelled", "cancelled")
     assert time.monotonic() - started >= 0.9  # waited out the 1 s grace before SIGKILL
-    host.wait_for(lambda: not psutil.pid_exists(grandchild) or
-                  psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE, what="grandchild killed")
+    host.wait_for(
+        lambda: (
+            not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+        ),
+        what="grandchild killed",
+    )
 
 
 def test_cancellation_from_host_poll_is_routed(host: StubHost, manager) -> None:
@@ -142,11 +175,16 @@ def test_claim_conflict_runs_nothing(host: StubHost, manager) -> None:
     assert "j8" not in host.reports
 
 
-@pytest.mark.parametrize(("payload", "reason"), [
-    ({"change_kind": "k8s.job"}, "unsupported_change_kind"),
-    ({"image": "registry.example/x@sha256:" + "0" * 64}, "unsupported_payload"),
-])
-def test_jobs_this_agent_cannot_run_are_claimed_and_failed_with_a_reason(host, manager, payload, reason) -> None:
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        ({"change_kind": "k8s.job"}, "unsupported_change_kind"),
+        ({"image": "registry.example/x@sha256:" + "0" * 64}, "unsupported_payload"),
+    ],
+)
+def test_jobs_this_agent_cannot_run_are_claimed_and_failed_with_a_reason(
+    host, manager, payload, reason
+) -> None:
     m = manager()
     host.add_job(job("j9", "print(1)", **payload))
     m.submit(host.pending_jobs["j9"])
@@ -163,8 +201,13 @@ def test_native_jobs_disabled_are_refused(host: StubHost, manager) -> None:
 
 def test_missing_command_is_spawn_failed(host: StubHost, manager) -> None:
     m = manager()
-    host.add_job({"job_id": "j11", "change_kind": "native.job",
-                  "payload": {"command": ["no-such-binary-here"], "env": {}, "timeout_s": 5}})
+    host.add_job(
+        {
+            "job_id": "j11",
+            "change_kind": "native.job",
+            "payload": {"command": ["no-such-binary-here"], "env": {}, "timeout_s": 5},
+        }
+    )
     m.submit(host.pending_jobs["j11"])
     report = host.terminal_report("j11")
     assert (report["state"], report["reason"]) == ("failed", "spawn_failed")
@@ -184,13 +227,24 @@ def _orphan(tmp_path: Path, job_id: str, code: str, *, alive: bool) -> JournalEn
     job_dir.mkdir(parents=True)
     exit_file = job_dir / "exit_code"
     wrapper = 'f=$1; shift; "$@"; rc=$?; echo "$rc" > "$f"; exit "$rc"'
-    proc = processes.spawn(["/bin/sh", "-c", wrapper, "x", str(exit_file), sys.executable, "-c", code],
-                           cwd=job_dir, env=processes.clean_env({}, job_dir), log_path=job_dir / "output.log")
+    proc = processes.spawn(
+        ["/bin/sh", "-c", wrapper, "x", str(exit_file), sys.executable, "-c", code],
+        cwd=job_dir,
+        env=processes.clean_env({}, job_dir),
+        log_path=job_dir / "output.log",
+    )
     started = processes.start_time(proc.pid)
     if not alive:
         proc.wait()
-    entry = JournalEntry(job_id=job_id, phase="running", job={"job_id": job_id}, pid=proc.pid, pgid=proc.pid,
-                         start_time=started, deadline_wall=time.time() + 60)
+    entry = JournalEntry(
+        job_id=job_id,
+        phase="running",
+        job={"job_id": job_id},
+        pid=proc.pid,
+        pgid=proc.pid,
+        start_time=started,
+        deadline_wall=time.time() + 60,
+    )
     journal.write(entry)
     return entry
 
@@ -208,8 +262,17 @@ def test_restart_reattaches_to_a_job_that_is_still_running(host: StubHost, manag
 def test_restart_reports_a_vanished_job_as_agent_restarted(host: StubHost, manager, tmp_path: Path) -> None:
     journal = JobJournal(tmp_path / "jobs")
     # Recorded pid is this test process, but with a start time that does not match: a recycled pid.
-    journal.write(JournalEntry(job_id="r2", phase="running", job={"job_id": "r2"}, pid=os.getpid(),
-                               pgid=os.getpid(), start_time=1.0, deadline_wall=time.time() + 60))
+    journal.write(
+        JournalEntry(
+            job_id="r2",
+            phase="running",
+            job={"job_id": "r2"},
+            pid=os.getpid(),
+            pgid=os.getpid(),
+            start_time=1.0,
+            deadline_wall=time.time() + 60,
+        )
+    )
     m = manager()
     m.recover()
     report = host.terminal_report("r2")
@@ -227,8 +290,15 @@ def test_restart_reports_the_real_outcome_of_a_job_that_finished_meanwhile(host,
 def test_restart_resends_an_undelivered_terminal_report(host: StubHost, manager, tmp_path: Path) -> None:
     journal = JobJournal(tmp_path / "jobs")
     from forest_agent.native.journal import Outcome
-    journal.write(JournalEntry(job_id="r4", phase="finished", job={"job_id": "r4"},
-                               outcome=Outcome("timed_out", exit_code=-15, reason="timeout")))
+
+    journal.write(
+        JournalEntry(
+            job_id="r4",
+            phase="finished",
+            job={"job_id": "r4"},
+            outcome=Outcome("timed_out", exit_code=-15, reason="timeout"),
+        )
+    )
     manager().recover()
     report = host.terminal_report("r4")
     assert (report["state"], report["reason"], report["exit_code"]) == ("timed_out", "timeout", -15)
@@ -252,7 +322,9 @@ def test_terminal_report_is_retried_until_host_is_back(host: StubHost, manager) 
     assert host.terminal_report("j13", timeout=15)["state"] == "succeeded"
 
 
-def test_agent_shutdown_leaves_the_job_running_with_its_journal(host: StubHost, manager, tmp_path: Path) -> None:
+def test_agent_shutdown_leaves_the_job_running_with_its_journal(
+    host: StubHost, manager, tmp_path: Path
+) -> None:
     m = manager()
     host.add_job(job("j14", "import time; time.sleep(30)"))
     m.submit(host.pending_jobs["j14"])

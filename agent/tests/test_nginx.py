@@ -12,11 +12,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers import SERVER_PY, free_port
 
 from forest_agent.errors import IngressRefused
 from forest_agent.native.nginx import NginxCommand, NginxProxyManager, render_server_block
 from forest_agent.wire.messages import Ingress
-from helpers import SERVER_PY, free_port
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
 pytestmark = pytest.mark.skipif(NGINX is None, reason="Debian package `nginx` is not installed")
@@ -28,8 +28,10 @@ class Nginx:
         self.conf_dir = root / "conf.d"
         self.conf_dir.mkdir(parents=True)
         (root / "logs").mkdir()
-        temp = "\n".join(f"    {kind}_temp_path {root}/{kind};" for kind in
-                         ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        temp = "\n".join(
+            f"    {kind}_temp_path {root}/{kind};"
+            for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        )
         self.main = root / "nginx.conf"
         self.main.write_text(f"""
 pid {root}/nginx.pid;
@@ -88,7 +90,9 @@ def wait_for_http(url: str, expected: str, timeout: float = 10.0, host: str | No
 def test_apply_routes_the_mesh_listener_to_the_workload(nginx: Nginx, backend: int) -> None:
     manager = NginxProxyManager(nginx.conf_dir, nginx.command)
     listen = free_port()
-    path = manager.apply("shop", Ingress(listen=f"127.0.0.1:{listen}", server_name="shop.example", port=backend))
+    path = manager.apply(
+        "shop", Ingress(listen=f"127.0.0.1:{listen}", server_name="shop.example", port=backend)
+    )
     assert path == nginx.conf_dir / "forest-shop.conf"
     wait_for_http(f"http://127.0.0.1:{listen}/", "blue ok", host="shop.example")
 
@@ -112,7 +116,9 @@ def test_failed_first_apply_leaves_no_file(nginx: Nginx) -> None:
     (nginx.conf_dir / "zz-broken.conf").write_text("nope\n")
     manager = NginxProxyManager(nginx.conf_dir, nginx.command)
     with pytest.raises(IngressRefused):
-        manager.apply("shop", Ingress(listen=f"127.0.0.1:{free_port()}", server_name="shop.example", port=8080))
+        manager.apply(
+            "shop", Ingress(listen=f"127.0.0.1:{free_port()}", server_name="shop.example", port=8080)
+        )
     assert not manager.path_for("shop").exists()
 
 
@@ -133,13 +139,16 @@ def test_remove_takes_the_route_away(nginx: Nginx, backend: int) -> None:
     raise AssertionError("the listener is still up after remove")
 
 
-@pytest.mark.parametrize("ingress", [
-    Ingress(listen="127.0.0.1:8081", server_name="x; include /etc/passwd", port=8080),
-    Ingress(listen="127.0.0.1:8081 default_server; root /", server_name="ok.example", port=8080),
-    Ingress(listen="evil.example:80", server_name="ok.example", port=8080),
-    Ingress(listen="127.0.0.1:8081", server_name="ok.example}", port=8080),
-    Ingress(listen="127.0.0.1:99999", server_name="ok.example", port=8080),
-])
+@pytest.mark.parametrize(
+    "ingress",
+    [
+        Ingress(listen="127.0.0.1:8081", server_name="x; include /etc/passwd", port=8080),
+        Ingress(listen="127.0.0.1:8081 default_server; root /", server_name="ok.example", port=8080),
+        Ingress(listen="evil.example:80", server_name="ok.example", port=8080),
+        Ingress(listen="127.0.0.1:8081", server_name="ok.example}", port=8080),
+        Ingress(listen="127.0.0.1:99999", server_name="ok.example", port=8080),
+    ],
+)
 def test_injection_attempts_are_refused_before_rendering(ingress: Ingress) -> None:
     with pytest.raises(IngressRefused):
         render_server_block("shop", ingress)

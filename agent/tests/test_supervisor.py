@@ -3,12 +3,14 @@ spawn failures, graceful stop; and the lifecycle tables themselves."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+from helpers import SERVER_PY, free_port
 
 from forest_agent.errors import IllegalTransition
 from forest_agent.lifecycle import Lifecycle
@@ -16,20 +18,28 @@ from forest_agent.native import generation_states, job_states, process_states
 from forest_agent.native.process_states import ProcessState
 from forest_agent.native.supervisor import ProcessSpec, Supervisor, SupervisorTiming
 from forest_agent.wire.messages import Probe, RestartPolicy
-from helpers import SERVER_PY, free_port
 
 FAST = SupervisorTiming(startsecs=0.2, stable_after_s=5.0, kill_grace_s=1.0, tick_s=0.02)
 QUICK_RESTART = RestartPolicy(backoff_initial_s=0.05, backoff_max_s=0.2, crash_loop_after=3)
 
 
 def http_probe(port: int, path: str = "/healthz") -> Probe:
-    return Probe(type="http", port=port, path=path, command=[], period_s=0.1, timeout_s=1.0, failure_threshold=2)
+    return Probe(
+        type="http", port=port, path=path, command=[], period_s=0.1, timeout_s=1.0, failure_threshold=2
+    )
 
 
 def spec(tmp_path: Path, argv: list[str], **kwargs: object) -> ProcessSpec:
     (tmp_path / "server.py").write_bytes(SERVER_PY)
-    return ProcessSpec(name="w", argv=argv, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
-                       log_path=tmp_path / "out.log", restart=kwargs.pop("restart", QUICK_RESTART), **kwargs)
+    return ProcessSpec(
+        name="w",
+        argv=argv,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin"},
+        log_path=tmp_path / "out.log",
+        restart=kwargs.pop("restart", QUICK_RESTART),
+        **kwargs,
+    )
 
 
 def wait(predicate, timeout: float = 10.0, what: str = "condition") -> None:
@@ -44,8 +54,11 @@ def wait(predicate, timeout: float = 10.0, what: str = "condition") -> None:
 def test_http_readiness_makes_it_ready_and_stop_is_graceful(tmp_path: Path) -> None:
     port = free_port()
     changes: list[str] = []
-    sup = Supervisor(spec(tmp_path, [sys.executable, "server.py", "serve", str(port)], readiness=http_probe(port)),
-                     timing=FAST, on_change=lambda s: changes.append(s.state.value))
+    sup = Supervisor(
+        spec(tmp_path, [sys.executable, "server.py", "serve", str(port)], readiness=http_probe(port)),
+        timing=FAST,
+        on_change=lambda s: changes.append(s.state.value),
+    )
     sup.start()
     wait(lambda: sup.ready, what="ready")
     assert sup.probe_status()["readiness"] == "passing"
@@ -60,8 +73,12 @@ def test_http_readiness_makes_it_ready_and_stop_is_graceful(tmp_path: Path) -> N
 
 def test_tcp_probe(tmp_path: Path) -> None:
     port = free_port()
-    probe = Probe(type="tcp", port=port, path="", command=[], period_s=0.1, timeout_s=1.0, failure_threshold=1)
-    sup = Supervisor(spec(tmp_path, [sys.executable, "server.py", "serve", str(port)], readiness=probe), timing=FAST)
+    probe = Probe(
+        type="tcp", port=port, path="", command=[], period_s=0.1, timeout_s=1.0, failure_threshold=1
+    )
+    sup = Supervisor(
+        spec(tmp_path, [sys.executable, "server.py", "serve", str(port)], readiness=probe), timing=FAST
+    )
     sup.start()
     try:
         wait(lambda: sup.ready, what="tcp ready")
@@ -70,14 +87,24 @@ def test_tcp_probe(tmp_path: Path) -> None:
 
 
 def test_exec_probe_failing_keeps_it_not_ready(tmp_path: Path) -> None:
-    probe = Probe(type="exec", port=None, path="", command=["/bin/false"], period_s=0.1, timeout_s=1.0,
-                  failure_threshold=1)
-    sup = Supervisor(spec(tmp_path, [sys.executable, "-c", "import time; time.sleep(30)"], readiness=probe),
-                     timing=FAST)
+    probe = Probe(
+        type="exec",
+        port=None,
+        path="",
+        command=["/bin/false"],
+        period_s=0.1,
+        timeout_s=1.0,
+        failure_threshold=1,
+    )
+    sup = Supervisor(
+        spec(tmp_path, [sys.executable, "-c", "import time; time.sleep(30)"], readiness=probe), timing=FAST
+    )
     sup.start()
     try:
-        wait(lambda: sup.probe_status()["readiness"] == "failing" and sup.state is ProcessState.RUNNING,
-             what="running with readiness failing")
+        wait(
+            lambda: sup.probe_status()["readiness"] == "failing" and sup.state is ProcessState.RUNNING,
+            what="running with readiness failing",
+        )
         assert not sup.ready
     finally:
         sup.stop()
@@ -85,8 +112,11 @@ def test_exec_probe_failing_keeps_it_not_ready(tmp_path: Path) -> None:
 
 def test_a_crashing_process_backs_off_then_crash_loops(tmp_path: Path) -> None:
     seen: list[str] = []
-    sup = Supervisor(spec(tmp_path, [sys.executable, "server.py", "crash", "1"]), timing=FAST,
-                     on_change=lambda s: seen.append(s.state.value))
+    sup = Supervisor(
+        spec(tmp_path, [sys.executable, "server.py", "crash", "1"]),
+        timing=FAST,
+        on_change=lambda s: seen.append(s.state.value),
+    )
     sup.start()
     try:
         wait(lambda: sup.state is ProcessState.CRASH_LOOP, what="crash loop")
@@ -102,25 +132,35 @@ def test_a_crashing_process_backs_off_then_crash_loops(tmp_path: Path) -> None:
 def test_backoff_delays_grow(tmp_path: Path) -> None:
     policy = RestartPolicy(backoff_initial_s=0.2, backoff_max_s=0.8, crash_loop_after=10)
     starts: list[float] = []
-    sup = Supervisor(spec(tmp_path, [sys.executable, "-c", "raise SystemExit(1)"], restart=policy),
-                     timing=FAST, on_change=lambda s: starts.append(time.monotonic()) if s.state.value == "starting"
-                     else None)
+    sup = Supervisor(
+        spec(tmp_path, [sys.executable, "-c", "raise SystemExit(1)"], restart=policy),
+        timing=FAST,
+        on_change=lambda s: starts.append(time.monotonic()) if s.state.value == "starting" else None,
+    )
     sup.start()
     try:
         wait(lambda: len(starts) >= 4, what="four starts")
     finally:
         sup.stop()
-    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)][:3]
+    gaps = [b - a for a, b in itertools.pairwise(starts)][:3]
     assert gaps[1] > gaps[0] and gaps[2] > gaps[1]
 
 
 def test_liveness_failure_restarts_the_process(tmp_path: Path) -> None:
     port = free_port()
     # Liveness checks a port nothing listens on: the process is killed and restarted.
-    liveness = Probe(type="tcp", port=free_port(), path="", command=[], period_s=0.1, timeout_s=0.5,
-                     failure_threshold=2)
-    sup = Supervisor(spec(tmp_path, [sys.executable, "server.py", "serve", str(port)], liveness=liveness,
-                          restart=RestartPolicy(0.05, 0.2, 50)), timing=FAST)
+    liveness = Probe(
+        type="tcp", port=free_port(), path="", command=[], period_s=0.1, timeout_s=0.5, failure_threshold=2
+    )
+    sup = Supervisor(
+        spec(
+            tmp_path,
+            [sys.executable, "server.py", "serve", str(port)],
+            liveness=liveness,
+            restart=RestartPolicy(0.05, 0.2, 50),
+        ),
+        timing=FAST,
+    )
     sup.start()
     try:
         wait(lambda: sup.pid is not None, what="first pid")

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers import SERVER_PY, Signer, digest_of, file_entry, free_port, make_tar
+from stub_host import StubHost
 
 from forest_agent.logring import LogRing, Redactor
 from forest_agent.native.bundles import BundleInstaller, BundleLimits
@@ -24,8 +26,6 @@ from forest_agent.native.status_reporter import StatusReporter
 from forest_agent.native.supervisor import SupervisorTiming
 from forest_agent.native.workloads import WorkloadManager, WorkloadSettings
 from forest_agent.wire.client import WireClient
-from helpers import SERVER_PY, Signer, digest_of, file_entry, free_port, make_tar
-from stub_host import StubHost
 
 TIMING = SupervisorTiming(startsecs=0.2, stable_after_s=5.0, kill_grace_s=1.0, tick_s=0.02)
 SECRET = "s3cr3t-value-never-logged"
@@ -42,22 +42,37 @@ class Rig:
         self.ring = LogRing(200, Redactor())
         self.store = GenerationStore(tmp_path / "workloads")
         signer.write_public(tmp_path / "keys")
-        installer = BundleInstaller(keys=TrustedKeys.load(keys_dir=tmp_path / "keys"), limits=BundleLimits(),
-                                    platform="linux")
-        self.manager = WorkloadManager(store=self.store, installer=installer, reporter=self.reporter,
-                                       redactor=self.ring.redactor,
-                                       settings=WorkloadSettings(enabled=enabled, timing=TIMING))
+        installer = BundleInstaller(
+            keys=TrustedKeys.load(keys_dir=tmp_path / "keys"), limits=BundleLimits(), platform="linux"
+        )
+        self.manager = WorkloadManager(
+            store=self.store,
+            installer=installer,
+            reporter=self.reporter,
+            redactor=self.ring.redactor,
+            settings=WorkloadSettings(enabled=enabled, timing=TIMING),
+        )
 
-    def generation(self, mode: str, port: int, *, number: int = 1, secrets_mode: str = "env",
-                   data: bytes | None = None) -> dict[str, object]:
+    def generation(
+        self, mode: str, port: int, *, number: int = 1, secrets_mode: str = "env", data: bytes | None = None
+    ) -> dict[str, object]:
         data = data or make_tar([file_entry("server.py", SERVER_PY)])
         digest = digest_of(data)
         return {
-            "generation_id": str(uuid.uuid4()), "workload": "shop", "generation": number,
-            "bundle": {"url": self.host.add_blob(f"{mode}-{number}", data), "digest": digest, "size": len(data),
-                       "signature": self.signer.sign(digest), "key_id": self.signer.key_id},
+            "generation_id": str(uuid.uuid4()),
+            "workload": "shop",
+            "generation": number,
+            "bundle": {
+                "url": self.host.add_blob(f"{mode}-{number}", data),
+                "digest": digest,
+                "size": len(data),
+                "signature": self.signer.sign(digest),
+                "key_id": self.signer.key_id,
+            },
             "command": [sys.executable, "server.py", mode, str(port)],
-            "env": {"COLOR": mode}, "secrets": {"API_KEY": SECRET}, "secrets_mode": secrets_mode,
+            "env": {"COLOR": mode},
+            "secrets": {"API_KEY": SECRET},
+            "secrets_mode": secrets_mode,
             "ports": [{"name": "http", "port": port}],
             "probes": {"readiness": {"type": "http", "path": "/healthz", "port": port, "period_s": 1}},
             "restart": {"backoff_initial_s": 0.05, "backoff_max_s": 0.2, "crash_loop_after": 3},
@@ -170,8 +185,10 @@ def test_a_refused_bundle_is_failed_and_the_live_generation_keeps_serving(rig: R
     assert failed["reason"] == "bundle_signature_invalid"
     assert get(port) == "blue ok"
     assert rig.store.current("shop") == blue["generation_id"]
-    assert not any(p.name.startswith(bad["generation_id"]) for p in
-                   (rig.store.workload_dir("shop") / "generations").iterdir())
+    assert not any(
+        p.name.startswith(bad["generation_id"])
+        for p in (rig.store.workload_dir("shop") / "generations").iterdir()
+    )
 
 
 def test_invalid_generation_is_refused_with_payload_invalid(rig: Rig, host: StubHost) -> None:
@@ -191,8 +208,9 @@ def test_workloads_disabled_refuses(host: StubHost, signer: Signer, tmp_path: Pa
         rig.close()
 
 
-def test_restore_brings_the_current_generation_back_after_a_restart(host: StubHost, signer: Signer,
-                                                                     tmp_path: Path) -> None:
+def test_restore_brings_the_current_generation_back_after_a_restart(
+    host: StubHost, signer: Signer, tmp_path: Path
+) -> None:
     port = free_port()
     first = Rig(host, signer, tmp_path)
     gen = first.generation("blue", port)

@@ -76,9 +76,17 @@ def change_kinds(config: AgentConfig) -> list[str]:
 
 
 class Agent:
-    def __init__(self, *, config: AgentConfig, state: StateDir, identity: Identity, ring: LogRing,
-                 runner: CommandRunner | None = None, platform: str | None = None,
-                 keys: TrustedKeys | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        config: AgentConfig,
+        state: StateDir,
+        identity: Identity,
+        ring: LogRing,
+        runner: CommandRunner | None = None,
+        platform: str | None = None,
+        keys: TrustedKeys | None = None,
+    ) -> None:
         self.config = config
         self.state = state
         self.identity = identity
@@ -93,28 +101,44 @@ class Agent:
         self._accelerators: list[AcceleratorItem] = []
         self._inventory_at = 0.0
         self.jobs = JobManager(
-            wire=self.wire, journal=JobJournal(state.jobs_dir), clock=Clock(),
+            wire=self.wire,
+            journal=JobJournal(state.jobs_dir),
+            clock=Clock(),
             settings=JobSettings(enabled=config.enable_native_jobs, kill_grace_s=config.kill_grace_s),
         )
-        keys = keys if keys is not None else TrustedKeys.load(
-            keys_dir=config.trusted_keys_dir, key_flags=config.trusted_key_flags)
+        keys = (
+            keys
+            if keys is not None
+            else TrustedKeys.load(keys_dir=config.trusted_keys_dir, key_flags=config.trusted_key_flags)
+        )
         installer = BundleInstaller(
             keys=keys,
-            limits=BundleLimits(config.max_bundle_bytes,
-                                ExtractLimits(config.max_extract_bytes, config.max_bundle_files)),
+            limits=BundleLimits(
+                config.max_bundle_bytes, ExtractLimits(config.max_extract_bytes, config.max_bundle_files)
+            ),
             auth_headers_for=lambda url: self.wire.auth_headers() if self.wire.same_origin(url) else {},
             runner=self.runner,
         )
         nginx = None
         if config.nginx_conf_dir is not None:
-            nginx = NginxProxyManager(config.nginx_conf_dir, NginxCommand(
-                config.nginx_binary, config.nginx_config, config.nginx_prefix), self.runner)
+            nginx = NginxProxyManager(
+                config.nginx_conf_dir,
+                NginxCommand(config.nginx_binary, config.nginx_config, config.nginx_prefix),
+                self.runner,
+            )
         self.reporter = StatusReporter(self.wire)
         self.workloads = WorkloadManager(
-            store=GenerationStore(state.workloads_dir), installer=installer, reporter=self.reporter,
-            redactor=ring.redactor, nginx=nginx,
-            settings=WorkloadSettings(enabled=config.enable_native_workloads, timing=SupervisorTiming(
-                startsecs=config.supervisor_startsecs, kill_grace_s=config.kill_grace_s)),
+            store=GenerationStore(state.workloads_dir),
+            installer=installer,
+            reporter=self.reporter,
+            redactor=ring.redactor,
+            nginx=nginx,
+            settings=WorkloadSettings(
+                enabled=config.enable_native_workloads,
+                timing=SupervisorTiming(
+                    startsecs=config.supervisor_startsecs, kill_grace_s=config.kill_grace_s
+                ),
+            ),
         )
 
     # -- reports -------------------------------------------------------------------------------
@@ -135,18 +159,20 @@ class Agent:
         }
 
     def write_status(self) -> None:
-        self.state.write_status({
-            "pid": os.getpid(),
-            "grove_id": self.identity.grove_id,
-            "host_url": self.identity.host_url,
-            "version": __version__,
-            "change_kinds": change_kinds(self.config),
-            "last_heartbeat_at": self.last_heartbeat_at,
-            "last_error": self.last_error,
-            "jobs": self.jobs.running(),
-            "workloads": self.workloads.snapshot(),
-            "updated_at": time.time(),
-        })
+        self.state.write_status(
+            {
+                "pid": os.getpid(),
+                "grove_id": self.identity.grove_id,
+                "host_url": self.identity.host_url,
+                "version": __version__,
+                "change_kinds": change_kinds(self.config),
+                "last_heartbeat_at": self.last_heartbeat_at,
+                "last_error": self.last_error,
+                "jobs": self.jobs.running(),
+                "workloads": self.workloads.snapshot(),
+                "updated_at": time.time(),
+            }
+        )
 
     # -- loops ---------------------------------------------------------------------------------
     def _fatal_check(self, exc: WireError) -> bool:
@@ -196,7 +222,9 @@ class Agent:
                 continue
             except MessageInvalid as exc:
                 delay = backoff.next_delay()
-                log.error("Host sent an unreadable changes answer (%s); next try in %.1fs", exc.message, delay)
+                log.error(
+                    "Host sent an unreadable changes answer (%s); next try in %.1fs", exc.message, delay
+                )
                 self.stop_event.wait(delay)
                 continue
             backoff.reset()
@@ -220,8 +248,13 @@ class Agent:
 
     def run(self) -> int:
         """Run until `stop_event` is set (signal) or Host refuses us; return the exit code."""
-        log.info("forest-agent %s running as Grove %s against %s (change kinds: %s)", __version__,
-                 self.identity.grove_id, self.wire.base_url, ", ".join(change_kinds(self.config)) or "none")
+        log.info(
+            "forest-agent %s running as Grove %s against %s (change kinds: %s)",
+            __version__,
+            self.identity.grove_id,
+            self.wire.base_url,
+            ", ".join(change_kinds(self.config)) or "none",
+        )
         self.reporter.start()
         self.jobs.recover()
         self.workloads.restore()

@@ -49,67 +49,129 @@ def _positive_int(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--state-dir", type=Path, default=None,
+        "--state-dir",
+        type=Path,
+        default=None,
         help=f"agent state directory (identity, journal, generations); default ${STATE_DIR_ENV} "
-             f"or {default_state_dir()}",
+        f"or {default_state_dir()}",
     )
     common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
     parser = argparse.ArgumentParser(
         prog="forest-agent",
         description="Forest's native Grove agent: reports this machine's capacity to Host and runs "
-                    "native jobs and workloads that Host places on it.",
+        "native jobs and workloads that Host places on it.",
         epilog="Start with `forest-agent enroll --host URL --token TOKEN`, then `forest-agent run`.",
     )
     parser.add_argument("--version", action="version", version=f"forest-agent {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    enroll = sub.add_parser("enroll", parents=[common], help="enroll this machine as a Grove (one-time token)",
-                            description="Exchange a one-time enrollment token for a Grove id and credential, "
-                                        "stored (mode 0600) in the state directory.")
-    enroll.add_argument("--host", required=True, help="Host URL, e.g. https://forest.example (or its API root)")
+    enroll = sub.add_parser(
+        "enroll",
+        parents=[common],
+        help="enroll this machine as a Grove (one-time token)",
+        description="Exchange a one-time enrollment token for a Grove id and credential, "
+        "stored (mode 0600) in the state directory.",
+    )
+    enroll.add_argument(
+        "--host", required=True, help="Host URL, e.g. https://forest.example (or its API root)"
+    )
     enroll.add_argument("--token", help=f"one-time enrollment token (or ${TOKEN_ENV})")
     enroll.add_argument("--name", default=socket.gethostname(), help="Grove name (default: this host name)")
     enroll.add_argument("--force", action="store_true", help="replace an existing identity")
 
-    run = sub.add_parser("run", parents=[common], help="run the agent until SIGTERM/SIGINT",
-                         description="Heartbeat to Host, long-poll for work, run native jobs and workloads.")
+    run = sub.add_parser(
+        "run",
+        parents=[common],
+        help="run the agent until SIGTERM/SIGINT",
+        description="Heartbeat to Host, long-poll for work, run native jobs and workloads.",
+    )
     modes = run.add_argument_group("execution modes (both off by default)")
-    modes.add_argument("--enable-native-jobs", action="store_true",
-                       help="run native jobs (advertises native.job)")
-    modes.add_argument("--enable-native-workloads", action="store_true",
-                       help="run native workloads from signed bundles (advertises native.workload)")
+    modes.add_argument(
+        "--enable-native-jobs", action="store_true", help="run native jobs (advertises native.job)"
+    )
+    modes.add_argument(
+        "--enable-native-workloads",
+        action="store_true",
+        help="run native workloads from signed bundles (advertises native.workload)",
+    )
     bundles = run.add_argument_group("bundles")
-    bundles.add_argument("--trusted-keys-dir", type=Path,
-                         help="directory of Ed25519 public keys; each file's stem is its key id")
-    bundles.add_argument("--trusted-key", action="append", default=[], metavar="KEY_ID=PATH",
-                         help="one trusted Ed25519 public key (repeatable)")
-    bundles.add_argument("--max-bundle-bytes", type=_positive_int, default=1024**3,
-                         help="largest bundle download accepted (default 1 GiB)")
-    bundles.add_argument("--max-extract-bytes", type=_positive_int, default=4 * 1024**3,
-                         help="largest total extracted size (default 4 GiB)")
-    bundles.add_argument("--max-bundle-files", type=_positive_int, default=100_000,
-                         help="most entries in one bundle (default 100000)")
+    bundles.add_argument(
+        "--trusted-keys-dir",
+        type=Path,
+        help="directory of Ed25519 public keys; each file's stem is its key id",
+    )
+    bundles.add_argument(
+        "--trusted-key",
+        action="append",
+        default=[],
+        metavar="KEY_ID=PATH",
+        help="one trusted Ed25519 public key (repeatable)",
+    )
+    bundles.add_argument(
+        "--max-bundle-bytes",
+        type=_positive_int,
+        default=1024**3,
+        help="largest bundle download accepted (default 1 GiB)",
+    )
+    bundles.add_argument(
+        "--max-extract-bytes",
+        type=_positive_int,
+        default=4 * 1024**3,
+        help="largest total extracted size (default 4 GiB)",
+    )
+    bundles.add_argument(
+        "--max-bundle-files",
+        type=_positive_int,
+        default=100_000,
+        help="most entries in one bundle (default 100000)",
+    )
     ingress = run.add_argument_group("ingress (nginx)")
-    ingress.add_argument("--nginx-conf-dir", type=Path,
-                         help="directory nginx includes (`include DIR/*.conf;`) for workload server blocks")
+    ingress.add_argument(
+        "--nginx-conf-dir",
+        type=Path,
+        help="directory nginx includes (`include DIR/*.conf;`) for workload server blocks",
+    )
     ingress.add_argument("--nginx-binary", default="nginx", help="nginx executable (default: nginx)")
     ingress.add_argument("--nginx-config", type=Path, help="nginx main config passed as -c")
     ingress.add_argument("--nginx-prefix", type=Path, help="nginx prefix passed as -p")
     timing = run.add_argument_group("timing")
-    timing.add_argument("--heartbeat-interval", type=_positive_float, default=15.0, metavar="SECONDS",
-                        help="seconds between heartbeats (default 15; shortened if Host asks)")
-    timing.add_argument("--poll-wait", type=int, default=20, choices=range(0, 31), metavar="SECONDS",
-                        help="long-poll wait, 0..30 (default 20)")
-    timing.add_argument("--kill-grace", type=_positive_float, default=10.0, metavar="SECONDS",
-                        help="SIGTERM-to-SIGKILL grace for cancelled/timed-out jobs and stopped workloads")
-    timing.add_argument("--backoff-max", type=_positive_float, default=60.0, metavar="SECONDS",
-                        help="longest wait between retries while Host is unreachable (default 60)")
+    timing.add_argument(
+        "--heartbeat-interval",
+        type=_positive_float,
+        default=15.0,
+        metavar="SECONDS",
+        help="seconds between heartbeats (default 15; shortened if Host asks)",
+    )
+    timing.add_argument(
+        "--poll-wait",
+        type=int,
+        default=20,
+        choices=range(0, 31),
+        metavar="SECONDS",
+        help="long-poll wait, 0..30 (default 20)",
+    )
+    timing.add_argument(
+        "--kill-grace",
+        type=_positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="SIGTERM-to-SIGKILL grace for cancelled/timed-out jobs and stopped workloads",
+    )
+    timing.add_argument(
+        "--backoff-max",
+        type=_positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="longest wait between retries while Host is unreachable (default 60)",
+    )
 
     status = sub.add_parser("status", parents=[common], help="identity, Host reachability, jobs, generations")
     status.add_argument("--json", action="store_true", help="machine-readable output")
 
-    sub.add_parser("inventory", parents=[common], help="print the capacity and accelerators this agent would report")
+    sub.add_parser(
+        "inventory", parents=[common], help="print the capacity and accelerators this agent would report"
+    )
     return parser
 
 
@@ -137,14 +199,21 @@ def cmd_enroll(args: argparse.Namespace, redactor: Redactor) -> int:
     try:
         if state.identity_path.exists() and not args.force:
             existing = state.load_identity()
-            raise ConfigError(f"{state.path} is already enrolled as Grove {existing.grove_id}; "
-                              "pass --force to enroll again")
+            raise ConfigError(
+                f"{state.path} is already enrolled as Grove {existing.grove_id}; pass --force to enroll again"
+            )
         platform = machine_platform()
         _say(f"enrolling {args.name} ({platform}) with {api} ...")
         with WireClient(args.host) as wire:
             answer = wire.enroll(token=token, name=args.name, platforms=[platform], version=__version__)
-        state.save_identity(Identity(grove_id=answer["grove_id"], credential=answer["credential"],
-                                     host_url=args.host, name=args.name))
+        state.save_identity(
+            Identity(
+                grove_id=answer["grove_id"],
+                credential=answer["credential"],
+                host_url=args.host,
+                name=args.name,
+            )
+        )
         _say(f"enrolled as Grove {answer['grove_id']}; identity saved to {state.identity_path}")
         _say("next: forest-agent run [--enable-native-jobs] [--enable-native-workloads]")
         return 0
@@ -160,13 +229,21 @@ def _config(args: argparse.Namespace) -> AgentConfig:
     if args.nginx_conf_dir is None and (args.nginx_config or args.nginx_prefix):
         raise ConfigError("--nginx-config/--nginx-prefix need --nginx-conf-dir")
     return AgentConfig(
-        enable_native_jobs=args.enable_native_jobs, enable_native_workloads=args.enable_native_workloads,
-        heartbeat_interval_s=args.heartbeat_interval, poll_wait_s=args.poll_wait,
-        backoff_max_s=max(args.backoff_max, 1.0), kill_grace_s=args.kill_grace,
-        trusted_keys_dir=args.trusted_keys_dir, trusted_key_flags=args.trusted_key,
-        max_bundle_bytes=args.max_bundle_bytes, max_extract_bytes=args.max_extract_bytes,
-        max_bundle_files=args.max_bundle_files, nginx_conf_dir=args.nginx_conf_dir,
-        nginx_binary=args.nginx_binary, nginx_config=args.nginx_config, nginx_prefix=args.nginx_prefix,
+        enable_native_jobs=args.enable_native_jobs,
+        enable_native_workloads=args.enable_native_workloads,
+        heartbeat_interval_s=args.heartbeat_interval,
+        poll_wait_s=args.poll_wait,
+        backoff_max_s=max(args.backoff_max, 1.0),
+        kill_grace_s=args.kill_grace,
+        trusted_keys_dir=args.trusted_keys_dir,
+        trusted_key_flags=args.trusted_key,
+        max_bundle_bytes=args.max_bundle_bytes,
+        max_extract_bytes=args.max_extract_bytes,
+        max_bundle_files=args.max_bundle_files,
+        nginx_conf_dir=args.nginx_conf_dir,
+        nginx_binary=args.nginx_binary,
+        nginx_config=args.nginx_config,
+        nginx_prefix=args.nginx_prefix,
     )
 
 
@@ -174,8 +251,10 @@ def cmd_run(args: argparse.Namespace, ring: LogRing) -> int:
     config = _config(args)
     keys = TrustedKeys.load(keys_dir=config.trusted_keys_dir, key_flags=config.trusted_key_flags)
     if config.enable_native_workloads and not keys:
-        raise ConfigError("--enable-native-workloads needs at least one trusted key "
-                          "(--trusted-keys-dir or --trusted-key KEY_ID=PATH)")
+        raise ConfigError(
+            "--enable-native-workloads needs at least one trusted key "
+            "(--trusted-keys-dir or --trusted-key KEY_ID=PATH)"
+        )
     state = _state(args)
     state.acquire_lock()
     try:
@@ -201,15 +280,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     snapshot = state.read_status() if holder else None
     reach: dict[str, Any]
     try:
-        with WireClient(identity.host_url, credential=identity.credential, grove_id=identity.grove_id,
-                        timeout_s=5.0) as wire:
+        with WireClient(
+            identity.host_url, credential=identity.credential, grove_id=identity.grove_id, timeout_s=5.0
+        ) as wire:
             wire.changes(wait_s=0)  # read-only: lists work, claims nothing
         reach = {"reachable": True, "detail": "ok"}
     except WireError as exc:
         reach = {"reachable": exc.status is not None, "detail": f"{exc.code}: {exc.detail}"}
     report = {
-        "state_dir": str(state.path), "grove_id": identity.grove_id, "name": identity.name,
-        "host_url": identity.host_url, "host": reach, "agent_running": bool(holder), "agent_pid": holder,
+        "state_dir": str(state.path),
+        "grove_id": identity.grove_id,
+        "name": identity.name,
+        "host_url": identity.host_url,
+        "host": reach,
+        "agent_running": bool(holder),
+        "agent_pid": holder,
         "change_kinds": snapshot.get("change_kinds") if snapshot else [],
         "jobs": snapshot.get("jobs", []) if snapshot else [],
         "workloads": snapshot.get("workloads", []) if snapshot else [],
@@ -220,29 +305,42 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     _say(f"Grove        {identity.grove_id} ({identity.name})")
     _say(f"state dir    {state.path}")
-    _say(f"Host         {identity.host_url}: {'reachable' if reach['reachable'] else 'UNREACHABLE'} "
-         f"({reach['detail']})")
-    _say(f"agent        {'running, pid ' + str(holder) if holder else 'not running'}"
-         + (f"; advertises {', '.join(report['change_kinds']) or 'nothing'}" if holder else ""))
+    _say(
+        f"Host         {identity.host_url}: {'reachable' if reach['reachable'] else 'UNREACHABLE'} "
+        f"({reach['detail']})"
+    )
+    _say(
+        f"agent        {'running, pid ' + str(holder) if holder else 'not running'}"
+        + (f"; advertises {', '.join(report['change_kinds']) or 'nothing'}" if holder else "")
+    )
     _say(f"jobs         {len(report['jobs'])} running")
     for job in report["jobs"]:
         _say(f"  {job['job_id']}  {job['state']}")
     _say(f"generations  {len(report['workloads'])}")
     for w in report["workloads"]:
-        _say(f"  {w['workload']}  generation {w['generation']} ({w['generation_id']})  {w['state']}"
-             f"{'  LIVE' if w['live'] else ''}  restarts {w['restarts']}")
+        _say(
+            f"  {w['workload']}  generation {w['generation']} ({w['generation_id']})  {w['state']}"
+            f"{'  LIVE' if w['live'] else ''}  restarts {w['restarts']}"
+        )
     return 0
 
 
 def cmd_inventory(args: argparse.Namespace) -> int:
     platform = machine_platform()
     accelerators = collect_accelerators(CommandRunner(), platform)
-    print(json.dumps({
-        "platform": platform, "isolation": ["host_process"],
-        "change_kinds_when_enabled": change_kinds(AgentConfig(enable_native_jobs=True,
-                                                              enable_native_workloads=True)),
-        "capacity": capacity_report(accelerators),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "platform": platform,
+                "isolation": ["host_process"],
+                "change_kinds_when_enabled": change_kinds(
+                    AgentConfig(enable_native_jobs=True, enable_native_workloads=True)
+                ),
+                "capacity": capacity_report(accelerators),
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

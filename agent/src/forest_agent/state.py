@@ -149,7 +149,7 @@ class StateDir:
         mode = self.identity_path.stat().st_mode & 0o777
         if mode & 0o077:
             raise ConfigError(
-                f"identity file {self.identity_path} has mode {mode:o}; it holds a credential and must be 0600"
+                f"identity file {self.identity_path} has mode {mode:o}; it holds a credential, make it 0600"
             )
         try:
             return Identity(**{k: str(raw[k]) for k in ("grove_id", "credential", "host_url", "name")})

@@ -62,17 +62,19 @@ def parse_system_profiler(text: str, sysctl: dict[str, str]) -> list[Accelerator
         # Apple Silicon reports vendor "sppci_vendor_Apple"; Intel Macs' discrete/integrated GPUs do not.
         if "apple" not in vendor.lower() and not model.startswith("Apple"):
             continue
-        items.append(AcceleratorItem(
-            id=f"apple-gpu-{len(items)}",
-            kind="gpu",
-            vendor="apple",
-            model=model,
-            apis=("metal",),
-            memory_bytes=memory,
-            memory_kind="unified",
-            memory_enforced=False,
-            share_mode="cooperative",
-        ))
+        items.append(
+            AcceleratorItem(
+                id=f"apple-gpu-{len(items)}",
+                kind="gpu",
+                vendor="apple",
+                model=model,
+                apis=("metal",),
+                memory_bytes=memory,
+                memory_kind="unified",
+                memory_enforced=False,
+                share_mode="cooperative",
+            )
+        )
     return items
 
 

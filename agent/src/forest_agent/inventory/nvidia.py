@@ -14,7 +14,9 @@ from forest_agent.oskit import CommandRunner
 log = logging.getLogger(__name__)
 
 NVIDIA_SMI_ARGV = [
-    "nvidia-smi", "--query-gpu=index,uuid,name,memory.total", "--format=csv,noheader,nounits",
+    "nvidia-smi",
+    "--query-gpu=index,uuid,name,memory.total",
+    "--format=csv,noheader,nounits",
 ]
 _MIB = 1024 * 1024
 
@@ -35,17 +37,19 @@ def parse_nvidia_smi(text: str) -> list[AcceleratorItem]:
         if not index.isdigit() or not uuid or uuid.startswith("["):
             log.warning("ignoring nvidia-smi line without index/uuid: %r", raw_line)
             continue
-        items.append(AcceleratorItem(
-            id=uuid,
-            kind="gpu",
-            vendor="nvidia",
-            model=name,
-            apis=("cuda",),
-            memory_bytes=int(memory) * _MIB if memory.isdigit() else None,
-            memory_kind="dedicated",
-            memory_enforced=True,
-            share_mode="exclusive",
-        ))
+        items.append(
+            AcceleratorItem(
+                id=uuid,
+                kind="gpu",
+                vendor="nvidia",
+                model=name,
+                apis=("cuda",),
+                memory_bytes=int(memory) * _MIB if memory.isdigit() else None,
+                memory_kind="dedicated",
+                memory_enforced=True,
+                share_mode="exclusive",
+            )
+        )
     return items
 
 
@@ -56,6 +60,8 @@ def collect_nvidia(runner: CommandRunner) -> list[AcceleratorItem]:
     if result.returncode != 0:
         # "No devices were found" (rc 6) or a driver mismatch (rc 9): no usable GPUs, say why once.
         reason = (result.stdout or result.stderr).strip().splitlines()[:1]
-        log.info("nvidia-smi reported no usable GPUs (rc %s): %s", result.returncode, reason[0] if reason else "")
+        log.info(
+            "nvidia-smi reported no usable GPUs (rc %s): %s", result.returncode, reason[0] if reason else ""
+        )
         return []
     return parse_nvidia_smi(result.stdout)

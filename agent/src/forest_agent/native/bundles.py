@@ -1,11 +1,17 @@
-"""Bundle install: stream the download with a size limit, hash while streaming, check the Ed25519
-signature over `sha256:<hex>`, then extract safely. Nothing is extracted before the signature holds.
+"""Bundle install: Ed25519 signature over the claimed `sha256:<hex>` first, then one streaming
+pass that downloads (size-limited), hashes and safely extracts at the same time; the computed
+digest must equal the signed one or everything extracted is deleted.
 
-Everything lands inside the directory the caller passes (a generation's own directory); the
-downloaded archive is deleted once extracted. Each refusal is a `BundleRefused` with a stable code:
-`bundle_download_failed`, `bundle_too_large`, `bundle_size_mismatch`, `bundle_digest_mismatch`,
-`bundle_key_unknown`, `bundle_signature_invalid`, `bundle_unreadable`, `bundle_path_escape`,
-`bundle_too_many_files`, `bundle_special_file`, `bundle_codesign_invalid`.
+Why stream: a download that is hashed, then re-read and extracted, costs one full extra pass and
+a copy of the archive on disk. Checking the signature first means an unsigned bundle is refused
+before a byte is fetched; the remaining risk, tar parsing of bytes whose digest is not yet
+confirmed, is contained by the extractor (every write confined to this generation's directory,
+bounded size and count) and ends in deletion on mismatch, as container runtimes do for layers.
+
+Each refusal is a `BundleRefused` with a stable code: `bundle_download_failed`, `bundle_too_large`,
+`bundle_size_mismatch`, `bundle_digest_mismatch`, `bundle_key_unknown`, `bundle_signature_invalid`,
+`bundle_unreadable`, `bundle_path_escape`, `bundle_too_many_files`, `bundle_special_file`,
+`bundle_codesign_invalid`, `bundle_codesign_unavailable`.
 """
 
 from __future__ import annotations
@@ -13,11 +19,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import os
+import queue
+import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -31,15 +39,16 @@ from forest_agent.wire.messages import BundleRef
 
 log = logging.getLogger(__name__)
 
-ARCHIVE_NAME = "bundle.download"
 _CHUNK = 1 << 20
+_QUEUE_CHUNKS = 16  # at most ~16 MiB in flight between download and extraction
 _PROGRESS_EVERY_S = 2.0
+_EOF = object()
 
 
 @dataclass(frozen=True)
 class BundleLimits:
     max_download_bytes: int = 1024**3
-    extract: ExtractLimits = ExtractLimits()
+    extract: ExtractLimits = field(default_factory=ExtractLimits)
 
 
 @dataclass(frozen=True)
@@ -50,10 +59,108 @@ class InstallResult:
     apps_verified: list[str]
 
 
+class _Download(threading.Thread):
+    """Fetches the bundle in a thread, hashing each chunk, and hands chunks to a file-like reader."""
+
+    def __init__(self, http: httpx.Client, bundle: BundleRef, headers: dict[str, str], limit: int) -> None:
+        super().__init__(name="bundle-download", daemon=True)
+        self.http = http
+        self.bundle = bundle
+        self.headers = headers
+        self.limit = limit
+        self.hasher = hashlib.sha256()
+        self.received = 0
+        self.error: BundleRefused | None = None
+        self._chunks: queue.Queue[object] = queue.Queue(maxsize=_QUEUE_CHUNKS)
+        self._buffer = memoryview(b"")
+        self._abandoned = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self._fetch()
+        except BundleRefused as exc:
+            self.error = exc
+        except httpx.HTTPError as exc:
+            self.error = BundleRefused(f"bundle download failed: {exc}", code="bundle_download_failed")
+        finally:
+            self._put(_EOF)
+
+    def _put(self, item: object) -> bool:
+        while not self._abandoned.is_set():
+            try:
+                self._chunks.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _fetch(self) -> None:
+        limit, last_progress = self.limit, time.monotonic()
+        with self.http.stream("GET", self.bundle.url, headers=self.headers) as response:
+            if response.status_code != 200:
+                raise BundleRefused(
+                    f"bundle download answered HTTP {response.status_code}", code="bundle_download_failed"
+                )
+            announced = response.headers.get("Content-Length")
+            if announced and announced.isdigit() and int(announced) > limit:
+                raise BundleRefused(
+                    f"bundle is {announced} bytes, over the agent's limit of {limit}", code="bundle_too_large"
+                )
+            for chunk in response.iter_bytes(_CHUNK):
+                self.received += len(chunk)
+                if self.received > limit:
+                    raise BundleRefused(
+                        f"bundle download passed the agent's limit of {limit} bytes", code="bundle_too_large"
+                    )
+                self.hasher.update(chunk)
+                if not self._put(chunk):
+                    return
+                if time.monotonic() - last_progress >= _PROGRESS_EVERY_S:
+                    last_progress = time.monotonic()
+                    log.info("bundle %s: %.1f MB downloaded", self.bundle.digest[:19], self.received / 1e6)
+        if self.bundle.size is not None and self.received != self.bundle.size:
+            raise BundleRefused(
+                f"bundle is {self.received} bytes, but Host declared {self.bundle.size}",
+                code="bundle_size_mismatch",
+            )
+
+    # -- file-like side, used by the extractor ---------------------------------------------------
+    def read(self, size: int = -1) -> bytes:
+        while not self._buffer:
+            item = self._chunks.get()
+            if item is _EOF:
+                self._put(_EOF)  # keep answering EOF
+                if self.error is not None:
+                    raise self.error
+                return b""
+            self._buffer = memoryview(item)  # type: ignore[arg-type]
+        take = len(self._buffer) if size is None or size < 0 else min(size, len(self._buffer))
+        data, self._buffer = self._buffer[:take].tobytes(), self._buffer[take:]
+        return data
+
+    def drain(self) -> None:
+        """Read whatever the extractor left (tar padding, or all of it after a refusal) for the digest."""
+        try:
+            while self.read(_CHUNK):
+                pass
+        except BundleRefused:
+            pass
+        self.join()
+
+    def abandon(self) -> None:
+        self._abandoned.set()
+        self.join(5.0)
+
+
 class BundleInstaller:
     def __init__(
-        self, *, keys: TrustedKeys, limits: BundleLimits, http: httpx.Client | None = None,
-        auth_headers_for: Callable[[str], dict[str, str]] | None = None, runner: CommandRunner | None = None,
+        self,
+        *,
+        keys: TrustedKeys,
+        limits: BundleLimits,
+        http: httpx.Client | None = None,
+        auth_headers_for: Callable[[str], dict[str, str]] | None = None,
+        runner: CommandRunner | None = None,
         platform: str = sys.platform,
     ) -> None:
         self.keys = keys
@@ -64,59 +171,49 @@ class BundleInstaller:
         self._platform = platform
 
     def install(self, bundle: BundleRef, dest: Path) -> InstallResult:
-        """Download, verify and extract `bundle` into `dest/app`. `dest` must exist and be private."""
-        archive = dest / ARCHIVE_NAME
-        started = time.monotonic()
-        size = self._download(bundle, archive)
-        # Signature before extraction: an unsigned archive is never even parsed as tar.
-        self.keys.verify(key_id=bundle.key_id, digest=bundle.digest, signature_b64=bundle.signature)
-        app = dest / "app"
-        app.mkdir(mode=0o755)
-        try:
-            extracted = extract_tar(archive, app, self.limits.extract)
-        finally:
-            archive.unlink(missing_ok=True)
-        apps = verify_apps(app, self._runner) if self._platform == "darwin" else []
-        log.info("bundle %s installed: %d bytes, %d entries, %.2fs", bundle.digest[:19], size, extracted.files,
-                 time.monotonic() - started)
-        return InstallResult(bundle.digest, size, extracted, apps)
-
-    def _download(self, bundle: BundleRef, archive: Path) -> int:
+        """Verify and extract `bundle` into `dest/app`; on any refusal `dest/app` is removed."""
         limit = self.limits.max_download_bytes
         if bundle.size is not None and bundle.size > limit:
-            raise BundleRefused(f"bundle declares {bundle.size} bytes, over the agent's limit of {limit}",
-                                code="bundle_too_large")
+            raise BundleRefused(
+                f"bundle declares {bundle.size} bytes, over the agent's limit of {limit}",
+                code="bundle_too_large",
+            )
+        # The signature covers the digest Host claims; refuse an unsigned bundle before fetching it.
+        self.keys.verify(key_id=bundle.key_id, digest=bundle.digest, signature_b64=bundle.signature)
+        started = time.monotonic()
+        app = dest / "app"
+        app.mkdir(mode=0o755)
         headers = self._auth_headers_for(bundle.url) if self._auth_headers_for else {}
-        hasher = hashlib.sha256()
-        received = 0
-        last_progress = time.monotonic()
+        download = _Download(self._http, bundle, headers, limit)
+        download.start()
         try:
-            with self._http.stream("GET", bundle.url, headers=headers) as response:
-                if response.status_code != 200:
-                    raise BundleRefused(f"bundle download answered HTTP {response.status_code}",
-                                        code="bundle_download_failed")
-                announced = response.headers.get("Content-Length")
-                if announced and announced.isdigit() and int(announced) > limit:
-                    raise BundleRefused(f"bundle is {announced} bytes, over the agent's limit of {limit}",
-                                        code="bundle_too_large")
-                fd = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-                with os.fdopen(fd, "wb") as out:
-                    for chunk in response.iter_bytes(_CHUNK):
-                        received += len(chunk)
-                        if received > limit:
-                            raise BundleRefused(f"bundle download passed the agent's limit of {limit} bytes",
-                                                code="bundle_too_large")
-                        hasher.update(chunk)
-                        out.write(chunk)
-                        if time.monotonic() - last_progress >= _PROGRESS_EVERY_S:
-                            last_progress = time.monotonic()
-                            log.info("bundle %s: %.1f MB downloaded", bundle.digest[:19], received / 1e6)
-        except httpx.HTTPError as exc:
-            raise BundleRefused(f"bundle download failed: {exc}", code="bundle_download_failed") from exc
-        if bundle.size is not None and received != bundle.size:
-            raise BundleRefused(f"bundle is {received} bytes, but Host declared {bundle.size}",
-                                code="bundle_size_mismatch")
-        actual = "sha256:" + hasher.hexdigest()
-        if not hmac.compare_digest(actual, bundle.digest):
-            raise BundleRefused(f"bundle digest is {actual}, expected {bundle.digest}", code="bundle_digest_mismatch")
-        return received
+            extracted, extract_error = None, None
+            try:
+                extracted = extract_tar(download, app, self.limits.extract)
+            except BundleRefused as exc:
+                extract_error = exc
+            download.drain()
+            # Most fundamental first: a failed download, then a wrong digest, then the archive itself.
+            if download.error is not None:
+                raise download.error
+            actual = "sha256:" + download.hasher.hexdigest()
+            if not hmac.compare_digest(actual, bundle.digest):
+                raise BundleRefused(
+                    f"bundle digest is {actual}, expected {bundle.digest}", code="bundle_digest_mismatch"
+                )
+            if extract_error is not None:
+                raise extract_error
+            assert extracted is not None
+            apps = verify_apps(app, self._runner) if self._platform == "darwin" else []
+        except BaseException:
+            download.abandon()
+            shutil.rmtree(app, ignore_errors=True)
+            raise
+        log.info(
+            "bundle %s installed: %d bytes, %d entries, %.2fs",
+            bundle.digest[:19],
+            download.received,
+            extracted.files,
+            time.monotonic() - started,
+        )
+        return InstallResult(bundle.digest, download.received, extracted, apps)

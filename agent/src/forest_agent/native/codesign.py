@@ -18,11 +18,14 @@ def verify_apps(root: Path, runner: CommandRunner) -> list[str]:
     for app in sorted(p for p in root.iterdir() if p.suffix == ".app" and p.is_dir() and not p.is_symlink()):
         result = runner.run(["codesign", "--verify", "--deep", "--strict", str(app)], timeout_s=120.0)
         if result is None:
-            raise BundleRefused("codesign is not available to verify the bundle's app",
-                                code="bundle_codesign_unavailable")
+            raise BundleRefused(
+                "codesign is not available to verify the bundle's app", code="bundle_codesign_unavailable"
+            )
         if result.returncode != 0:
             first = (result.stderr or result.stdout).strip().splitlines()
-            raise BundleRefused(f"codesign rejected {app.name}: {first[0] if first else 'no detail'}",
-                                code="bundle_codesign_invalid")
+            raise BundleRefused(
+                f"codesign rejected {app.name}: {first[0] if first else 'no detail'}",
+                code="bundle_codesign_invalid",
+            )
         verified.append(app.name)
     return verified

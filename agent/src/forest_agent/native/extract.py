@@ -11,11 +11,16 @@ symlink, because a later member can change what an earlier link resolves to.
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import io
+import lzma
 import os
 import stat
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from forest_agent.errors import BundleRefused
 
@@ -49,40 +54,42 @@ def _member_parts(name: str) -> tuple[str, ...]:
     return parts
 
 
-def extract_tar(archive: Path, dest: Path, limits: ExtractLimits) -> ExtractResult:
-    """Extract `archive` (tar, tar.gz, tar.bz2, tar.xz) into the existing empty directory `dest`."""
+def extract_tar(source: Path | BinaryIO, dest: Path, limits: ExtractLimits) -> ExtractResult:
+    """Extract a tar (plain, gz, bz2 or xz) from a path or a forward-only stream into `dest`."""
     root = os.path.realpath(dest)
     seen: set[tuple[str, ...]] = set()
     regular: set[tuple[str, ...]] = set()
     symlinks: list[str] = []
+    verified: set[str] = {root}
     total = 0
     count = 0
-    try:
-        tar = tarfile.open(archive, mode="r:*")
-    except (tarfile.TarError, OSError) as exc:
-        raise BundleRefused(f"bundle is not a readable tar archive: {exc}", code="bundle_unreadable") from exc
-    with tar:
+    with _open(source) as tar:
         try:
             for member in tar:
                 count += 1
                 if count > limits.max_files:
-                    raise BundleRefused(f"bundle has more than {limits.max_files} entries",
-                                        code="bundle_too_many_files")
+                    raise BundleRefused(
+                        f"bundle has more than {limits.max_files} entries", code="bundle_too_many_files"
+                    )
                 parts = _member_parts(member.name)
                 if not parts:
                     continue  # "./" itself
                 if parts in seen and not member.isdir():
-                    raise BundleRefused(f"bundle entry {member.name!r} appears twice", code="bundle_path_escape")
+                    raise BundleRefused(
+                        f"bundle entry {member.name!r} appears twice", code="bundle_path_escape"
+                    )
                 seen.add(parts)
                 target = os.path.join(root, *parts)
                 parent = os.path.dirname(target)
                 if member.isdir():
-                    _make_dirs(root, target)
+                    _make_dirs(root, target, verified)
                     continue
                 if not (member.isfile() or member.issym() or member.islnk()):
-                    raise BundleRefused(f"bundle entry {member.name!r} is a device, FIFO or other special file",
-                                        code="bundle_special_file")
-                _make_dirs(root, parent)
+                    raise BundleRefused(
+                        f"bundle entry {member.name!r} is a device, FIFO or other special file",
+                        code="bundle_special_file",
+                    )
+                _make_dirs(root, parent, verified)
                 if member.issym():
                     _symlink(root, parent, target, member)
                     symlinks.append(target)
@@ -91,33 +98,119 @@ def extract_tar(archive: Path, dest: Path, limits: ExtractLimits) -> ExtractResu
                     if link_parts not in regular:
                         raise BundleRefused(
                             f"bundle hard link {member.name!r} points at {member.linkname!r}, "
-                            "which is not a regular file earlier in the bundle", code="bundle_path_escape")
+                            "which is not a regular file earlier in the bundle",
+                            code="bundle_path_escape",
+                        )
                     os.link(os.path.join(root, *link_parts), target, follow_symlinks=False)
                 else:
                     total += member.size
                     if total > limits.max_total_bytes:
-                        raise BundleRefused(f"bundle content exceeds {limits.max_total_bytes} bytes",
-                                            code="bundle_too_large")
+                        raise BundleRefused(
+                            f"bundle content exceeds {limits.max_total_bytes} bytes", code="bundle_too_large"
+                        )
                     _write_file(tar, member, target)
                     regular.add(parts)
         except (tarfile.TarError, EOFError, OSError) as exc:
             if isinstance(exc, FileExistsError):
-                raise BundleRefused(f"bundle entry collides with an existing path: {exc.filename}",
-                                    code="bundle_path_escape") from exc
+                raise BundleRefused(
+                    f"bundle entry collides with an existing path: {exc.filename}", code="bundle_path_escape"
+                ) from exc
             raise BundleRefused(f"bundle archive is corrupt: {exc}", code="bundle_unreadable") from exc
     for link in symlinks:
         if not _inside(root, os.path.realpath(link)):
-            raise BundleRefused(f"bundle symlink {os.path.relpath(link, root)!r} resolves outside the bundle",
-                                code="bundle_path_escape")
+            raise BundleRefused(
+                f"bundle symlink {os.path.relpath(link, root)!r} resolves outside the bundle",
+                code="bundle_path_escape",
+            )
     return ExtractResult(files=count, total_bytes=total)
 
 
-def _make_dirs(root: str, directory: str) -> None:
+def _open(source: Path | BinaryIO) -> tarfile.TarFile:
+    try:
+        if isinstance(source, Path):
+            return tarfile.open(source, mode="r:*")
+        return tarfile.open(fileobj=_decompressing(source), mode="r:")
+    except (tarfile.TarError, OSError) as exc:
+        raise BundleRefused(f"bundle is not a readable tar archive: {exc}", code="bundle_unreadable") from exc
+
+
+class _Peeked(io.RawIOBase):
+    """A forward-only stream with its first bytes pushed back (after sniffing the compression)."""
+
+    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+        self._head = head
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n], self._head = self._head[:n], self._head[n:]
+            return n
+        data = self._rest.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _decompressing(stream: BinaryIO) -> BinaryIO:
+    """Wrap a forward-only stream in the right decompressor. gzip/bz2/xz file objects offer the
+    tell() and forward seek() that tarfile's random-access mode needs, without tarfile's stream
+    mode, which re-copies its whole decompression buffer on every header read."""
+    head = stream.read(6)
+    raw = io.BufferedReader(_Peeked(head, stream), buffer_size=_COPY_CHUNK)
+    if head.startswith(b"\x1f\x8b"):
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    if head.startswith(b"BZh"):
+        return bz2.BZ2File(raw)  # type: ignore[return-value]
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return lzma.LZMAFile(raw)  # type: ignore[return-value]
+    return _ForwardSeekable(raw)  # type: ignore[return-value]
+
+
+class _ForwardSeekable(io.RawIOBase):
+    """An uncompressed tar stream with tell() and forward-only seek() for tarfile."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:  # type: ignore[override]
+        data = self._raw.read(size)
+        self._pos += len(data)
+        return data
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        target = offset if whence == 0 else self._pos + offset
+        if whence not in (0, 1) or target < self._pos:
+            raise OSError("bundle stream cannot seek backwards")
+        while self._pos < target:
+            if not self.read(min(_COPY_CHUNK, target - self._pos)):
+                break
+        return self._pos
+
+
+def _make_dirs(root: str, directory: str, verified: set[str]) -> None:
+    """Create `directory` (and parents) inside root, refusing any route out through a symlink.
+
+    `verified` caches directories already checked: extraction never deletes or replaces a path
+    (O_EXCL files, symlink() on an existing name fails), so a directory that resolved inside the
+    root with every component present keeps doing so. This keeps per-file cost to one open().
+    """
+    if directory in verified:
+        return
     if not _inside(root, directory):
         raise BundleRefused("bundle directory outside the root", code="bundle_path_escape")
     rel = os.path.relpath(directory, root)
     current = root
-    for part in ([] if rel == "." else rel.split(os.sep)):
+    for part in [] if rel == "." else rel.split(os.sep):
         current = os.path.join(current, part)
         try:
             st = os.lstat(current)
@@ -127,23 +220,30 @@ def _make_dirs(root: str, directory: str) -> None:
         if stat.S_ISLNK(st.st_mode):
             # Following an in-tree link is fine only if it really lands in the tree.
             if not _inside(root, os.path.realpath(current)):
-                raise BundleRefused(f"bundle path {rel!r} goes through a symlink that leaves the bundle",
-                                    code="bundle_path_escape")
+                raise BundleRefused(
+                    f"bundle path {rel!r} goes through a symlink that leaves the bundle",
+                    code="bundle_path_escape",
+                )
         elif not stat.S_ISDIR(st.st_mode):
-            raise BundleRefused(f"bundle path {rel!r} needs a directory where a file is", code="bundle_path_escape")
+            raise BundleRefused(
+                f"bundle path {rel!r} needs a directory where a file is", code="bundle_path_escape"
+            )
     if not _inside(root, os.path.realpath(directory)):
         raise BundleRefused("bundle directory resolves outside the root", code="bundle_path_escape")
+    verified.add(directory)
 
 
 def _symlink(root: str, parent: str, target: str, member: tarfile.TarInfo) -> None:
     link = member.linkname
     if not link or link.startswith("/"):
-        raise BundleRefused(f"bundle symlink {member.name!r} has an absolute target {link!r}",
-                            code="bundle_path_escape")
+        raise BundleRefused(
+            f"bundle symlink {member.name!r} has an absolute target {link!r}", code="bundle_path_escape"
+        )
     resolved = os.path.realpath(os.path.join(parent, link))
     if not _inside(root, resolved):
-        raise BundleRefused(f"bundle symlink {member.name!r} -> {link!r} points outside the bundle",
-                            code="bundle_path_escape")
+        raise BundleRefused(
+            f"bundle symlink {member.name!r} -> {link!r} points outside the bundle", code="bundle_path_escape"
+        )
     os.symlink(link, target)
 
 
@@ -151,8 +251,13 @@ def _write_file(tar: tarfile.TarFile, member: tarfile.TarInfo, target: str) -> N
     # Keep the owner's execute bit, drop setuid/setgid/sticky and anything group/world-writable.
     mode = 0o755 if member.mode & 0o100 else 0o644
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-    source = tar.extractfile(member)
     with os.fdopen(fd, "wb") as out:
-        if source is not None:
-            while chunk := source.read(_COPY_CHUNK):
+        if member.sparse is not None:
+            source = tar.extractfile(member)
+            while source is not None and (chunk := source.read(_COPY_CHUNK)):
                 out.write(chunk)
+            return
+        # Sequential read straight from the decompressed stream, as tarfile's own extraction does;
+        # it raises ReadError on a truncated member.
+        tar.fileobj.seek(member.offset_data)
+        tarfile.copyfileobj(tar.fileobj, out, member.size, tarfile.ReadError, _COPY_CHUNK)

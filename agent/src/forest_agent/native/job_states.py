@@ -1,9 +1,9 @@
 """Native job lifecycle (one transition table; `Lifecycle.transition` enforces it).
 
-    received -> claimed -> running -> succeeded | failed | timed_out | cancelled
-    received -> claim_lost                  (Host gave it to someone else: 409 already_claimed)
-    received -> abandoned                   (claim failed because Host is unreachable; re-offered later)
-    claimed  -> failed | cancelled          (refused or could not spawn; cancelled before start)
+received -> claimed -> running -> succeeded | failed | timed_out | cancelled
+received -> claim_lost                  (Host gave it to someone else: 409 already_claimed)
+received -> abandoned                   (claim failed because Host is unreachable; re-offered later)
+claimed  -> failed | cancelled          (refused or could not spawn; cancelled before start)
 """
 
 from __future__ import annotations

@@ -80,7 +80,9 @@ def _read_exit_file(path: Path) -> int | None:
 
 
 class JobRunner(threading.Thread):
-    def __init__(self, manager: JobManager, raw: dict[str, Any], *, reattach: JournalEntry | None = None) -> None:
+    def __init__(
+        self, manager: JobManager, raw: dict[str, Any], *, reattach: JournalEntry | None = None
+    ) -> None:
         job_id = str(raw.get("job_id") or (reattach.job_id if reattach else "?"))
         super().__init__(name=f"job-{job_id}", daemon=True)
         self.manager = manager
@@ -89,11 +91,18 @@ class JobRunner(threading.Thread):
         self.cancel_requested = threading.Event()
         self.reattach = reattach
         initial = JobState.RUNNING if reattach else JobState.RECEIVED
-        self.lifecycle: Lifecycle[JobState] = Lifecycle(f"job {job_id}", initial, ALLOWED, self._on_transition)
+        self.lifecycle: Lifecycle[JobState] = Lifecycle(
+            f"job {job_id}", initial, ALLOWED, self._on_transition
+        )
 
     def _on_transition(self, event: TransitionEvent[JobState]) -> None:
-        log.info("job %s: %s -> %s%s", self.job_id, event.old.value, event.new.value,
-                 f" ({event.detail})" if event.detail else "")
+        log.info(
+            "job %s: %s -> %s%s",
+            self.job_id,
+            event.old.value,
+            event.new.value,
+            f" ({event.detail})" if event.detail else "",
+        )
 
     @property
     def journal(self) -> JobJournal:
@@ -162,16 +171,26 @@ class JobRunner(threading.Thread):
         env = processes.clean_env(job.env, home)
         if not _resolvable(job.command[0], cwd, env["PATH"]):
             log.warning("job %s: command %r not found or not executable", self.job_id, job.command[0])
-            self._finish(entry, Outcome("failed", exit_code=127, reason="spawn_failed"), JobState.FAILED,
-                         detail="spawn_failed")
+            self._finish(
+                entry,
+                Outcome("failed", exit_code=127, reason="spawn_failed"),
+                JobState.FAILED,
+                detail="spawn_failed",
+            )
             return
         exit_file = job_dir / EXIT_FILE
         try:
-            popen = processes.spawn(["/bin/sh", "-c", _WRAPPER, "forest-job", str(exit_file), *job.command],
-                                    cwd=cwd, env=env, log_path=job_dir / LOG_FILE)
+            popen = processes.spawn(
+                ["/bin/sh", "-c", _WRAPPER, "forest-job", str(exit_file), *job.command],
+                cwd=cwd,
+                env=env,
+                log_path=job_dir / LOG_FILE,
+            )
         except OSError as exc:
             log.warning("job %s: spawn failed: %s", self.job_id, exc.strerror)
-            self._finish(entry, Outcome("failed", reason="spawn_failed"), JobState.FAILED, detail="spawn_failed")
+            self._finish(
+                entry, Outcome("failed", reason="spawn_failed"), JobState.FAILED, detail="spawn_failed"
+            )
             return
         started = processes.start_time(popen.pid) or self.manager.clock.wall()
         entry.phase = "running"
@@ -202,18 +221,31 @@ class JobRunner(threading.Thread):
                 if code == 0:
                     self._finish(entry, Outcome("succeeded", exit_code=0), JobState.SUCCEEDED, own_group=own)
                 else:
-                    self._finish(entry, Outcome("failed", exit_code=code), JobState.FAILED, detail=f"exit {code}",
-                                 own_group=own)
+                    self._finish(
+                        entry,
+                        Outcome("failed", exit_code=code),
+                        JobState.FAILED,
+                        detail=f"exit {code}",
+                        own_group=own,
+                    )
                 return
             if self.cancel_requested.is_set():
                 code = self._terminate(entry, proc)
-                self._finish(entry, Outcome("cancelled", exit_code=code, reason="cancelled"), JobState.CANCELLED,
-                             own_group=own)
+                self._finish(
+                    entry,
+                    Outcome("cancelled", exit_code=code, reason="cancelled"),
+                    JobState.CANCELLED,
+                    own_group=own,
+                )
                 return
             if entry.deadline_wall is not None and clock.wall() >= entry.deadline_wall:
                 code = self._terminate(entry, proc)
-                self._finish(entry, Outcome("timed_out", exit_code=code, reason="timeout"), JobState.TIMED_OUT,
-                             own_group=own)
+                self._finish(
+                    entry,
+                    Outcome("timed_out", exit_code=code, reason="timeout"),
+                    JobState.TIMED_OUT,
+                    own_group=own,
+                )
                 return
             if self.manager.stopping.is_set():
                 # Agent shutdown: the job keeps running; the journal lets the next agent re-attach.
@@ -226,12 +258,21 @@ class JobRunner(threading.Thread):
 
     def _terminate(self, entry: JournalEntry, proc: _ProcessWatch) -> int | None:
         assert entry.pgid is not None
-        how = processes.terminate_group(entry.pgid, is_done=proc.done, grace_s=self.manager.settings.kill_grace_s)
+        how = processes.terminate_group(
+            entry.pgid, is_done=proc.done, grace_s=self.manager.settings.kill_grace_s
+        )
         log.info("job %s: process group %s %s", self.job_id, entry.pgid, how)
         return proc.exit_code()
 
-    def _finish(self, entry: JournalEntry, outcome: Outcome, state: JobState, *, detail: str = "",
-                own_group: bool = False) -> None:
+    def _finish(
+        self,
+        entry: JournalEntry,
+        outcome: Outcome,
+        state: JobState,
+        *,
+        detail: str = "",
+        own_group: bool = False,
+    ) -> None:
         if own_group and entry.pgid is not None:
             # Our child just ended; anything it left behind in its group goes with it. Never done for
             # a group we did not start in this process: its pgid may have been recycled.
@@ -245,7 +286,9 @@ class JobRunner(threading.Thread):
             self.journal.remove(self.job_id)
 
     def _tail(self) -> list[str]:
-        return processes.read_tail(self.journal.job_dir(self.job_id) / LOG_FILE, self.manager.settings.log_tail_lines)
+        return processes.read_tail(
+            self.journal.job_dir(self.job_id) / LOG_FILE, self.manager.settings.log_tail_lines
+        )
 
     def _report(self, body: dict[str, Any], *, final: bool) -> bool:
         """Send a report; a terminal one is retried until Host accepts it or the agent stops."""
@@ -262,7 +305,9 @@ class JobRunner(threading.Thread):
                     log.error("job %s: Host refused the terminal report: %s", self.job_id, exc)
                     return True
                 delay = backoff.next_delay()
-                log.warning("job %s: terminal report failed (%s); retrying in %.1fs", self.job_id, exc.code, delay)
+                log.warning(
+                    "job %s: terminal report failed (%s); retrying in %.1fs", self.job_id, exc.code, delay
+                )
                 if self.manager.stopping.wait(delay):
                     log.info("job %s: terminal report kept in the journal for the next agent", self.job_id)
                     return False
@@ -278,8 +323,9 @@ def _resolvable(command: str, cwd: Path, path: str) -> bool:
 class JobManager:
     """Owns the running job threads, routes cancellations, and recovers the journal on start."""
 
-    def __init__(self, *, wire: WireClient, journal: JobJournal, settings: JobSettings,
-                 clock: Clock | None = None) -> None:
+    def __init__(
+        self, *, wire: WireClient, journal: JobJournal, settings: JobSettings, clock: Clock | None = None
+    ) -> None:
         self.wire = wire
         self.journal = journal
         self.settings = settings
@@ -321,23 +367,31 @@ class JobManager:
             with self._lock:
                 if entry.job_id in self._runners:
                     continue
-            if entry.phase == "running" and entry.pid and entry.start_time \
-                    and processes.same_process_alive(entry.pid, entry.start_time):
+            if (
+                entry.phase == "running"
+                and entry.pid
+                and entry.start_time
+                and processes.same_process_alive(entry.pid, entry.start_time)
+            ):
                 runner = JobRunner(self, entry.job, reattach=entry)
                 with self._lock:
                     self._runners[entry.job_id] = runner
                 runner.start()
                 continue
-            threading.Thread(target=self._report_left_behind, args=(entry,), daemon=True,
-                             name=f"recover-{entry.job_id}").start()
+            threading.Thread(
+                target=self._report_left_behind, args=(entry,), daemon=True, name=f"recover-{entry.job_id}"
+            ).start()
 
     def _report_left_behind(self, entry: JournalEntry) -> None:
         runner = JobRunner(self, entry.job or {"job_id": entry.job_id}, reattach=entry)
         outcome = entry.outcome
         state = JobState.FAILED
         if outcome is None:
-            recorded = _read_exit_file(self.journal.job_dir(entry.job_id) / EXIT_FILE) \
-                if entry.phase == "running" else None
+            recorded = (
+                _read_exit_file(self.journal.job_dir(entry.job_id) / EXIT_FILE)
+                if entry.phase == "running"
+                else None
+            )
             if recorded == 0:
                 outcome, state = Outcome("succeeded", exit_code=0), JobState.SUCCEEDED
             elif recorded is not None:
@@ -346,8 +400,13 @@ class JobManager:
                 outcome = Outcome("failed", reason="agent_restarted")
         else:
             state = JobState(outcome.state)
-        log.info("job %s: found in the restart journal (%s); reporting %s%s", entry.job_id, entry.phase,
-                 outcome.state, f" ({outcome.reason})" if outcome.reason else "")
+        log.info(
+            "job %s: found in the restart journal (%s); reporting %s%s",
+            entry.job_id,
+            entry.phase,
+            outcome.state,
+            f" ({outcome.reason})" if outcome.reason else "",
+        )
         runner._finish(entry, outcome, state, detail=outcome.reason or "")
 
     def shutdown(self, timeout_s: float = 5.0) -> None:

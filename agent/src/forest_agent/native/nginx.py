@@ -62,7 +62,7 @@ def render_server_block(workload: str, ingress: Ingress) -> str:
         "        proxy_set_header Host $host;\n"
         "        proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
         "        proxy_set_header X-Forwarded-Proto $http_x_forwarded_proto;\n"
-        "        proxy_set_header Connection \"\";\n"
+        '        proxy_set_header Connection "";\n'
         "    }\n"
         "}\n"
     )
@@ -103,8 +103,13 @@ class NginxProxyManager:
             return path
         _write_atomic(path, text)
         self._test_and_reload(path, old, workload)
-        log.info("ingress for %s: %s (%s) -> 127.0.0.1:%d", workload, ingress.listen, ingress.server_name,
-                 ingress.port)
+        log.info(
+            "ingress for %s: %s (%s) -> 127.0.0.1:%d",
+            workload,
+            ingress.listen,
+            ingress.server_name,
+            ingress.port,
+        )
         return path
 
     def remove(self, workload: str) -> None:
@@ -120,14 +125,18 @@ class NginxProxyManager:
         if test is None or test.returncode != 0:
             self._restore(path, old)
             detail = _first_error(test.stderr if test else "nginx binary not found")
-            raise IngressRefused(f"nginx -t rejected the config for {workload}; previous config restored: {detail}",
-                                 code="ingress_config_rejected")
+            raise IngressRefused(
+                f"nginx -t rejected the config for {workload}; previous config restored: {detail}",
+                code="ingress_config_rejected",
+            )
         reload = self.runner.run(self.command.argv("-s", "reload"), timeout_s=30.0)
         if reload is None or reload.returncode != 0:
             self._restore(path, old)
             detail = _first_error(reload.stderr if reload else "nginx binary not found")
-            raise IngressRefused(f"nginx reload failed for {workload}; previous config restored: {detail}",
-                                 code="ingress_reload_failed")
+            raise IngressRefused(
+                f"nginx reload failed for {workload}; previous config restored: {detail}",
+                code="ingress_reload_failed",
+            )
 
     @staticmethod
     def _restore(path: Path, old: str | None) -> None:

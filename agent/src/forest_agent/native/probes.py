@@ -36,8 +36,16 @@ def check_once(probe: Probe, *, cwd: Path, env: dict[str, str]) -> bool:
         argv = list(probe.command)
         if argv[0].startswith("./"):
             argv[0] = str(cwd / argv[0])
-        result = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, timeout=probe.timeout_s, check=False)
+        result = subprocess.run(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=probe.timeout_s,
+            check=False,
+        )
         return result.returncode == 0
     except (OSError, http.client.HTTPException, subprocess.TimeoutExpired):
         return False

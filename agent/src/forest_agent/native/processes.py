@@ -42,8 +42,14 @@ def spawn(argv: list[str], *, cwd: Path, env: dict[str, str], log_path: Path) ->
     would die with the agent and SIGPIPE the child)."""
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, close_fds=True,
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
         )
 
 

@@ -40,7 +40,9 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"trusted key {path} is not a valid Ed25519 public key: {exc}") from exc
     if not isinstance(key, Ed25519PublicKey):
-        raise ConfigError(f"trusted key {path} is not an Ed25519 public key (PEM, ssh-ed25519, raw, base64 or hex)")
+        raise ConfigError(
+            f"trusted key {path} is not an Ed25519 public key (PEM, ssh-ed25519, raw, base64 or hex)"
+        )
     return key
 
 
@@ -81,14 +83,20 @@ class TrustedKeys:
     def verify(self, *, key_id: str, digest: str, signature_b64: str) -> None:
         key = self.keys.get(key_id)
         if key is None:
-            raise BundleRefused(f"bundle is signed with key {key_id!r}, which this agent does not trust",
-                                code="bundle_key_unknown")
+            raise BundleRefused(
+                f"bundle is signed with key {key_id!r}, which this agent does not trust",
+                code="bundle_key_unknown",
+            )
         try:
             signature = base64.b64decode(signature_b64, validate=True)
         except (binascii.Error, ValueError):
-            raise BundleRefused("bundle signature is not valid base64", code="bundle_signature_invalid") from None
+            raise BundleRefused(
+                "bundle signature is not valid base64", code="bundle_signature_invalid"
+            ) from None
         try:
             key.verify(signature, digest.encode("ascii"))
         except InvalidSignature:
-            raise BundleRefused(f"bundle signature does not verify with trusted key {key_id!r}",
-                                code="bundle_signature_invalid") from None
+            raise BundleRefused(
+                f"bundle signature does not verify with trusted key {key_id!r}",
+                code="bundle_signature_invalid",
+            ) from None

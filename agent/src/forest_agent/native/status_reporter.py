@@ -63,8 +63,12 @@ class StatusReporter:
                 except WireError as exc:
                     if exc.retryable:
                         delay = backoff.next_delay()
-                        log.warning("workload status for %s not delivered (%s); retrying in %.1fs",
-                                    generation_id, exc.code, delay)
+                        log.warning(
+                            "workload status for %s not delivered (%s); retrying in %.1fs",
+                            generation_id,
+                            exc.code,
+                            delay,
+                        )
                         if self._stop.wait(delay):
                             return
                         continue

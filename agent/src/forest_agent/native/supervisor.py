@@ -39,20 +39,26 @@ class ProcessSpec:
 
 @dataclass(frozen=True)
 class SupervisorTiming:
-    startsecs: float = 1.0          # up this long = started (supervisord's startsecs)
-    stable_after_s: float = 10.0    # up this long = the failure streak is forgiven
+    startsecs: float = 1.0  # up this long = started (supervisord's startsecs)
+    stable_after_s: float = 10.0  # up this long = the failure streak is forgiven
     kill_grace_s: float = 10.0
     tick_s: float = 0.05
 
 
 class Supervisor:
-    def __init__(self, spec: ProcessSpec, *, timing: SupervisorTiming | None = None,
-                 on_change: Callable[[Supervisor], None] | None = None) -> None:
+    def __init__(
+        self,
+        spec: ProcessSpec,
+        *,
+        timing: SupervisorTiming | None = None,
+        on_change: Callable[[Supervisor], None] | None = None,
+    ) -> None:
         self.spec = spec
         self.timing = timing or SupervisorTiming()
         self._on_change = on_change
         self.lifecycle: Lifecycle[ProcessState] = Lifecycle(
-            f"process {spec.name}", ProcessState.STOPPED, ALLOWED, self._on_transition)
+            f"process {spec.name}", ProcessState.STOPPED, ALLOWED, self._on_transition
+        )
         self.readiness = ProbeTracker(spec.readiness, fast_start=True) if spec.readiness else None
         self.liveness = ProbeTracker(spec.liveness) if spec.liveness else None
         self.restarts = 0
@@ -99,8 +105,13 @@ class Supervisor:
 
     # -- loop ----------------------------------------------------------------------------------
     def _on_transition(self, event: TransitionEvent[ProcessState]) -> None:
-        log.info("workload %s: %s -> %s%s", self.spec.name, event.old.value, event.new.value,
-                 f" ({event.detail})" if event.detail else "")
+        log.info(
+            "workload %s: %s -> %s%s",
+            self.spec.name,
+            event.old.value,
+            event.new.value,
+            f" ({event.detail})" if event.detail else "",
+        )
         self._notify()
 
     def _notify(self) -> None:
@@ -148,12 +159,16 @@ class Supervisor:
         if self.liveness and self.liveness.due(now) and self.state is ProcessState.RUNNING:
             changed |= self.liveness.record(self._check(self.liveness), now)
             if self.liveness.status == FAILING:
-                log.warning("workload %s: liveness failed %d times; restarting", self.spec.name,
-                            self.liveness.consecutive_failures)
+                log.warning(
+                    "workload %s: liveness failed %d times; restarting",
+                    self.spec.name,
+                    self.liveness.consecutive_failures,
+                )
                 self._kill_group()
                 self.lifecycle.transition(ProcessState.EXITED, "liveness_failed")
-                self._after_exit(time.monotonic(), self._popen.poll() if self._popen else None,
-                                 reason="liveness_failed")
+                self._after_exit(
+                    time.monotonic(), self._popen.poll() if self._popen else None, reason="liveness_failed"
+                )
                 return True
         if changed:
             self._notify()
@@ -190,8 +205,9 @@ class Supervisor:
         self.lifecycle.transition(ProcessState.STARTING)
         self._started_at = time.monotonic()
         try:
-            self._popen = processes.spawn(self.spec.argv, cwd=self.spec.cwd, env=self.spec.env,
-                                          log_path=self.spec.log_path)
+            self._popen = processes.spawn(
+                self.spec.argv, cwd=self.spec.cwd, env=self.spec.env, log_path=self.spec.log_path
+            )
         except OSError as exc:
             self._popen = None
             self._failed(f"spawn failed: {exc.strerror}", None)
@@ -203,8 +219,10 @@ class Supervisor:
                 processes.signal_group(popen.pid, signal.SIGKILL)
             return
         processes.terminate_group(
-            popen.pid, is_done=lambda: popen.poll() is not None and not processes.group_alive(popen.pid),
-            grace_s=self.timing.kill_grace_s)
+            popen.pid,
+            is_done=lambda: popen.poll() is not None and not processes.group_alive(popen.pid),
+            grace_s=self.timing.kill_grace_s,
+        )
 
     def _shutdown(self) -> None:
         if self.state is ProcessState.STOPPED:

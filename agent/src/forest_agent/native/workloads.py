@@ -38,7 +38,7 @@ LOG_FILE = "output.log"
 @dataclass(frozen=True)
 class WorkloadSettings:
     enabled: bool
-    timing: SupervisorTiming = SupervisorTiming()
+    timing: SupervisorTiming = field(default_factory=SupervisorTiming)
     log_tail_lines: int = 50
 
 
@@ -55,8 +55,16 @@ class ActiveGeneration:
 
 
 class WorkloadManager:
-    def __init__(self, *, store: GenerationStore, installer: BundleInstaller, reporter: StatusReporter,
-                 redactor: Redactor, settings: WorkloadSettings, nginx: NginxProxyManager | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        store: GenerationStore,
+        installer: BundleInstaller,
+        reporter: StatusReporter,
+        redactor: Redactor,
+        settings: WorkloadSettings,
+        nginx: NginxProxyManager | None = None,
+    ) -> None:
         self.store = store
         self.installer = installer
         self.reporter = reporter
@@ -87,8 +95,11 @@ class WorkloadManager:
         self.redactor.add(generation.secrets.values())
         if not self.settings.enabled:
             self._refused.add(generation.generation_id)
-            self._report_refusal(generation.generation_id, "native_workloads_disabled",
-                                 "this agent runs without --enable-native-workloads")
+            self._report_refusal(
+                generation.generation_id,
+                "native_workloads_disabled",
+                "this agent runs without --enable-native-workloads",
+            )
             return
         with self._lock:
             active = self._active.get(generation.workload)
@@ -118,8 +129,9 @@ class WorkloadManager:
     def _queue_for(self, workload: str) -> queue.Queue[Generation | None]:
         if workload not in self._queues:
             self._queues[workload] = queue.Queue()
-            worker = threading.Thread(target=self._work, args=(workload,), name=f"workload-{workload}",
-                                      daemon=True)
+            worker = threading.Thread(
+                target=self._work, args=(workload,), name=f"workload-{workload}", daemon=True
+            )
             self._workers[workload] = worker
             worker.start()
         return self._queues[workload]
@@ -133,8 +145,9 @@ class WorkloadManager:
             try:
                 self._activate(generation)
             except Exception:
-                log.exception("workload %s: generation %s could not be applied", workload,
-                              generation.generation_id)
+                log.exception(
+                    "workload %s: generation %s could not be applied", workload, generation.generation_id
+                )
 
     # -- activation ----------------------------------------------------------------------------
     def _activate(self, generation: Generation) -> None:
@@ -144,7 +157,8 @@ class WorkloadManager:
         if old is not None and old.generation.generation_id == generation_id:
             return
         entry = ActiveGeneration(
-            generation=generation, directory=self.store.generation_dir(workload, generation_id),
+            generation=generation,
+            directory=self.store.generation_dir(workload, generation_id),
             lifecycle=Lifecycle(f"generation {generation_id}", GenerationState.PENDING, ALLOWED),
         )
         self._report(entry)
@@ -185,11 +199,20 @@ class WorkloadManager:
         if not argv[0].startswith("/") and "/" in argv[0]:
             argv[0] = str(app / argv[0])  # relative paths resolve in the generation dir
         spec = ProcessSpec(
-            name=generation.workload, argv=argv, cwd=app, env=env, log_path=entry.directory / LOG_FILE,
-            restart=generation.restart, readiness=generation.readiness, liveness=generation.liveness,
+            name=generation.workload,
+            argv=argv,
+            cwd=app,
+            env=env,
+            log_path=entry.directory / LOG_FILE,
+            restart=generation.restart,
+            readiness=generation.readiness,
+            liveness=generation.liveness,
         )
-        entry.supervisor = Supervisor(spec, timing=self.settings.timing,
-                                      on_change=lambda supervisor: self._on_process(entry, supervisor))
+        entry.supervisor = Supervisor(
+            spec,
+            timing=self.settings.timing,
+            on_change=lambda supervisor: self._on_process(entry, supervisor),
+        )
         with self._lock:
             self._active[generation.workload] = entry
         self._move(entry, GenerationState.STARTING)
@@ -236,7 +259,12 @@ class WorkloadManager:
             target = GenerationState.CRASH_LOOP
         elif state is ProcessState.RUNNING and supervisor.ready:
             target = GenerationState.LIVE
-        elif state in (ProcessState.RUNNING, ProcessState.STARTING, ProcessState.BACKOFF, ProcessState.EXITED):
+        elif state in (
+            ProcessState.RUNNING,
+            ProcessState.STARTING,
+            ProcessState.BACKOFF,
+            ProcessState.EXITED,
+        ):
             # While crash-looping, retries do not count as "starting" until one becomes live.
             target = None if current is GenerationState.CRASH_LOOP else GenerationState.STARTING
         else:
@@ -256,8 +284,13 @@ class WorkloadManager:
 
     @staticmethod
     def _log_transition(entry: ActiveGeneration, event: TransitionEvent[GenerationState]) -> None:
-        log.info("workload %s generation %s: %s -> %s", entry.generation.workload,
-                 entry.generation.generation_id, event.old.value, event.new.value)
+        log.info(
+            "workload %s generation %s: %s -> %s",
+            entry.generation.workload,
+            entry.generation.generation_id,
+            event.old.value,
+            event.new.value,
+        )
 
     def _body(self, entry: ActiveGeneration) -> dict[str, Any]:
         supervisor = entry.supervisor
@@ -266,9 +299,13 @@ class WorkloadManager:
             "state": state.value,
             "live": state is GenerationState.LIVE,
             "restarts": supervisor.restarts if supervisor else 0,
-            "probes": supervisor.probe_status() if supervisor else {"readiness": "unknown", "liveness": "unknown"},
-            "log_tail": [self.redactor.redact(line) for line in
-                         processes.read_tail(entry.directory / LOG_FILE, self.settings.log_tail_lines)],
+            "probes": supervisor.probe_status()
+            if supervisor
+            else {"readiness": "unknown", "liveness": "unknown"},
+            "log_tail": [
+                self.redactor.redact(line)
+                for line in processes.read_tail(entry.directory / LOG_FILE, self.settings.log_tail_lines)
+            ],
         }
         if entry.reason:
             body["reason"] = entry.reason
@@ -280,22 +317,33 @@ class WorkloadManager:
         self.reporter.submit(entry.generation.generation_id, self._body(entry))
 
     def _report_refusal(self, generation_id: str, reason: str, message: str) -> None:
-        self.reporter.submit(generation_id, {
-            "state": "failed", "live": False, "restarts": 0,
-            "probes": {"readiness": "unknown", "liveness": "unknown"},
-            "reason": reason, "message": self.redactor.redact(message),
-        })
+        self.reporter.submit(
+            generation_id,
+            {
+                "state": "failed",
+                "live": False,
+                "restarts": 0,
+                "probes": {"readiness": "unknown", "liveness": "unknown"},
+                "reason": reason,
+                "message": self.redactor.redact(message),
+            },
+        )
 
     def snapshot(self) -> list[dict[str, Any]]:
         with self._lock:
             entries = list(self._active.values())
-        return [{
-            "workload": e.generation.workload, "generation_id": e.generation.generation_id,
-            "generation": e.generation.generation, "state": e.lifecycle.state.value,
-            "live": e.lifecycle.state is GenerationState.LIVE,
-            "pid": e.supervisor.pid if e.supervisor else None,
-            "restarts": e.supervisor.restarts if e.supervisor else 0,
-        } for e in entries]
+        return [
+            {
+                "workload": e.generation.workload,
+                "generation_id": e.generation.generation_id,
+                "generation": e.generation.generation,
+                "state": e.lifecycle.state.value,
+                "live": e.lifecycle.state is GenerationState.LIVE,
+                "pid": e.supervisor.pid if e.supervisor else None,
+                "restarts": e.supervisor.restarts if e.supervisor else 0,
+            }
+            for e in entries
+        ]
 
     def stop_all(self) -> None:
         """Graceful stop of every workload (agent shutdown); `restore` brings them back next start."""

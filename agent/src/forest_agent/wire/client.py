@@ -31,7 +31,12 @@ def api_base_url(host_url: str) -> str:
 
 class WireError(Exception):
     def __init__(
-        self, code: str, detail: str, *, status: int | None = None, field: str | None = None,
+        self,
+        code: str,
+        detail: str,
+        *,
+        status: int | None = None,
+        field: str | None = None,
         retryable: bool = False,
     ) -> None:
         super().__init__(f"{code}: {detail}")
@@ -44,8 +49,13 @@ class WireError(Exception):
 
 class WireClient:
     def __init__(
-        self, host_url: str, *, credential: str | None = None, grove_id: str | None = None,
-        timeout_s: float = 10.0, transport: httpx.BaseTransport | None = None,
+        self,
+        host_url: str,
+        *,
+        credential: str | None = None,
+        grove_id: str | None = None,
+        timeout_s: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.base_url = api_base_url(host_url)
         self.grove_id = grove_id
@@ -54,7 +64,10 @@ class WireClient:
             headers["Authorization"] = f"Bearer {credential}"
         self._timeout_s = timeout_s
         self._http = httpx.Client(
-            base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport,
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout_s,
+            transport=transport,
             follow_redirects=False,
         )
 
@@ -78,8 +91,13 @@ class WireClient:
 
     # -- calls ---------------------------------------------------------------------------------
     def enroll(self, *, token: str, name: str, platforms: list[str], version: str) -> dict[str, Any]:
-        body = {"token": token, "name": name, "substrate": "native", "platforms": platforms,
-                "version": version}
+        body = {
+            "token": token,
+            "name": name,
+            "substrate": "native",
+            "platforms": platforms,
+            "version": version,
+        }
         data = self._request("POST", "groves/enroll", json=body, expect=(201, 200))
         for key in ("grove_id", "credential"):
             if not isinstance(data.get(key), str) or not data[key]:
@@ -92,7 +110,9 @@ class WireClient:
     def changes(self, *, wait_s: int) -> dict[str, Any]:
         wait_s = max(0, min(MAX_WAIT_S, int(wait_s)))
         return self._request(
-            "GET", f"groves/{self._grove()}/changes", params={"wait": wait_s},
+            "GET",
+            f"groves/{self._grove()}/changes",
+            params={"wait": wait_s},
             timeout=wait_s + _POLL_TIMEOUT_MARGIN_S,
         )
 
@@ -115,28 +135,48 @@ class WireClient:
         return self.grove_id
 
     def _request(
-        self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None,
-        timeout: float | None = None, expect: tuple[int, ...] = (200,),
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        expect: tuple[int, ...] = (200,),
     ) -> dict[str, Any]:
         try:
             response = self._http.request(
-                method, path, json=json, params=params,
+                method,
+                path,
+                json=json,
+                params=params,
                 timeout=timeout if timeout is not None else self._timeout_s,
             )
         except httpx.TimeoutException as exc:
-            raise WireError("host_timeout", f"Host did not answer {method} {path} in time", retryable=True) from exc
+            raise WireError(
+                "host_timeout", f"Host did not answer {method} {path} in time", retryable=True
+            ) from exc
         except httpx.TransportError as exc:
-            raise WireError("host_unreachable", f"cannot reach Host at {self.base_url}: {exc}",
-                            retryable=True) from exc
+            raise WireError(
+                "host_unreachable", f"cannot reach Host at {self.base_url}: {exc}", retryable=True
+            ) from exc
         if response.status_code in expect:
             try:
                 data = response.json()
             except ValueError as exc:
-                raise WireError("bad_response", f"Host sent non-JSON for {method} {path}",
-                                status=response.status_code, retryable=True) from exc
+                raise WireError(
+                    "bad_response",
+                    f"Host sent non-JSON for {method} {path}",
+                    status=response.status_code,
+                    retryable=True,
+                ) from exc
             if not isinstance(data, dict):
-                raise WireError("bad_response", f"Host sent a non-object for {method} {path}",
-                                status=response.status_code, retryable=True)
+                raise WireError(
+                    "bad_response",
+                    f"Host sent a non-object for {method} {path}",
+                    status=response.status_code,
+                    retryable=True,
+                )
             return data
         raise self._error(method, path, response)
 

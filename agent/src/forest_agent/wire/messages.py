@@ -38,7 +38,9 @@ def _argv(value: Any, where: str) -> list[str]:
 def _str_map(value: Any, where: str) -> dict[str, str]:
     if value is None:
         return {}
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
         raise MessageInvalid("must be an object of string values", field_path=where)
     for key in value:
         if not key or "=" in key or "\0" in key:
@@ -82,8 +84,9 @@ class Job:
             raise MessageInvalid("must be an object", field_path=f"{where}.payload")
         workdir = _str(payload, "workdir", f"{where}.payload", required=False)
         if workdir is not None and (workdir.startswith("/") or ".." in workdir.split("/")):
-            raise MessageInvalid("must be a relative path inside the job workspace",
-                                 field_path=f"{where}.payload.workdir")
+            raise MessageInvalid(
+                "must be a relative path inside the job workspace", field_path=f"{where}.payload.workdir"
+            )
         return cls(
             job_id=_str(data, "job_id", where) or "",
             run_id=str(data.get("run_id") or ""),
@@ -122,7 +125,10 @@ class Probe:
             raise MessageInvalid("must start with '/'", field_path=f"{where}.path")
         command = _argv(data.get("command"), f"{where}.command") if kind == "exec" else []
         return cls(
-            type=kind, port=port, path=path, command=command,
+            type=kind,
+            port=port,
+            path=path,
+            command=command,
             period_s=float(_int(data, "period_s", where, 5, minimum=1)),
             timeout_s=float(_int(data, "timeout_s", where, 2, minimum=1)),
             failure_threshold=_int(data, "failure_threshold", where, 3, minimum=1),
@@ -237,9 +243,11 @@ class Generation:
             secrets=_str_map(data.get("secrets"), f"{where}.secrets"),
             secrets_mode=secrets_mode,
             ports=ports,
-            readiness=Probe.parse(probes["readiness"], f"{where}.probes.readiness") if probes.get("readiness")
+            readiness=Probe.parse(probes["readiness"], f"{where}.probes.readiness")
+            if probes.get("readiness")
             else None,
-            liveness=Probe.parse(probes["liveness"], f"{where}.probes.liveness") if probes.get("liveness")
+            liveness=Probe.parse(probes["liveness"], f"{where}.probes.liveness")
+            if probes.get("liveness")
             else None,
             ingress=ingress,
             restart=restart,
