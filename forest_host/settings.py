@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "apps.pipelines",
     "apps.compute",
     "apps.infra",
+    "apps.staff",
 ]
 
 MIDDLEWARE = [

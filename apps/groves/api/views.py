@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 from apps.groves import services
 from apps.groves.api import serializers as s
 from apps.groves.api.authentication import GroveCredentialAuthentication, IsOwnGrove
+from apps.groves.filtersets import GroveFilterSet
 from apps.groves.selectors import grove_list
 
 ERRORS = {code: OpenApiResponse(s.ErrorSerializer) for code in (400, 401, 403, 404, 410, 413)}
@@ -50,7 +51,7 @@ class HeartbeatView(GroveWireView):
 class GroveListView(generics.ListAPIView):
     serializer_class = s.GroveSerializer
     permission_classes = [IsAuthenticated]
-    filterset_fields = ["substrate"]
+    filterset_class = GroveFilterSet
 
     def get_queryset(self):
         return grove_list()

@@ -1,0 +1,13 @@
+from django.urls import path
+from django.views.generic import RedirectView
+
+from apps.staff import views
+
+app_name = "staff"
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="staff:grove-list"), name="index"),
+    path("groves/", views.grove_list_view, name="grove-list"),
+    path("groves/<slug:slug>/", views.grove_detail_view, name="grove-detail"),
+    path("placements/", views.placement_list_view, name="placement-list"),
+    path("placements/<int:pk>/", views.placement_detail_view, name="placement-detail"),
+]
