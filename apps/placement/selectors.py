@@ -8,11 +8,14 @@ Python only ever sees a bounded number of Groves per decision.
 """
 from __future__ import annotations
 
+import json
 import uuid
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, Exists, IntegerField, Min, OuterRef, Q, QuerySet, Subquery, Value, Window
+from django.db import connection
+from django.db.models import Exists, IntegerField, Min, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -22,6 +25,7 @@ from apps.placement.requirements import ExecutionRequirement
 from apps.placement.rules import GroveFacts
 
 NO_PLATFORM_RANK = 1000
+MAX_GROVE_PLATFORMS = 32  # apps.groves.rules.platforms caps a report at 32
 FACT_FIELDS = ("id", "slug", "substrate", "roles", "platforms", "isolation_modes", "change_kinds", "enabled",
                "last_heartbeat_at")
 
@@ -77,48 +81,118 @@ def _ranked(queryset: QuerySet[Grove], requirement: ExecutionRequirement) -> Que
     return queryset.order_by(*order, "slug")
 
 
-def _compatible(requirement: ExecutionRequirement) -> Q | None:
-    """The compatibility rules as one indexed filter (None: no Grove can ever pass)."""
-    substrates = needed_substrate(requirement)
-    if not substrates:
-        return None
+@dataclass
+class Candidate:
+    """A fresh Grove as the candidate query returns it (duck-types the Grove fields that ``facts`` reads)."""
+
+    id: uuid.UUID
+    slug: str
+    substrate: str
+    roles: list
+    platforms: list
+    isolation_modes: list
+    change_kinds: list
+    last_heartbeat_at: datetime
+    eligible: bool
+    platform_rank: int
+    fits_cpu_memory: bool
+
+    def to_grove(self) -> Grove:
+        """The model instance (other fields load on access) for results and the placement's foreign key."""
+        known = {"id": self.id, "slug": self.slug, "substrate": self.substrate, "roles": self.roles,
+                 "platforms": self.platforms, "isolation_modes": self.isolation_modes,
+                 "change_kinds": self.change_kinds, "last_heartbeat_at": self.last_heartbeat_at, "enabled": True}
+        # from_db takes values in the model's field order when some fields are deferred.
+        names = [f.attname for f in Grove._meta.concrete_fields if f.attname in known]
+        return Grove.from_db("default", names, [known[name] for name in names])
+
+
+@dataclass
+class CandidateSet:
+    eligible: list[Candidate]  # the best ``limit`` compatible Groves, in chooser order
+    others: list[Candidate]  # up to ``limit`` fresh Groves failing some rule, by slug
+    eligible_total: int
+    fresh_total: int
+
+
+_CAP = "EXISTS (SELECT 1 FROM groves_grovecapability c WHERE c.grove_id = g.id AND c.kind = '{kind}' AND {test})"
+_COLUMNS = "g.id, g.slug, g.substrate, g.roles, g.platforms, g.isolation_modes, g.change_kinds, g.last_heartbeat_at"
+
+
+def _json(value):
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def candidates(requirement: ExecutionRequirement, *, limit: int) -> CandidateSet:
+    """One round trip: the ranked eligible Groves (with their count) and a sample of the others.
+
+    The compatibility rules become indexed ``GroveCapability`` semi-joins plus the substrate column; the
+    ranking is an ORDER BY over the platform capability's ``rank`` and a CPU/memory fit on any unit, so
+    PostgreSQL returns at most ``2 * limit`` rows whatever the fleet size. Hand-written SQL because the
+    ORM's query building alone cost more than the whole decision.
+    """
     compat = requirement.compatibility
-    condition = (Q(_has("role", requirement.family)) & Q(_has("change_kind", compat.change_kind))
-                 & Q(_has("isolation", compat.isolation)))
-    if len(substrates) == 1:
-        condition &= Q(substrate=next(iter(substrates)))
-    if compat.platform.allowed:
-        condition &= Q(_has("platform", values=compat.platform.allowed))
-    return condition
-
-
-def eligible_candidates(requirement: ExecutionRequirement, *, limit: int) -> list[Grove]:
-    """The best ``limit`` fresh Groves that pass every compatibility rule, in chooser order, each carrying
-    ``platform_rank``, ``fits_cpu_memory`` and ``eligible_total`` (the count before the limit)."""
-    condition = _compatible(requirement)
-    if condition is None:
-        return []
-    queryset = _ranked(fresh_groves().filter(condition), requirement).annotate(eligible_total=Window(Count("id")))
-    return list(queryset[:limit])
-
-
-def any_eligible(requirement: ExecutionRequirement) -> bool:
-    condition = _compatible(requirement)
-    return condition is not None and fresh_groves().filter(condition).exists()
+    params: dict = {
+        "cutoff": timezone.now() - timedelta(seconds=settings.GROVE_STALE_AFTER_S), "limit": limit,
+        "role": requirement.family, "change_kind": compat.change_kind, "isolation": compat.isolation,
+        "substrates": sorted(needed_substrate(requirement)), "allowed": list(compat.platform.allowed),
+        "cpu": requirement.resources.cpu_milli, "memory": requirement.resources.memory_bytes,
+        "api": requirement.accelerators.api if requirement.accelerators and requirement.accelerators.api else "",
+    }
+    params.update(role_json=json.dumps([requirement.family]), change_kind_json=json.dumps([compat.change_kind]),
+                  isolation_json=json.dumps([compat.isolation]))
+    fresh = "g.enabled AND g.last_heartbeat_at >= %(cutoff)s"
+    # jsonb containment on the Grove's own lists: no per-row subplans, so planning and execution stay cheap.
+    condition = " AND ".join([
+        "g.substrate = ANY(%(substrates)s)",
+        "g.roles @> %(role_json)s::jsonb",
+        "g.change_kinds @> %(change_kind_json)s::jsonb",
+        "g.isolation_modes @> %(isolation_json)s::jsonb",
+        *(["g.platforms ?| %(allowed)s::text[]"] if compat.platform.allowed else []),
+    ]) if params["substrates"] else "false"
+    # Position of the first accepted platform in the Grove's order: a CASE chain is far cheaper per row than
+    # unnesting the array (a Grove reports at most MAX_GROVE_PLATFORMS platforms).
+    rank = ("CASE " + " ".join(f"WHEN g.platforms->>{i} = ANY(%(allowed)s::text[]) THEN {i}"
+                               for i in range(MAX_GROVE_PLATFORMS)) + f" ELSE {NO_PLATFORM_RANK} END"
+            ) if compat.platform.allowed else "0"
+    fits = ("EXISTS (SELECT 1 FROM groves_placementunit u WHERE u.grove_id = g.id AND u.cpu_milli_free >= %(cpu)s "
+            "AND u.memory_bytes_free >= %(memory)s)")
+    has_api = _CAP.format(kind="accelerator_api", test="c.value = %(api)s") if params["api"] else "true"
+    sql = f"""
+        (SELECT true, {_COLUMNS}, {rank} AS platform_rank, {fits} AS fits, {has_api} AS has_api,
+                count(*) OVER () AS total
+           FROM groves_grove g WHERE {fresh} AND {condition}
+          ORDER BY platform_rank, fits DESC, has_api DESC, g.slug LIMIT %(limit)s)
+        UNION ALL
+        (SELECT false, {_COLUMNS}, {NO_PLATFORM_RANK}, false, false,
+                (SELECT count(*) FROM groves_grove g WHERE {fresh})
+           FROM groves_grove g WHERE {fresh} AND NOT ({condition})
+          ORDER BY g.slug LIMIT %(limit)s)"""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    result = CandidateSet(eligible=[], others=[], eligible_total=0, fresh_total=0)
+    for row in rows:
+        eligible, grove_id, slug, substrate, roles, platforms, isolation, kinds, heartbeat, prank, fit, _, total = row
+        candidate = Candidate(id=grove_id, slug=slug, substrate=substrate, roles=_json(roles),
+                              platforms=_json(platforms), isolation_modes=_json(isolation),
+                              change_kinds=_json(kinds), last_heartbeat_at=heartbeat, eligible=eligible,
+                              platform_rank=prank if prank is not None else NO_PLATFORM_RANK, fits_cpu_memory=fit)
+        if eligible:
+            result.eligible.append(candidate)
+            result.eligible_total = total
+        else:
+            result.others.append(candidate)
+            result.fresh_total = total
+    if not result.others:
+        result.fresh_total = Grove.objects.filter(enabled=True, last_heartbeat_at__gte=params["cutoff"]).count()
+    return result
 
 
 def role_holders(requirement: ExecutionRequirement, *, limit: int) -> list[Grove]:
     """Fresh Groves holding the role, in chooser order regardless of compatibility (shadow fallback)."""
     queryset = fresh_groves().filter(_has("role", requirement.family))
     return list(_ranked(queryset, requirement)[:limit])
-
-
-def ineligible_sample(requirement: ExecutionRequirement, *, limit: int) -> tuple[list[Grove], int]:
-    """Up to ``limit`` fresh Groves that fail some rule (to explain why), and how many fail in all."""
-    condition = _compatible(requirement)
-    queryset = fresh_groves() if condition is None else fresh_groves().exclude(condition)
-    rows = list(queryset.annotate(ineligible_total=Window(Count("id"))).order_by("slug")[:limit])
-    return rows, (rows[0].ineligible_total if rows else 0)
 
 
 def fits_cpu_memory(grove: Grove, requirement: ExecutionRequirement) -> bool:

@@ -160,26 +160,26 @@ def _explicit(requirement: ExecutionRequirement, reference: str, enforced: bool)
 
 
 def _selection(requirement: ExecutionRequirement, enforced: bool) -> Decision:
-    eligible = selectors.eligible_candidates(requirement, limit=CANDIDATE_LIMIT)
-    eligible_total = eligible[0].eligible_total if eligible else 0
-    others, ineligible_total = selectors.ineligible_sample(requirement, limit=CANDIDATE_LIMIT)
+    found = selectors.candidates(requirement, limit=CANDIDATE_LIMIT)
+    eligible_total = found.eligible_total
+    ineligible_total = found.fresh_total - eligible_total
     verdicts = []
-    ordered = _ordered(requirement, eligible, with_incompatibilities=False)
+    ordered = _ordered(requirement, found.eligible, with_incompatibilities=False)
     for rank, (grove, facts, _found, admission) in enumerate(ordered, start=1):
         verdicts.append(_verdict(grove, facts, [], rank=rank, requirement=requirement,
                                  fits_cpu_memory=grove.fits_cpu_memory, admission=admission))
-    for grove in others:
+    for grove in found.others:
         facts = selectors.facts(grove)
         verdicts.append(_verdict(grove, facts, rules.check(requirement, facts), rank=None, requirement=requirement))
     summary = (f"{eligible_total}/{eligible_total + ineligible_total} fresh Groves eligible"
                + (f"; sample of the others: {rules.summarise(verdicts[len(ordered):]).split(': ', 1)[-1]}"
-                  if others else ""))
+                  if found.others else ""))
     decision = Decision(grove=None, selected_platform="", chooser=Chooser.SELECTION, enforced=enforced,
                         incompatibilities=[], candidates=verdicts, summary=summary,
                         eligible_total=eligible_total, ineligible_total=ineligible_total)
     if ordered:
         grove, facts = ordered[0][0], ordered[0][1]
-        decision.grove, decision.selected_platform = grove, rules.selected_platform(requirement, facts)
+        decision.grove, decision.selected_platform = grove.to_grove(), rules.selected_platform(requirement, facts)
         return decision
     holders = selectors.role_holders(requirement, limit=CANDIDATE_LIMIT)
     if not holders:
@@ -353,10 +353,12 @@ def placement_plan_check(*, requirement: ExecutionRequirement, environment: str 
             reasons = _incompatibility_json(rules.check(requirement, selectors.facts(grove)))
             if not grove.enabled:
                 reasons.append({"code": "grove_disabled", "message": f"Grove {grove.slug} is disabled."})
-    elif not selectors.any_eligible(requirement):
-        others, _ = selectors.ineligible_sample(requirement, limit=CANDIDATE_LIMIT)
+    else:
+        found = selectors.candidates(requirement, limit=CANDIDATE_LIMIT)
+        if found.eligible_total:
+            return PlanCheck(never_placeable=False)
         seen: dict[str, dict] = {}
-        for grove in others:
+        for grove in found.others:
             for item in rules.check(requirement, selectors.facts(grove)):
                 seen.setdefault(item.code, {"code": item.code, "message": item.message})
         reasons = list(seen.values()) or [{"code": "no_fresh_grove",

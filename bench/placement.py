@@ -1,0 +1,231 @@
+"""Placement decisions per second and p50/p99 latency against a floor measured in the same run.
+
+    .venv/bin/python bench/placement.py [--groves 10,100,1000,10000] [--decisions 2000]
+
+For each N, N fresh Groves with mixed substrates (Kubernetes / native), roles, platform orders,
+isolation modes, units and accelerator inventories are loaded into PostgreSQL (the same rows a
+heartbeat writes, including the indexed ``GroveCapability`` facts). Then, in one process on one core:
+
+* *preview*: ``placement_decide`` (the pure decision: candidate query, ranking, verdicts; nothing stored);
+* *persisted*: ``place_execution`` for a new subject each time (flags, decision, one INSERT).
+
+A mix of requirements is cycled (container amd64/arm64, any platform, native darwin, GPU, untrusted,
+and one nothing can run). The floor is a bare single-row ``INSERT`` through psycopg (autocommit) on the
+same database. Prints decisions/s, p50/p99, our/floor ratios, and the growth of p50 from the smallest
+to the largest fleet against the growth of the fleet (sub-linear means far below N_max/N_min).
+
+Needs PostgreSQL on 127.0.0.1 (``scripts/services-up.sh``); uses a ``forest_bench_placement`` database.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DB_NAME = "forest_bench_placement"
+ADMIN_URL = os.environ.get("BENCH_ADMIN_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+DB_URL = os.environ.get("BENCH_PLACEMENT_DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/{DB_NAME}")
+os.environ.update({
+    "DATABASE_URL": DB_URL, "SECRET_KEY": "bench-secret-key", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0",
+    "CELERY_BROKER_URL": "redis://127.0.0.1:6379/14", "LOG_LEVEL": "ERROR", "FLAGS_CACHE_TTL_S": "1",
+    "DJANGO_SETTINGS_MODULE": "forest_host.settings",
+})
+GIB = 1024**3
+K8S_PLATFORMS = [["linux/amd64"], ["linux/arm64"], ["linux/amd64", "linux/arm64"], ["linux/arm64", "linux/amd64"]]
+NATIVE_PLATFORMS = [["darwin/arm64"], ["linux/amd64"], ["linux/arm64"]]
+
+
+def prepare_database() -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DB_NAME}")
+
+
+def fleet(n: int, rnd: random.Random):
+    """N Groves as model rows (Grove, capabilities, units, inventory), like heartbeats would leave them."""
+    from django.utils import timezone
+
+    from apps.groves.models import AcceleratorInventoryItem, Grove, PlacementUnit
+    from apps.groves.services import _capabilities
+
+    now = timezone.now()
+    groves, units, items, caps = [], [], [], []
+    for index in range(n):
+        native = rnd.random() < 0.3
+        roles = sorted(rnd.sample(["build", "runtime", "compute"], rnd.randint(1, 3)))
+        if native:
+            platforms = rnd.choice(NATIVE_PLATFORMS)
+            kinds, isolation = ["native.job", "native.workload"], ["host_process"]
+        else:
+            platforms = rnd.choice(K8S_PLATFORMS)
+            kinds = ["k8s.job", "k8s.build_job", "k8s.deployment"] if rnd.random() < 0.8 else ["k8s.job"]
+            isolation = ["container", "vm"] if rnd.random() < 0.2 else ["container"]
+        accelerators = []
+        if native and platforms == ["darwin/arm64"]:
+            accelerators = [{"id": "apple-gpu-0", "kind": "gpu", "vendor": "apple", "model": "Apple M3 Max",
+                             "apis": ["metal"], "memory_bytes": 48 * GIB, "memory_kind": "unified",
+                             "memory_enforced": False, "share_mode": "cooperative"}]
+        elif not native and rnd.random() < 0.1:
+            accelerators = [{"id": f"GPU-{i}", "kind": "gpu", "vendor": "nvidia", "model": "H100",
+                             "apis": ["cuda"], "memory_bytes": 80 * GIB, "memory_kind": "dedicated",
+                             "memory_enforced": True, "share_mode": "exclusive"} for i in range(rnd.choice([1, 4, 8]))]
+        unit_count = 1 if native else rnd.randint(1, 3)
+        report_units = []
+        for u in range(unit_count):
+            cpu = rnd.choice([8000, 16000, 64000])
+            slots = [{"inventory_id": a["id"], "allocatable": 1, "free": rnd.randint(0, 1)}
+                     for a in accelerators if u == 0]
+            report_units.append({"id": f"node-{u}", "cpu_milli": {"allocatable": cpu, "free": rnd.randint(0, cpu)},
+                                 "memory_bytes": {"allocatable": 64 * GIB, "free": rnd.randint(0, 64) * GIB},
+                                 "accelerators": slots})
+        capacity = {"placement_units": report_units, "accelerators": accelerators}
+        grove = Grove(slug=f"g{index:05d}", name=f"g{index}", roles=roles, substrate="native" if native else
+                      "kubernetes", platforms=platforms, isolation_modes=isolation, change_kinds=kinds,
+                      last_heartbeat_at=now, capacity=capacity, capacity_reported_at=now)
+        groves.append(grove)
+        caps.extend(_capabilities(grove))
+        units.extend(PlacementUnit(grove=grove, unit_id=u["id"], cpu_milli_allocatable=u["cpu_milli"]["allocatable"],
+                                   cpu_milli_free=u["cpu_milli"]["free"],
+                                   memory_bytes_allocatable=u["memory_bytes"]["allocatable"],
+                                   memory_bytes_free=u["memory_bytes"]["free"], accelerators=u["accelerators"])
+                     for u in report_units)
+        items.extend(AcceleratorInventoryItem(grove=grove, inventory_id=a["id"], kind="gpu", vendor=a["vendor"],
+                                              model=a["model"], apis=a["apis"], memory_bytes=a["memory_bytes"],
+                                              memory_kind=a["memory_kind"], memory_enforced=a["memory_enforced"],
+                                              share_mode=a["share_mode"]) for a in accelerators)
+    return groves, caps, units, items
+
+
+def load(n: int) -> None:
+    from django.db import connection
+
+    from apps.groves.models import AcceleratorInventoryItem, Grove, GroveCapability, PlacementUnit
+    from apps.placement.models import ExecutionPlacement
+
+    ExecutionPlacement.objects.all().delete()
+    Grove.objects.all().delete()
+    groves, caps, units, items = fleet(n, random.Random(n))
+    Grove.objects.bulk_create(groves, batch_size=2000)
+    GroveCapability.objects.bulk_create(caps, batch_size=5000)
+    PlacementUnit.objects.bulk_create(units, batch_size=5000)
+    AcceleratorInventoryItem.objects.bulk_create(items, batch_size=5000)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+
+
+def requirements():
+    from apps.placement import derivation
+
+    image = "registry.example/app@sha256:" + "a" * 64
+    nodes = [
+        ({"id": "build", "kind": "build_image", "platform": ["linux/amd64"]}, "build"),
+        ({"id": "test", "kind": "exec", "image": image, "platform": ["linux/arm64"]}, "build"),
+        ({"id": "web", "kind": "deploy", "image": image}, "deploy"),
+        ({"id": "sign", "kind": "exec", "runtime": "native", "platform": ["darwin/arm64"]}, "build"),
+        ({"id": "train", "kind": "exec", "image": image, "platform": ["linux/amd64"],
+          "accelerators": {"count": 1, "vendor": "nvidia"}}, "compute"),
+        ({"id": "mlx", "kind": "exec", "runtime": "native", "accelerators": {"count": 1, "vendor": "apple"}},
+         "compute"),
+        ({"id": "fuzz", "kind": "exec", "image": image, "trust": "untrusted",
+          "resources": {"cpu_milli": 16000, "memory_bytes": 32 * GIB}}, "compute"),
+        ({"id": "nowhere", "kind": "exec", "image": image, "platform": ["windows/amd64"]}, "build"),
+    ]
+    return [derivation.requirement_for_node(node, run_kind=kind) for node, kind in nodes]
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def measure(fn, count: int) -> dict:
+    for i in range(min(50, count)):  # warm caches and prepared plans
+        fn(-1 - i)
+    samples = []
+    start = time.perf_counter()
+    for i in range(count):
+        t0 = time.perf_counter()
+        fn(i)
+        samples.append(time.perf_counter() - t0)
+    wall = time.perf_counter() - start
+    return {"rate": count / wall, "p50": percentile(samples, 0.5) * 1000, "p99": percentile(samples, 0.99) * 1000}
+
+
+def floor(count: int) -> dict:
+    import psycopg
+
+    with psycopg.connect(DB_URL, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS bench_floor")
+        conn.execute("CREATE TABLE bench_floor (id bigserial PRIMARY KEY, subject text UNIQUE, body jsonb)")
+
+        def insert(i: int) -> None:
+            conn.execute("INSERT INTO bench_floor (subject, body) VALUES (%s, %s)", (f"s{i}", '{"k": 1}'))
+
+        return measure(insert, count)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groves", default="10,100,1000,10000")
+    parser.add_argument("--decisions", type=int, default=2000)
+    args = parser.parse_args()
+    prepare_database()
+    import django
+
+    django.setup()
+    logging.getLogger("apps.placement").setLevel(logging.ERROR)
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from apps.core.errors import ForestError
+    from apps.placement import services
+
+    mix = requirements()
+    base = floor(args.decisions)
+    print(f"floor (bare single-row INSERT via psycopg, autocommit): {base['rate']:8.0f}/s  "
+          f"p50 {base['p50']:.3f} ms  p99 {base['p99']:.3f} ms\n")
+    header = (f"{'groves':>7} {'mode':>9} {'decisions/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'p50/floor':>10} "
+              f"{'eligible(avg)':>14}")
+    print(header)
+    print("-" * len(header))
+    p50s: dict[str, dict[int, float]] = {"preview": {}, "persisted": {}}
+    for n in [int(x) for x in args.groves.split(",")]:
+        t0 = time.perf_counter()
+        load(n)
+        load_s = time.perf_counter() - t0
+        eligible = [services.placement_decide(requirement=r).eligible_total for r in mix]
+
+        def preview(i: int) -> None:
+            services.placement_decide(requirement=mix[i % len(mix)])
+
+        def persisted(i: int, run: str = f"{n}-{time.monotonic_ns()}") -> None:
+            # 'nowhere' with no Grove of the role raises a refusal: a refusal is a decision too
+            with contextlib.suppress(ForestError):
+                services.place_execution(subject_type="pipeline_node", subject_id=f"{run}-{i}",
+                                         requirement=mix[i % len(mix)])
+
+        for mode, fn in (("preview", preview), ("persisted", persisted)):
+            result = measure(fn, args.decisions)
+            p50s[mode][n] = result["p50"]
+            print(f"{n:>7} {mode:>9} {result['rate']:>12.0f} {result['p50']:>8.3f} {result['p99']:>8.3f} "
+                  f"{result['p50'] / base['p50']:>10.1f} {statistics.mean(eligible):>14.0f}")
+        print(f"{'':>7} (loaded {n} Groves in {load_s:.1f} s)")
+    sizes = sorted(p50s["preview"])
+    if len(sizes) > 1:
+        small, large = sizes[0], sizes[-1]
+        print(f"\ngrowth {small} -> {large} Groves ({large / small:.0f}x): "
+              + ", ".join(f"{mode} p50 x{p50s[mode][large] / p50s[mode][small]:.2f}" for mode in p50s))
+
+
+if __name__ == "__main__":
+    main()
