@@ -1,10 +1,7 @@
-"""Reads for placement: candidate Groves (pre-filtered with the indexed ``GroveCapability`` table) and
-stored placements.
+"""Reads for placement: candidate Groves and stored placements.
 
-The candidate query does the selective work in PostgreSQL: role, change kind, isolation and platform
-are indexed ``(kind, value, grove)`` lookups, substrate is a column, and ranking (platform preference
-from the capability's ``rank``, then a CPU/memory fit on any reported unit) is an ORDER BY with a LIMIT.
-Python only ever sees a bounded number of Groves per decision.
+The candidate query does the selective work in PostgreSQL and returns a bounded number of rows whatever
+the fleet size (see ``candidates``); Python only ever checks and ranks those.
 """
 from __future__ import annotations
 
@@ -15,11 +12,10 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Exists, IntegerField, Min, OuterRef, QuerySet, Subquery, Value
-from django.db.models.functions import Coalesce
+from django.db.models import QuerySet
 from django.utils import timezone
 
-from apps.groves.models import Grove, GroveCapability, PlacementUnit
+from apps.groves.models import Grove, PlacementUnit
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.rules import GroveFacts
@@ -36,17 +32,6 @@ def facts(grove: Grove) -> GroveFacts:
                       change_kinds=tuple(grove.change_kinds))
 
 
-def fresh_groves() -> QuerySet[Grove]:
-    cutoff = timezone.now() - timedelta(seconds=settings.GROVE_STALE_AFTER_S)
-    return Grove.objects.filter(enabled=True, last_heartbeat_at__gte=cutoff).only(*FACT_FIELDS)
-
-
-def _has(kind: str, value: str | None = None, values: tuple[str, ...] | None = None) -> Exists:
-    caps = GroveCapability.objects.filter(grove=OuterRef("pk"), kind=kind)
-    caps = caps.filter(value=value) if values is None else caps.filter(value__in=values)
-    return Exists(caps)
-
-
 def needed_substrate(requirement: ExecutionRequirement) -> set[str]:
     """Substrates that could satisfy the substrate and trust rules at all (empty = none can)."""
     allowed = {"kubernetes", "native"}
@@ -57,28 +42,6 @@ def needed_substrate(requirement: ExecutionRequirement) -> set[str]:
     if requirement.compatibility.isolation == "host_process":
         allowed &= {"native"}
     return allowed
-
-
-def _ranked(queryset: QuerySet[Grove], requirement: ExecutionRequirement) -> QuerySet[Grove]:
-    allowed = requirement.compatibility.platform.allowed
-    if allowed:
-        rank = Subquery(
-            GroveCapability.objects.filter(grove=OuterRef("pk"), kind="platform", value__in=allowed)
-            .values("grove").annotate(best=Min("rank")).values("best")[:1],
-            output_field=IntegerField(),
-        )
-        queryset = queryset.annotate(platform_rank=Coalesce(rank, Value(NO_PLATFORM_RANK)))
-    else:
-        queryset = queryset.annotate(platform_rank=Value(0, output_field=IntegerField()))
-    resources = requirement.resources
-    fits = PlacementUnit.objects.filter(grove=OuterRef("pk"), cpu_milli_free__gte=resources.cpu_milli,
-                                        memory_bytes_free__gte=resources.memory_bytes)
-    queryset = queryset.annotate(fits_cpu_memory=Exists(fits))
-    order = ["platform_rank", "-fits_cpu_memory"]
-    if requirement.accelerators is not None and requirement.accelerators.api:
-        queryset = queryset.annotate(has_accelerator_api=_has("accelerator_api", requirement.accelerators.api))
-        order.append("-has_accelerator_api")
-    return queryset.order_by(*order, "slug")
 
 
 @dataclass
@@ -111,10 +74,17 @@ class Candidate:
 class CandidateSet:
     eligible: list[Candidate]  # the best ``limit`` compatible Groves, in chooser order
     others: list[Candidate]  # up to ``limit`` fresh Groves failing some rule, by slug
-    eligible_total: int
-    fresh_total: int
+    eligible_total: int  # counted up to COUNT_CAP
+    ineligible_total: int  # counted up to COUNT_CAP
+
+    @property
+    def capped(self) -> bool:
+        return COUNT_CAP in (self.eligible_total, self.ineligible_total)
 
 
+# Totals in a decision are exact up to this many Groves ("1000+" beyond): counting every eligible Grove of
+# a large fleet would make each decision's cost grow with the fleet.
+COUNT_CAP = 1000
 _CAP = "EXISTS (SELECT 1 FROM groves_grovecapability c WHERE c.grove_id = g.id AND c.kind = '{kind}' AND {test})"
 _COLUMNS = "g.id, g.slug, g.substrate, g.roles, g.platforms, g.isolation_modes, g.change_kinds, g.last_heartbeat_at"
 
@@ -123,76 +93,88 @@ def _json(value):
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
-def candidates(requirement: ExecutionRequirement, *, limit: int) -> CandidateSet:
-    """One round trip: the ranked eligible Groves (with their count) and a sample of the others.
+def _rows_to_candidates(rows) -> list[Candidate]:
+    out = []
+    for eligible, grove_id, slug, substrate, roles, platforms, isolation, kinds, heartbeat, prank, fit in rows:
+        out.append(Candidate(id=grove_id, slug=slug, substrate=substrate, roles=_json(roles),
+                             platforms=_json(platforms), isolation_modes=_json(isolation), change_kinds=_json(kinds),
+                             last_heartbeat_at=heartbeat, eligible=eligible,
+                             platform_rank=NO_PLATFORM_RANK if prank is None else prank, fits_cpu_memory=fit))
+    return out
 
-    The compatibility rules become indexed ``GroveCapability`` semi-joins plus the substrate column; the
-    ranking is an ORDER BY over the platform capability's ``rank`` and a CPU/memory fit on any unit, so
-    PostgreSQL returns at most ``2 * limit`` rows whatever the fleet size. Hand-written SQL because the
-    ORM's query building alone cost more than the whole decision.
+
+def candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool = False) -> CandidateSet:
+    """The ``limit`` best eligible Groves in chooser order, a sample of the others, and capped totals.
+
+    The compatibility rules are jsonb containment tests on the Grove's own role, change-kind, isolation
+    and platform lists plus the substrate column (no per-row subplans). The first round trip asks only for
+    Groves with the best possible rank key (first platform accepted, a unit that fits, the accelerator
+    API when one is wanted) in slug order: PostgreSQL walks the slug index and stops after ``limit``
+    rows, and those rows *are* the top of the ranking. Only when fewer exist does a second query rank
+    every eligible Grove. Totals are counted up to ``COUNT_CAP``. ``role_only`` ranks every Grove holding
+    the role (the shadow-mode fallback). Hand-written SQL: the ORM's query building alone cost more than
+    the whole decision.
     """
     compat = requirement.compatibility
     params: dict = {
         "cutoff": timezone.now() - timedelta(seconds=settings.GROVE_STALE_AFTER_S), "limit": limit,
-        "role": requirement.family, "change_kind": compat.change_kind, "isolation": compat.isolation,
-        "substrates": sorted(needed_substrate(requirement)), "allowed": list(compat.platform.allowed),
-        "cpu": requirement.resources.cpu_milli, "memory": requirement.resources.memory_bytes,
+        "cap": COUNT_CAP, "substrates": sorted(needed_substrate(requirement)),
+        "allowed": list(compat.platform.allowed), "cpu": requirement.resources.cpu_milli,
+        "memory": requirement.resources.memory_bytes,
         "api": requirement.accelerators.api if requirement.accelerators and requirement.accelerators.api else "",
+        "role_json": json.dumps([requirement.family]), "change_kind_json": json.dumps([compat.change_kind]),
+        "isolation_json": json.dumps([compat.isolation]),
     }
-    params.update(role_json=json.dumps([requirement.family]), change_kind_json=json.dumps([compat.change_kind]),
-                  isolation_json=json.dumps([compat.isolation]))
     fresh = "g.enabled AND g.last_heartbeat_at >= %(cutoff)s"
-    # jsonb containment on the Grove's own lists: no per-row subplans, so planning and execution stay cheap.
-    condition = " AND ".join([
-        "g.substrate = ANY(%(substrates)s)",
-        "g.roles @> %(role_json)s::jsonb",
-        "g.change_kinds @> %(change_kind_json)s::jsonb",
-        "g.isolation_modes @> %(isolation_json)s::jsonb",
-        *(["g.platforms ?| %(allowed)s::text[]"] if compat.platform.allowed else []),
-    ]) if params["substrates"] else "false"
+    if role_only:
+        condition = "g.roles @> %(role_json)s::jsonb"
+    elif params["substrates"]:
+        condition = " AND ".join([
+            "g.substrate = ANY(%(substrates)s)",
+            "g.roles @> %(role_json)s::jsonb",
+            "g.change_kinds @> %(change_kind_json)s::jsonb",
+            "g.isolation_modes @> %(isolation_json)s::jsonb",
+            *(["g.platforms ?| %(allowed)s::text[]"] if compat.platform.allowed else []),
+        ])
+    else:
+        condition = "false"
     # Position of the first accepted platform in the Grove's order: a CASE chain is far cheaper per row than
     # unnesting the array (a Grove reports at most MAX_GROVE_PLATFORMS platforms).
     rank = ("CASE " + " ".join(f"WHEN g.platforms->>{i} = ANY(%(allowed)s::text[]) THEN {i}"
                                for i in range(MAX_GROVE_PLATFORMS)) + f" ELSE {NO_PLATFORM_RANK} END"
             ) if compat.platform.allowed else "0"
+    best_platform = "g.platforms->>0 = ANY(%(allowed)s::text[])" if compat.platform.allowed else "true"
     fits = ("EXISTS (SELECT 1 FROM groves_placementunit u WHERE u.grove_id = g.id AND u.cpu_milli_free >= %(cpu)s "
             "AND u.memory_bytes_free >= %(memory)s)")
     has_api = _CAP.format(kind="accelerator_api", test="c.value = %(api)s") if params["api"] else "true"
-    sql = f"""
-        (SELECT true, {_COLUMNS}, {rank} AS platform_rank, {fits} AS fits, {has_api} AS has_api,
-                count(*) OVER () AS total
-           FROM groves_grove g WHERE {fresh} AND {condition}
-          ORDER BY platform_rank, fits DESC, has_api DESC, g.slug LIMIT %(limit)s)
+    api_order = f"{has_api} DESC, " if params["api"] else ""
+    first = f"""
+        (SELECT true, {_COLUMNS}, 0, true FROM groves_grove g
+          WHERE {fresh} AND {condition} AND {best_platform} AND {fits} AND {has_api}
+          ORDER BY g.slug LIMIT %(limit)s)
         UNION ALL
-        (SELECT false, {_COLUMNS}, {NO_PLATFORM_RANK}, false, false,
-                (SELECT count(*) FROM groves_grove g WHERE {fresh})
-           FROM groves_grove g WHERE {fresh} AND NOT ({condition})
-          ORDER BY g.slug LIMIT %(limit)s)"""
+        (SELECT false, {_COLUMNS}, {NO_PLATFORM_RANK}, false FROM groves_grove g
+          WHERE {fresh} AND NOT ({condition}) ORDER BY g.slug LIMIT %(limit)s)
+"""
+    counts = f"""
+        SELECT (SELECT count(*) FROM (SELECT 1 FROM groves_grove g WHERE {fresh} AND {condition} LIMIT %(cap)s) e),
+               (SELECT count(*) FROM (SELECT 1 FROM groves_grove g WHERE {fresh} AND NOT ({condition})
+                                       LIMIT %(cap)s) i)"""
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(first, params)
         rows = cursor.fetchall()
-    result = CandidateSet(eligible=[], others=[], eligible_total=0, fresh_total=0)
-    for row in rows:
-        eligible, grove_id, slug, substrate, roles, platforms, isolation, kinds, heartbeat, prank, fit, _, total = row
-        candidate = Candidate(id=grove_id, slug=slug, substrate=substrate, roles=_json(roles),
-                              platforms=_json(platforms), isolation_modes=_json(isolation),
-                              change_kinds=_json(kinds), last_heartbeat_at=heartbeat, eligible=eligible,
-                              platform_rank=prank if prank is not None else NO_PLATFORM_RANK, fits_cpu_memory=fit)
-        if eligible:
-            result.eligible.append(candidate)
-            result.eligible_total = total
-        else:
-            result.others.append(candidate)
-            result.fresh_total = total
-    if not result.others:
-        result.fresh_total = Grove.objects.filter(enabled=True, last_heartbeat_at__gte=params["cutoff"]).count()
+        cursor.execute(counts, params)
+        eligible_total, ineligible_total = cursor.fetchone()
+        result = CandidateSet(eligible=_rows_to_candidates(r for r in rows if r[0]),
+                              others=_rows_to_candidates(r for r in rows if not r[0]),
+                              eligible_total=eligible_total, ineligible_total=ineligible_total)
+        if len(result.eligible) < min(limit, eligible_total):
+            cursor.execute(f"""
+                SELECT true, {_COLUMNS}, {rank} AS platform_rank, {fits} AS fits FROM groves_grove g
+                 WHERE {fresh} AND {condition}
+                 ORDER BY platform_rank, fits DESC, {api_order}g.slug LIMIT %(limit)s""", params)
+            result.eligible = _rows_to_candidates(cursor.fetchall())
     return result
-
-
-def role_holders(requirement: ExecutionRequirement, *, limit: int) -> list[Grove]:
-    """Fresh Groves holding the role, in chooser order regardless of compatibility (shadow fallback)."""
-    queryset = fresh_groves().filter(_has("role", requirement.family))
-    return list(_ranked(queryset, requirement)[:limit])
 
 
 def fits_cpu_memory(grove: Grove, requirement: ExecutionRequirement) -> bool:

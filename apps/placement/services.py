@@ -161,8 +161,7 @@ def _explicit(requirement: ExecutionRequirement, reference: str, enforced: bool)
 
 def _selection(requirement: ExecutionRequirement, enforced: bool) -> Decision:
     found = selectors.candidates(requirement, limit=CANDIDATE_LIMIT)
-    eligible_total = found.eligible_total
-    ineligible_total = found.fresh_total - eligible_total
+    eligible_total, ineligible_total = found.eligible_total, found.ineligible_total
     verdicts = []
     ordered = _ordered(requirement, found.eligible, with_incompatibilities=False)
     for rank, (grove, facts, _found, admission) in enumerate(ordered, start=1):
@@ -171,7 +170,8 @@ def _selection(requirement: ExecutionRequirement, enforced: bool) -> Decision:
     for grove in found.others:
         facts = selectors.facts(grove)
         verdicts.append(_verdict(grove, facts, rules.check(requirement, facts), rank=None, requirement=requirement))
-    summary = (f"{eligible_total}/{eligible_total + ineligible_total} fresh Groves eligible"
+    plus = "+" if found.capped else ""
+    summary = (f"{eligible_total}{plus}/{eligible_total + ineligible_total}{plus} fresh Groves eligible"
                + (f"; sample of the others: {rules.summarise(verdicts[len(ordered):]).split(': ', 1)[-1]}"
                   if found.others else ""))
     decision = Decision(grove=None, selected_platform="", chooser=Chooser.SELECTION, enforced=enforced,
@@ -181,7 +181,7 @@ def _selection(requirement: ExecutionRequirement, enforced: bool) -> Decision:
         grove, facts = ordered[0][0], ordered[0][1]
         decision.grove, decision.selected_platform = grove.to_grove(), rules.selected_platform(requirement, facts)
         return decision
-    holders = selectors.role_holders(requirement, limit=CANDIDATE_LIMIT)
+    holders = selectors.candidates(requirement, limit=CANDIDATE_LIMIT, role_only=True).eligible
     if not holders:
         decision.refusal = Conflict(
             "no_eligible_grove",
@@ -198,7 +198,7 @@ def _selection(requirement: ExecutionRequirement, enforced: bool) -> Decision:
             + " ".join(item.message for item in found),
             extra={"incompatibilities": decision.incompatibilities, "candidates": verdicts, "summary": summary})
         return decision
-    decision.grove, decision.selected_platform = grove, rules.selected_platform(requirement, facts)
+    decision.grove, decision.selected_platform = grove.to_grove(), rules.selected_platform(requirement, facts)
     decision.chooser = Chooser.FALLBACK
     return decision
 

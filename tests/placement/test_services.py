@@ -310,3 +310,21 @@ def test_enforced_placement_never_picks_a_grove_the_checker_rejects(db, specs, n
         return
     assert rules.check(requirement, selectors.facts(result.grove)) == []
     assert not result.would_refuse
+
+
+def test_bounded_candidates_still_pick_the_true_best_and_cap_totals(make_grove, monkeypatch):
+    """With fewer verdict slots than eligible Groves, the first (best-key, slug-ordered) query and the full
+    ranking agree; totals beyond the cap are reported as 'N+'."""
+    monkeypatch.setattr(services, "CANDIDATE_LIMIT", 2)
+    monkeypatch.setattr(selectors, "COUNT_CAP", 3)
+    make_grove("a-second-platform", platforms=("linux/arm64", "linux/amd64"))
+    make_grove("b-full", units=[unit(cpu=8000, free_cpu=0)])
+    for name in ("c-best", "d-best", "e-best"):
+        make_grove(name)
+    result = place(container())
+    assert [c["grove_slug"] for c in result.decision["candidates"] if c["eligible"]] == ["c-best", "d-best"]
+    assert result.decision["eligible_total"] == 3 and result.decision["summary"].startswith("3+/")
+    make_grove("z-arm", platforms=("linux/arm64",))
+    found = selectors.candidates(container(platform=("linux/arm64",)), limit=2)
+    # only a-second-platform and z-arm accept arm64 at all; both list it first
+    assert [c.slug for c in found.eligible] == ["a-second-platform", "z-arm"]
