@@ -148,25 +148,26 @@ def candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool
             "AND u.memory_bytes_free >= %(memory)s)")
     has_api = _CAP.format(kind="accelerator_api", test="c.value = %(api)s") if params["api"] else "true"
     api_order = f"{has_api} DESC, " if params["api"] else ""
+    # One round trip: the best-key rows, a sample of the others, and a last row carrying both capped counts.
     first = f"""
-        (SELECT true, {_COLUMNS}, 0, true FROM groves_grove g
+        (SELECT true, {_COLUMNS}, 0, true, 0 FROM groves_grove g
           WHERE {fresh} AND {condition} AND {best_platform} AND {fits} AND {has_api}
           ORDER BY g.slug LIMIT %(limit)s)
         UNION ALL
-        (SELECT false, {_COLUMNS}, {NO_PLATFORM_RANK}, false FROM groves_grove g
+        (SELECT false, {_COLUMNS}, {NO_PLATFORM_RANK}, false, 0 FROM groves_grove g
           WHERE {fresh} AND NOT ({condition}) ORDER BY g.slug LIMIT %(limit)s)
-"""
-    counts = f"""
-        SELECT (SELECT count(*) FROM (SELECT 1 FROM groves_grove g WHERE {fresh} AND {condition} LIMIT %(cap)s) e),
+        UNION ALL
+        SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+               (SELECT count(*) FROM (SELECT 1 FROM groves_grove g WHERE {fresh} AND {condition}
+                                       LIMIT %(cap)s) e)::int, NULL,
                (SELECT count(*) FROM (SELECT 1 FROM groves_grove g WHERE {fresh} AND NOT ({condition})
-                                       LIMIT %(cap)s) i)"""
+                                       LIMIT %(cap)s) i)::int"""
     with connection.cursor() as cursor:
         cursor.execute(first, params)
-        rows = cursor.fetchall()
-        cursor.execute(counts, params)
-        eligible_total, ineligible_total = cursor.fetchone()
-        result = CandidateSet(eligible=_rows_to_candidates(r for r in rows if r[0]),
-                              others=_rows_to_candidates(r for r in rows if not r[0]),
+        *rows, totals = cursor.fetchall()
+        eligible_total, ineligible_total = totals[9], totals[11]
+        result = CandidateSet(eligible=_rows_to_candidates(r[:11] for r in rows if r[0]),
+                              others=_rows_to_candidates(r[:11] for r in rows if not r[0]),
                               eligible_total=eligible_total, ineligible_total=ineligible_total)
         if len(result.eligible) < min(limit, eligible_total):
             cursor.execute(f"""
