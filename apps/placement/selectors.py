@@ -82,9 +82,9 @@ class CandidateSet:
         return COUNT_CAP in (self.eligible_total, self.ineligible_total)
 
 
-# Totals in a decision are exact up to this many Groves ("1000+" beyond): counting every eligible Grove of
+# Totals in a decision are exact up to this many Groves ("200+" beyond): counting every eligible Grove of
 # a large fleet would make each decision's cost grow with the fleet.
-COUNT_CAP = 1000
+COUNT_CAP = 200
 _CAP = "EXISTS (SELECT 1 FROM groves_grovecapability c WHERE c.grove_id = g.id AND c.kind = '{kind}' AND {test})"
 _COLUMNS = "g.id, g.slug, g.substrate, g.roles, g.platforms, g.isolation_modes, g.change_kinds, g.last_heartbeat_at"
 
