@@ -2,7 +2,10 @@
 detached and in-place waiting, the ``pipeline.node_resume`` outbox, the recurring sweep and cancellation.
 
 Lock order, everywhere a node changes: the run row first, then node rows, then job rows. The report
-handler locks only its job row and writes an outbox row, so it never waits on a run.
+handler locks only its job row and writes an outbox row, so it never waits on a run. Row locks are
+``FOR NO KEY UPDATE`` (we never change a key): plain ``FOR UPDATE`` would also block the foreign-key
+checks (``FOR KEY SHARE``) that PostgreSQL runs at COMMIT for rows referencing the locked one, which
+makes a report's commit wait on a run lock and can deadlock against cancellation.
 """
 from __future__ import annotations
 
@@ -298,8 +301,8 @@ def pipeline_node_execute(*, node_id: int) -> str | None:
         run_id = PipelineNode.objects.filter(pk=node_id).values_list("run_id", flat=True).first()
         if run_id is None:
             return None
-        run = PipelineRun.objects.select_for_update().get(pk=run_id)
-        node = PipelineNode.objects.select_for_update().get(pk=node_id)
+        run = PipelineRun.objects.select_for_update(no_key=True).get(pk=run_id)
+        node = PipelineNode.objects.select_for_update(no_key=True).get(pk=node_id)
         if node.status != NodeStatus.QUEUED or run.status in rules.RUN_TERMINAL:
             return None
         requirement = ExecutionRequirement.from_json(node.requirement)
@@ -369,8 +372,8 @@ def pipeline_node_resume(*, node_id: int) -> bool:
         run_id = PipelineNode.objects.filter(pk=node_id).values_list("run_id", flat=True).first()
         if run_id is None:
             return False
-        run = PipelineRun.objects.select_for_update().get(pk=run_id)
-        node = PipelineNode.objects.select_for_update().get(pk=node_id)
+        run = PipelineRun.objects.select_for_update(no_key=True).get(pk=run_id)
+        node = PipelineNode.objects.select_for_update(no_key=True).get(pk=node_id)
         pending = PipelineOutbox.objects.filter(node=node, done_at__isnull=True)
         if node.status != NodeStatus.AWAITING:
             pending.update(done_at=timezone.now())
@@ -391,7 +394,7 @@ def pipeline_node_resume(*, node_id: int) -> bool:
 def _grove_job(grove, job_id, *, lock: bool) -> GroveJob:
     qs = GroveJob.objects.filter(grove=grove)
     if lock:
-        qs = qs.select_for_update()
+        qs = qs.select_for_update(no_key=True)
     try:
         job = qs.filter(pk=job_id).first()
     except (ValueError, TypeError, ValidationError):
@@ -477,7 +480,7 @@ def grove_job_time_out(*, job_id, now: datetime | None = None) -> bool:
     timed out. A later report from the Grove is stored and ignored."""
     now = now or timezone.now()
     with transaction.atomic():
-        job = GroveJob.objects.select_for_update(skip_locked=True).filter(pk=job_id).first()
+        job = GroveJob.objects.select_for_update(skip_locked=True, no_key=True).filter(pk=job_id).first()
         if job is None or job.status not in rules.JOB_LIVE or job.deadline_at > now:
             return False
         _job_end_by_host(job, to=JobStatus.TIMED_OUT, reason="deadline_exceeded", now=now)
@@ -492,7 +495,7 @@ def grove_job_cancel(*, job_id, reason: str = "cancelled") -> bool:
     now = timezone.now()
     with transaction.atomic():
         try:
-            job = GroveJob.objects.select_for_update().filter(pk=job_id).first()
+            job = GroveJob.objects.select_for_update(no_key=True).filter(pk=job_id).first()
         except (ValueError, TypeError, ValidationError):
             job = None
         if job is None or job.status not in rules.JOB_LIVE:
@@ -507,13 +510,13 @@ def pipeline_run_cancel(*, run_id, reason: str = "cancelled") -> PipelineRun:
     Idempotent; a finished run is returned unchanged."""
     now = timezone.now()
     with transaction.atomic():
-        run = PipelineRun.objects.select_for_update().filter(pk=run_id).first()
+        run = PipelineRun.objects.select_for_update(no_key=True).filter(pk=run_id).first()
         if run is None:
             raise NotFound("run_not_found", f"No pipeline run '{run_id}'.")
         if run.status in rules.RUN_TERMINAL:
             return run
-        nodes = list(PipelineNode.objects.select_for_update().filter(run=run).exclude(status__in=rules.NODE_TERMINAL))
-        jobs = GroveJob.objects.select_for_update().filter(run=run, status__in=rules.JOB_LIVE)
+        nodes = list(PipelineNode.objects.select_for_update(no_key=True).filter(run=run).exclude(status__in=rules.NODE_TERMINAL))
+        jobs = GroveJob.objects.select_for_update(no_key=True).filter(run=run, status__in=rules.JOB_LIVE)
         for job in jobs:
             _job_end_by_host(job, to=JobStatus.CANCELLED, reason=reason, now=now)
         for node in nodes:
@@ -532,7 +535,7 @@ def pipeline_sweep(*, now: datetime | None = None, limit: int = 500) -> dict:
     now = now or timezone.now()
     counts = {"resent": 0, "orphans": 0, "timed_out": 0, "requeued": 0}
     with transaction.atomic():
-        due = list(PipelineOutbox.objects.select_for_update(skip_locked=True)
+        due = list(PipelineOutbox.objects.select_for_update(skip_locked=True, no_key=True)
                    .filter(done_at__isnull=True, next_send_at__lte=now).order_by("next_send_at")[:limit])
         for row in due:
             # Back off so a node that keeps failing to resume does not flood the broker.
@@ -547,7 +550,7 @@ def pipeline_sweep(*, now: datetime | None = None, limit: int = 500) -> dict:
                    .exclude(Exists(pending_resume)).values_list("current_job_id", flat=True)[:limit])
     for job_id in orphans:
         with transaction.atomic():
-            job = GroveJob.objects.select_for_update().get(pk=job_id)
+            job = GroveJob.objects.select_for_update(no_key=True).get(pk=job_id)
             if _write_resume(job, now=now) is not None:
                 counts["orphans"] += 1
 
@@ -557,7 +560,7 @@ def pipeline_sweep(*, now: datetime | None = None, limit: int = 500) -> dict:
 
     stale_before = now - timedelta(seconds=resume_resend_after_s())
     with transaction.atomic():
-        stuck = list(PipelineNode.objects.select_for_update(skip_locked=True)
+        stuck = list(PipelineNode.objects.select_for_update(skip_locked=True, no_key=True)
                      .filter(status=NodeStatus.QUEUED, queued_at__lte=stale_before)[:limit])
         for node in stuck:
             node.queued_at = now

@@ -2,6 +2,7 @@
 a Grove that claims and reports over the real wire API, and a real Celery worker subprocess."""
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -93,6 +94,11 @@ def _test_database_url() -> str:
     return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGKILL the worker if the test process dies without its teardown (e.g. killed by a timeout)."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 class Worker:
     """``celery -A forest_host worker`` on a queue of its own (so parallel test processes never steal each
     other's tasks), pointed at this test's database. Started in its own session so the whole process
@@ -109,7 +115,8 @@ class Worker:
         self.proc = subprocess.Popen(
             [str(ROOT / ".venv/bin/celery"), "-A", "forest_host", "worker", "-Q", self.queue, "-c", "2",
              "--without-heartbeat", "--without-gossip", "--without-mingle", "-n", f"{self.queue}@%h"],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_die_with_parent)
         return self
 
     def kill(self, sig=signal.SIGKILL) -> None:
