@@ -35,21 +35,26 @@ def job_wire(job: GroveJob) -> dict:
             "change_kind": job.change_kind, "idempotency_key": job.idempotency_key, "payload": job.payload}
 
 
-def _workload_generations_for(grove) -> list[dict]:
-    """Native workload generations for ``changes.workloads``: always ``[]`` here.
+def _workload_generations_for(grove) -> tuple[list[dict], bool]:
+    """Native workload generations for ``changes.workloads`` (apps/workloads owns them).
 
-    Placeholder seam for the lead, who will wire it to apps/workloads (the generation writer lives
-    there); pipelines owns only jobs and cancellations.
+    Returns the Grove's whole desired workload state (level-triggered: the agent reconciles it every
+    time) and whether any generation is new to the agent (not yet reported on), which is what ends a
+    long-poll early; a desired state already acted on must not turn the long-poll into a busy loop.
     """
-    return []
+    from apps.workloads.selectors import generations_for_grove, generations_unreported_exist
+
+    return generations_for_grove(grove), generations_unreported_exist(grove)
 
 
-def grove_changes(*, grove) -> dict:
-    """The Grove's assigned, unclaimed jobs (oldest first) and the job ids whose cancellation it has not
-    acknowledged. Both reads go through partial indexes on live rows only."""
+def grove_changes(*, grove) -> tuple[dict, bool]:
+    """The Grove's assigned, unclaimed jobs (oldest first), the job ids whose cancellation it has not
+    acknowledged, and its desired workload generations; plus whether any of it is news that should end
+    a long-poll now. Job reads go through partial indexes on live rows only."""
     jobs = list(GroveJob.objects.filter(grove=grove, status=JobStatus.ASSIGNED).order_by("created_at")
                 [:CHANGES_MAX_JOBS])
     cancel = list(GroveJob.objects.filter(grove=grove, cancel_requested_at__isnull=False,
                                           cancel_acked_at__isnull=True).values_list("pk", flat=True)[:1000])
-    return {"jobs": [job_wire(job) for job in jobs], "workloads": _workload_generations_for(grove),
-            "cancel": [str(pk) for pk in cancel]}
+    workloads, workloads_new = _workload_generations_for(grove)
+    body = {"jobs": [job_wire(job) for job in jobs], "workloads": workloads, "cancel": [str(pk) for pk in cancel]}
+    return body, bool(jobs or cancel or workloads_new)

@@ -6,6 +6,7 @@ from django.db.models import Max, OuterRef, Subquery
 
 from apps.groves.models import Grove
 from apps.workloads import secrets
+from apps.workloads.choices import GenerationState
 from apps.workloads.models import WorkloadGeneration, WorkloadSecret
 
 
@@ -15,6 +16,11 @@ def generations_latest_for_grove(grove: Grove):
               .values("workload_id").annotate(top=Max("number")).values("top"))
     return (WorkloadGeneration.objects.filter(grove=grove, number=Subquery(newest))
             .select_related("workload").order_by("workload__slug"))
+
+
+def generations_unreported_exist(grove: Grove) -> bool:
+    """Whether the agent has a generation it has not reported on yet (news for its long-poll)."""
+    return generations_latest_for_grove(grove).filter(state=GenerationState.PENDING).exists()
 
 
 def generation_payload(generation: WorkloadGeneration, *, base_url: str | None = None) -> dict:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from django.conf import settings
 from django.db import transaction
@@ -13,6 +14,7 @@ from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.flags.selectors import is_enabled
 from apps.groves.choices import ChangeKind
 from apps.groves.models import Grove
+from apps.pipelines.wakeups import grove_wake
 from apps.workloads import rules, secrets, states
 from apps.workloads.models import NativeWorkload, WorkloadGeneration, WorkloadSecret
 
@@ -125,12 +127,8 @@ def native_workload_generation_write(*, workload: NativeWorkload) -> WorkloadGen
 
 
 def _notify(grove: Grove) -> None:
-    """Wake the Grove's long-poll if the pipelines app provides the wake-up channel."""
-    try:
-        from apps.pipelines.wakeup import grove_wake
-    except ImportError:  # pipelines not installed: the agent sees the generation on its next poll
-        return
-    transaction.on_commit(lambda: grove_wake(grove_id=grove.pk))
+    """Wake the Grove's long-poll once the generation is committed."""
+    transaction.on_commit(partial(grove_wake, grove.pk))
 
 
 @transaction.atomic

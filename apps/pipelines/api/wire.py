@@ -55,9 +55,9 @@ async def changes_view(request, grove_id):
         recheck = (getattr(settings, "PIPELINE_CHANGES_RECHECK_S", 10.0) if waiter.subscribed
                    else getattr(settings, "PIPELINE_CHANGES_DB_POLL_S", 1.0))
         while True:
-            body = await read(grove=grove)
+            body, news = await read(grove=grove)
             remaining = deadline - loop.time()
-            if body["jobs"] or body["cancel"] or body["workloads"] or remaining <= 0:
+            if news or remaining <= 0:
                 return JsonResponse(body)
             await waiter.wait(min(remaining, recheck))
 
