@@ -515,7 +515,8 @@ def pipeline_run_cancel(*, run_id, reason: str = "cancelled") -> PipelineRun:
             raise NotFound("run_not_found", f"No pipeline run '{run_id}'.")
         if run.status in rules.RUN_TERMINAL:
             return run
-        nodes = list(PipelineNode.objects.select_for_update(no_key=True).filter(run=run).exclude(status__in=rules.NODE_TERMINAL))
+        nodes = list(PipelineNode.objects.select_for_update(no_key=True).filter(run=run)
+                     .exclude(status__in=rules.NODE_TERMINAL))
         jobs = GroveJob.objects.select_for_update(no_key=True).filter(run=run, status__in=rules.JOB_LIVE)
         for job in jobs:
             _job_end_by_host(job, to=JobStatus.CANCELLED, reason=reason, now=now)
