@@ -1,0 +1,187 @@
+"""The native Grove end to end: a live Host (Django's live server on PostgreSQL), a real Celery worker
+process, and the real ``forest-agent`` as a separate process on this machine.
+
+Nothing here is faked: the agent enrolls with a one-time token, heartbeats its inventory, long-polls,
+claims and runs real commands, and reports; compute runs are dispatched buildless by the exec driver
+and resumed through the normal node tail.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from apps.compute.services import compute_job_submit
+from apps.flags.services import flag_override_set
+from apps.groves.models import Grove
+from apps.groves.services import enrollment_token_create
+from apps.pipelines.models import GroveJob, PipelineNode, PipelineRun
+from apps.pipelines.services import pipeline_run_cancel
+from tests.pipelines.conftest import celery_queue, wait_for, worker  # noqa: F401
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = ROOT / ".venv/bin/forest-agent"
+
+
+class AgentProcess:
+    """``forest-agent run`` as a child process in its own session, with its output in a file."""
+
+    def __init__(self, state_dir: Path, log_path: Path, *args: str):
+        self.state_dir, self.log_path, self.args, self.proc = state_dir, log_path, args, None
+
+    def start(self) -> AgentProcess:
+        self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [str(AGENT), "run", "--state-dir", str(self.state_dir), "--heartbeat-interval", "1",
+             "--poll-wait", "2", "--kill-grace", "1", "--backoff-max", "2", *self.args],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the agent alone (its jobs run in their own process groups and survive it)."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.log.close()
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+
+@pytest.fixture
+def enrolled(live_server, tmp_path):
+    """Enroll a fresh state directory through the agent's own CLI; returns (grove, state dir)."""
+    _, token = enrollment_token_create(roles=["compute", "runtime"], substrate="native")
+    state_dir = tmp_path / "agent-state"
+    result = subprocess.run([str(AGENT), "enroll", "--host", live_server.url, "--token", token, "--name", "e2e-box",
+                             "--state-dir", str(state_dir)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    grove = Grove.objects.get(name="e2e-box")
+    identity = next(state_dir.glob("identity*"))
+    assert identity.stat().st_mode & 0o077 == 0  # the credential file is private
+    return grove, state_dir
+
+
+@pytest.fixture
+def agents(tmp_path):
+    started: list[AgentProcess] = []
+
+    def _start(state_dir: Path, *args: str) -> AgentProcess:
+        agent = AgentProcess(state_dir, tmp_path / f"agent-{len(started)}.log", *args).start()
+        started.append(agent)
+        return agent
+
+    yield _start
+    for agent in started:
+        agent.stop()
+
+
+@pytest.fixture
+def compute_on(settings):
+    flag_override_set(name="host.deploy.forest_compute_jobs", enabled=True, reason="e2e")
+
+
+def _submit(grove: Grove, *steps: dict):
+    return compute_job_submit(body={"name": "e2e", "environment": "prod", "grove": grove.slug,
+                                    "steps": list(steps)})
+
+
+def _step(name: str, code: str, timeout_s: int = 60) -> dict:
+    return {"name": name, "kind": "native", "command": [sys.executable, "-c", code], "timeout_s": timeout_s}
+
+
+def _job(run: PipelineRun, name: str) -> GroveJob:
+    node = wait_for(lambda: PipelineNode.objects.filter(run=run, node_id=name, current_job__isnull=False).first(),
+                    what=f"{name} to be dispatched")
+    return node.current_job
+
+
+def _terminal(job: GroveJob, timeout: float = 60) -> GroveJob:
+    return wait_for(lambda: GroveJob.objects.filter(pk=job.pk, status__in=["succeeded", "failed", "cancelled",
+                                                                             "timed_out"]).first(),
+                    timeout=timeout, what=f"job {job.pk} to end")
+
+
+def test_agent_enrolls_heartbeats_and_runs_a_buildless_compute_step(enrolled, agents, worker, compute_on):
+    grove, state_dir = enrolled
+    agent = agents(state_dir, "--enable-native-jobs")
+    wait_for(lambda: "native.job" in Grove.objects.get(pk=grove.pk).change_kinds, what="the first heartbeat")
+    grove.refresh_from_db()
+    assert not grove.stale and grove.isolation_modes == ["host_process"]
+    unit = grove.placement_units.get()
+    assert unit.cpu_milli_allocatable >= 1000 and unit.memory_bytes_allocatable > 0
+    worker()
+    job = _submit(grove, _step("hello", "print('hello from the agent')"), _step("after", "print('second')"))
+    run = job.run
+    assert run.kind == "compute" and GroveJob.objects.filter(build_id__isnull=False).count() == 0
+    first = _terminal(_job(run, "hello"))
+    assert (first.status, first.exit_code) == ("succeeded", 0), agent.output()
+    assert any("hello from the agent" in line for line in first.log_tail)
+    assert first.payload["command"][0] == sys.executable and first.idempotency_key.startswith(str(run.pk))
+    _terminal(_job(run, "after"))
+    wait_for(lambda: PipelineRun.objects.get(pk=run.pk).status == "succeeded", what="the run to succeed")
+
+
+def test_timeout_and_cancellation_reach_the_process(enrolled, agents, worker, compute_on):
+    grove, state_dir = enrolled
+    agents(state_dir, "--enable-native-jobs")
+    wait_for(lambda: "native.job" in Grove.objects.get(pk=grove.pk).change_kinds, what="the first heartbeat")
+    worker()
+    slow = _submit(grove, _step("slow", "import time; time.sleep(60)", timeout_s=2))
+    timed_out = _terminal(_job(slow.run, "slow"), timeout=60)
+    assert timed_out.status == "timed_out"
+    wait_for(lambda: PipelineRun.objects.get(pk=slow.run_id).status == "failed", what="the run to fail")
+
+    marker = state_dir.parent / "still-running"
+    code = f"import pathlib, time; pathlib.Path({str(marker)!r}).write_text('x'); time.sleep(120)"
+    long = _submit(grove, _step("long", code, timeout_s=300))
+    job = _job(long.run, "long")
+    wait_for(lambda: GroveJob.objects.get(pk=job.pk).status == "running" and marker.exists(),
+             what="the job to be running")
+    pipeline_run_cancel(run_id=long.run_id, reason="cancelled")
+    cancelled = _terminal(job, timeout=30)
+    assert cancelled.status == "cancelled"
+    node = PipelineNode.objects.get(run=long.run, node_id="long")
+    assert node.status == "cancelled"
+
+
+def test_agent_killed_mid_job_reports_it_after_restart(enrolled, agents, worker, compute_on):
+    grove, state_dir = enrolled
+    agent = agents(state_dir, "--enable-native-jobs")
+    wait_for(lambda: "native.job" in Grove.objects.get(pk=grove.pk).change_kinds, what="the first heartbeat")
+    worker()
+    job = _submit(grove, _step("survivor", "import time; time.sleep(4); print('done')"))
+    grove_job = _job(job.run, "survivor")
+    wait_for(lambda: GroveJob.objects.get(pk=grove_job.pk).status == "running", what="the job to run")
+    agent.kill()
+    time.sleep(1)
+    assert GroveJob.objects.get(pk=grove_job.pk).status == "running"  # nobody has reported yet
+    agents(state_dir, "--enable-native-jobs")  # the restart journal finds the job
+    ended = _terminal(grove_job, timeout=60)
+    # Re-attached and finished (its real exit code), or reported as lost: never silently forgotten.
+    assert (ended.status, ended.exit_code) == ("succeeded", 0) or ended.reason == "agent_restarted"
+    wait_for(lambda: PipelineNode.objects.get(run=job.run, node_id="survivor").status in {"succeeded", "failed"},
+             what="the node to resume")
+
+
+def test_a_second_agent_on_the_same_state_dir_refuses_to_start(enrolled, agents, tmp_path):
+    _, state_dir = enrolled
+    agents(state_dir)
+    time.sleep(1.5)
+    second = subprocess.run([str(AGENT), "run", "--state-dir", str(state_dir)], capture_output=True, text=True,
+                            timeout=30)
+    assert second.returncode != 0
+    assert "lock" in (second.stdout + second.stderr).lower()
