@@ -1,0 +1,129 @@
+"""Compute jobs through the REST API: the flag, request validation codes, the pin, native steps as
+native.job work, and a buildless compute run dispatched end to end over the real wire API."""
+from __future__ import annotations
+
+import pytest
+
+from apps.compute.models import ComputeJob
+from apps.pipelines import services as pipelines
+from apps.pipelines.models import GroveJob, PipelineNode
+from apps.placement.models import ExecutionPlacement
+from tests.pipelines.conftest import WireGrove
+from tests.pipelines.graphs import IMAGE
+
+pytestmark = pytest.mark.django_db
+URL = "/api/forest/v1/compute/jobs"
+
+
+@pytest.fixture
+def compute_on(flag_on):
+    flag_on("host.deploy.forest_compute_jobs")
+
+
+def _body(**extra):
+    return {"name": "train", "steps": [
+        {"name": "prep", "kind": "container", "image": IMAGE, "command": ["python", "prep.py"]},
+        {"name": "train", "kind": "native", "command": ["./train.sh"], "platform": ["darwin/arm64"]},
+    ], **extra}
+
+
+def _dispatch(job: ComputeJob):
+    for node in PipelineNode.objects.filter(run=job.run, status="queued"):
+        pipelines.pipeline_node_execute(node_id=node.pk)
+
+
+def test_flag_off_refuses(staff_client):
+    response = staff_client.post(URL, _body(), format="json")
+    assert response.status_code == 403 and response.json()["code"] == "compute_jobs_disabled"
+    assert staff_client.get(URL).json()["code"] == "compute_jobs_disabled"
+    assert not ComputeJob.objects.exists()
+
+
+def test_needs_a_token(anon_client, compute_on):
+    assert anon_client.post(URL, _body(), format="json").status_code == 401
+
+
+@pytest.mark.parametrize(("mutate", "code", "field"), [
+    (lambda b: {**b, "steps": []}, "compute_steps_empty", "steps"),
+    (lambda b: {**b, "colour": 1}, "unknown_field", "colour"),
+    (lambda b: {**b, "steps": [b["steps"][0], b["steps"][0]]}, "duplicate_step_name", "steps[1].name"),
+    (lambda b: {**b, "steps": [{**b["steps"][0], "platform": ["linux/amd65"]}]}, "invalid_platform",
+     "steps[0].platform[0]"),
+    (lambda b: {**b, "steps": [{**b["steps"][0], "inputs": [{"digest": "sha256:" + "a" * 64}]}]},
+     "compute_inputs_unsupported", "steps[0].inputs"),
+    (lambda b: {**b, "steps": [{**b["steps"][0], "image": None}]}, "image_required", "steps[0].image"),
+    (lambda b: {**b, "steps": [{**b["steps"][1], "image": IMAGE}]}, "image_not_allowed", "steps[0].image"),
+    (lambda b: {**b, "steps": [{**b["steps"][0], "name": "Bad Name"}]}, "invalid_step_name", "steps[0].name"),
+    (lambda b: {**b, "steps": [{**b["steps"][0], "command": []}]}, "command_required", "steps[0].command"),
+    (lambda b: {**b, "steps": [{**b["steps"][0], "extra": 1}]}, "unknown_field", "steps[0].extra"),
+])
+def test_bad_requests(staff_client, compute_on, mutate, code, field):
+    response = staff_client.post(URL, mutate(_body()), format="json")
+    assert response.status_code == 400, response.json()
+    assert (response.json()["code"], response.json().get("field")) == (code, field)
+    assert not ComputeJob.objects.exists()
+
+
+def test_submit_creates_a_compute_run_with_never_reused_steps(staff_client, compute_on, k8s_grove, native_grove):
+    response = staff_client.post(URL, _body(environment="lab"), format="json")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert set(body) >= {"id", "run_id", "status", "steps"}
+    assert [s["name"] for s in body["steps"]] == ["prep", "train"]
+    assert set(body["steps"][0]) >= {"name", "status", "grove", "job_id", "exit_code"}
+    job = ComputeJob.objects.get(pk=body["id"])
+    assert job.run.kind == "compute" and job.run.build_id is None
+    nodes = {n.node_id: n for n in job.run.nodes.all()}
+    assert {n.reuse for n in nodes.values()} == {"never"}
+    assert nodes["train"].needs == ["prep"]
+    assert nodes["train"].requirement["compatibility"]["change_kind"] == "native.job"
+    assert nodes["prep"].requirement["compatibility"]["change_kind"] == "k8s.job"
+
+
+def test_a_compute_run_dispatches_end_to_end_without_a_build(staff_client, compute_on, k8s_grove, native_grove,
+                                                             grove_client):
+    body = staff_client.post(URL, _body(), format="json").json()
+    job = ComputeJob.objects.get(pk=body["id"])
+    kube, mac = (WireGrove(grove_client(cred), grove) for grove, cred in (k8s_grove, native_grove))
+    _dispatch(job)
+    prep = GroveJob.objects.get(run=job.run, node__node_id="prep")
+    assert prep.grove_id == kube.grove.id and prep.build_id is None and prep.change_kind == "k8s.job"
+    polled = kube.client.get(kube.url("changes?wait=0")).json()["jobs"]
+    assert [j["job_id"] for j in polled] == [str(prep.id)]
+    kube.run_job(prep.id)
+    pipelines.pipeline_node_resume(node_id=prep.node_id)
+    _dispatch(job)
+    train = GroveJob.objects.get(run=job.run, node__node_id="train")
+    assert train.grove_id == mac.grove.id and train.change_kind == "native.job" and "image" not in train.payload
+    mac.run_job(train.id, outputs={"loss": 0.1})
+    pipelines.pipeline_node_resume(node_id=train.node_id)
+    detail = staff_client.get(f"{URL}/{job.id}").json()
+    assert detail["status"] == "succeeded"
+    assert [(s["name"], s["status"], s["grove"], s["exit_code"]) for s in detail["steps"]] == [
+        ("prep", "succeeded", "kube", 0), ("train", "succeeded", "mac", 0)]
+    assert [j["id"] for j in staff_client.get(URL).json()] == [str(job.id)]
+
+
+def test_grove_pin_is_validated_and_stored_before_the_run_starts(staff_client, compute_on, k8s_grove, fresh_grove):
+    other = fresh_grove(name="other-kube", substrate="kubernetes")
+    body = {"name": "pinned", "grove": "other-kube", "steps": [{"name": "a", "image": IMAGE, "command": ["true"]}]}
+    response = staff_client.post(URL, body, format="json")
+    assert response.status_code == 201, response.json()
+    node = PipelineNode.objects.get(run_id=response.json()["run_id"])
+    placement = ExecutionPlacement.objects.get(subject_type="pipeline_node", subject_id=str(node.pk))
+    assert placement.grove_id == other[0].id
+    pipelines.pipeline_node_execute(node_id=node.pk)
+    assert GroveJob.objects.get(node=node).grove_id == other[0].id
+    missing = staff_client.post(URL, {**body, "grove": "nowhere"}, format="json")
+    assert missing.status_code == 404 and missing.json()["code"] == "grove_not_found"
+    assert ComputeJob.objects.count() == 1
+
+
+def test_cancel(staff_client, compute_on, k8s_grove):
+    body = {"name": "c", "steps": [{"name": "a", "image": IMAGE, "command": ["sleep", "99"]}]}
+    job_id = staff_client.post(URL, body, format="json").json()["id"]
+    _dispatch(ComputeJob.objects.get(pk=job_id))
+    response = staff_client.post(f"{URL}/{job_id}/cancel")
+    assert response.status_code == 200 and response.json()["status"] == "cancelled"
+    assert response.json()["steps"][0]["status"] == "cancelled"
+    assert staff_client.get(f"{URL}/00000000-0000-0000-0000-000000000000").json()["code"] == "compute_job_not_found"
