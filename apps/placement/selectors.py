@@ -115,6 +115,8 @@ def candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool
     the role (the shadow-mode fallback). Hand-written SQL: the ORM's query building alone cost more than
     the whole decision.
     """
+    if connection.vendor != "postgresql":
+        return _candidates_portable(requirement, limit=limit, role_only=role_only)
     compat = requirement.compatibility
     params: dict = {
         "cutoff": timezone.now() - timedelta(seconds=settings.GROVE_STALE_AFTER_S), "limit": limit,
@@ -176,6 +178,49 @@ def candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool
                  ORDER BY platform_rank, fits DESC, {api_order}g.slug LIMIT %(limit)s""", params)
             result.eligible = _rows_to_candidates(cursor.fetchall())
     return result
+
+
+def _candidates_portable(requirement: ExecutionRequirement, *, limit: int, role_only: bool) -> CandidateSet:
+    """The same selection and ranking as ``candidates``, evaluated in Python over the fresh Groves.
+
+    For the embedded SQLite database of ``make run`` only (a demo estate of a handful of Groves); every
+    deployment and the test suite run the PostgreSQL query above.
+    """
+    compat = requirement.compatibility
+    substrates = needed_substrate(requirement)
+    allowed = set(compat.platform.allowed)
+    api = requirement.accelerators.api if requirement.accelerators and requirement.accelerators.api else ""
+    cutoff = timezone.now() - timedelta(seconds=settings.GROVE_STALE_AFTER_S)
+    groves = list(Grove.objects.filter(enabled=True, last_heartbeat_at__gte=cutoff)
+                  .only(*FACT_FIELDS).prefetch_related("placement_units", "capabilities").order_by("slug"))
+
+    def compatible(grove: Grove) -> bool:
+        if role_only:
+            return requirement.family in grove.roles
+        return (grove.substrate in substrates and requirement.family in grove.roles
+                and compat.change_kind in grove.change_kinds and compat.isolation in grove.isolation_modes
+                and (not allowed or bool(allowed & set(grove.platforms))))
+
+    def candidate(grove: Grove, eligible: bool) -> Candidate:
+        ranks = [i for i, platform in enumerate(grove.platforms) if platform in allowed]
+        rank = (ranks[0] if ranks else NO_PLATFORM_RANK) if allowed else 0
+        fits = any(u.cpu_milli_free >= requirement.resources.cpu_milli
+                   and u.memory_bytes_free >= requirement.resources.memory_bytes for u in grove.placement_units.all())
+        return Candidate(id=grove.id, slug=grove.slug, substrate=grove.substrate, roles=grove.roles,
+                         platforms=grove.platforms, isolation_modes=grove.isolation_modes,
+                         change_kinds=grove.change_kinds, last_heartbeat_at=grove.last_heartbeat_at,
+                         eligible=eligible, platform_rank=rank, fits_cpu_memory=fits)
+
+    def has_api(grove: Grove) -> bool:
+        return any(c.kind == "accelerator_api" and c.value == api for c in grove.capabilities.all())
+
+    eligible = [grove for grove in groves if compatible(grove)]
+    others = [grove for grove in groves if not compatible(grove)]
+    ranked = sorted((candidate(g, True) for g in eligible),
+                    key=lambda c: (c.platform_rank, not c.fits_cpu_memory,
+                                   not has_api(next(g for g in eligible if g.id == c.id)) if api else False, c.slug))
+    return CandidateSet(eligible=ranked[:limit], others=[candidate(g, False) for g in others[:limit]],
+                        eligible_total=min(len(eligible), COUNT_CAP), ineligible_total=min(len(others), COUNT_CAP))
 
 
 def fits_cpu_memory(grove: Grove, requirement: ExecutionRequirement) -> bool:
