@@ -1,0 +1,106 @@
+"""A small REST client for the Forest Host API. Every failure becomes ``ForestClientError`` with a
+stable code and a sentence, whether Host answered with its error shape or could not be reached."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+
+API = "/api/forest/v1"
+TERMINAL = {"succeeded", "failed", "cancelled"}
+
+
+class ForestClientError(Exception):
+    def __init__(self, code: str, detail: str, *, status: int | None = None, field: str | None = None):
+        super().__init__(detail)
+        self.code, self.detail, self.status, self.field = code, detail, status, field
+
+    def __str__(self) -> str:
+        where = f" (field {self.field})" if self.field else ""
+        return f"{self.detail}{where} [{self.code}]"
+
+
+class ForestClient:
+    def __init__(self, host: str | None, token: str | None, *, timeout: float = 30.0):
+        if not host:
+            raise ForestClientError("host_missing", "No Forest Host given: pass --host or set FOREST_HOST.")
+        if not token:
+            raise ForestClientError("token_missing", "No API token given: pass --token or set FOREST_TOKEN.")
+        self.host = host.rstrip("/")
+        self._http = httpx.Client(base_url=self.host + API, timeout=timeout,
+                                  headers={"Authorization": f"Token {token}", "Accept": "application/json"})
+
+    def close(self) -> None:
+        self._http.close()
+
+    def request(self, method: str, path: str, **kwargs) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ForestClientError("host_unreachable", f"Cannot reach Forest Host at {self.host}: {exc}.") from None
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if response.status_code >= 400:
+            if isinstance(body, dict) and "code" in body:
+                raise ForestClientError(body["code"], body.get("detail", ""), status=response.status_code,
+                                        field=body.get("field"))
+            raise ForestClientError("http_error", f"Host answered {response.status_code} to {method} {path}.",
+                                    status=response.status_code)
+        if body is None:
+            raise ForestClientError("bad_response", f"Host's answer to {method} {path} is not JSON.")
+        return body
+
+    # compute
+    def compute_submit(self, body: dict) -> dict:
+        return self.request("POST", "/compute/jobs", json=body)
+
+    def compute_get(self, job_id: str) -> dict:
+        return self.request("GET", f"/compute/jobs/{job_id}")
+
+    def compute_list(self) -> list[dict]:
+        return self.request("GET", "/compute/jobs")
+
+    def compute_cancel(self, job_id: str) -> dict:
+        return self.request("POST", f"/compute/jobs/{job_id}/cancel")
+
+    # runs
+    def runs_list(self, **filters) -> list[dict]:
+        params = {k: v for k, v in filters.items() if v}
+        return self.request("GET", "/pipelines/runs", params=params)["results"]
+
+    def run_get(self, run_id: str) -> dict:
+        return self.request("GET", f"/pipelines/runs/{run_id}")
+
+    def run_create(self, body: dict) -> dict:
+        return self.request("POST", "/pipelines/runs", json=body)
+
+    def run_cancel(self, run_id: str) -> dict:
+        return self.request("POST", f"/pipelines/runs/{run_id}/cancel")
+
+    # placements
+    def placements_explain(self, subject: str) -> list[dict]:
+        """``subject`` is ``TYPE:ID`` (``pipeline_node:42``) or ``RUN_ID:NODE`` (a node of a run)."""
+        subject_type, subject_id = _subject(subject)
+        if subject_type == "run":
+            run_id, node_id = subject_id.split(":", 1)
+            node = next((n for n in self.run_get(run_id)["nodes"] if n["id"] == node_id), None)
+            if node is None:
+                raise ForestClientError("node_not_found", f"Run {run_id} has no node '{node_id}'.")
+            subject_type, subject_id = node["placement_subject"].split(":", 1)
+        body = self.request("GET", "/placements", params={"subject_type": subject_type, "subject_id": subject_id})
+        return body["results"] if isinstance(body, dict) and "results" in body else body
+
+
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def _subject(subject: str) -> tuple[str, str]:
+    head, sep, tail = subject.partition(":")
+    if not sep or not tail:
+        raise ForestClientError("invalid_subject", "Give a subject as TYPE:ID (pipeline_node:42) or RUN_ID:NODE.")
+    if _UUID.match(head):
+        return "run", subject
+    return head, tail

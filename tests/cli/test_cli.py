@@ -1,0 +1,103 @@
+"""The ``forest`` CLI against a live Host server (real HTTP, PostgreSQL): compute submit/status/watch/cancel,
+runs, placements explain, and clear errors for configuration, auth and unreachable hosts."""
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from django.db import connection
+from rest_framework.authtoken.models import Token
+from typer.testing import CliRunner
+
+from apps.pipelines import services as pipelines
+from apps.pipelines.models import GroveJob, PipelineNode
+from forest_cli.main import app
+from tests.pipelines.graphs import IMAGE
+
+pytestmark = pytest.mark.django_db(transaction=True)
+runner = CliRunner()
+
+
+@pytest.fixture
+def cli(live_server, staff_user, flag_on):
+    flag_on("host.deploy.forest_compute_jobs")
+    token = Token.objects.create(user=staff_user).key
+
+    def _run(*args, token=token):
+        return runner.invoke(app, ["--host", live_server.url, "--token", token, *args], catch_exceptions=False)
+
+    return _run
+
+
+def _dispatch_all():
+    for node in PipelineNode.objects.filter(status="queued"):
+        pipelines.pipeline_node_execute(node_id=node.pk)
+
+
+def test_submit_cmd_status_and_cancel(cli, k8s_grove):
+    result = cli("--json", "compute", "submit", "--cmd", "python -c 'print(1)'", "--image", IMAGE, "--name", "one")
+    assert result.exit_code == 0, result.output
+    job = json.loads(result.output)
+    assert job["name"] == "one" and job["steps"][0]["name"] == "main"
+    _dispatch_all()
+    shown = cli("compute", "status", job["id"])
+    assert shown.exit_code == 0 and "awaiting" in shown.output and "kube" in shown.output
+    cancelled = cli("--json", "compute", "cancel", job["id"])
+    assert json.loads(cancelled.output)["status"] == "cancelled"
+    assert job["id"] in cli("compute", "list").output
+
+
+def test_submit_file_and_watch_until_done(cli, k8s_grove, native_grove, tmp_path, wire):
+    spec = tmp_path / "train.yaml"
+    spec.write_text(f"steps:\n  - name: prep\n    image: '{IMAGE}'\n    command: [python, prep.py]\n"
+                    "  - name: train\n    kind: native\n    command: [./train.sh]\n")
+    submitted = json.loads(cli("--json", "compute", "submit", str(spec)).output)
+    assert submitted["name"] == "train"
+
+    def grove_side():
+        # The Groves do the work while the CLI watches: dispatch, claim, report, resume, for both steps.
+        try:
+            for grove in (k8s_grove, native_grove):
+                _dispatch_all()
+                job = GroveJob.objects.get(grove=grove[0])
+                wire(grove).run_job(job.id)
+                pipelines.pipeline_node_resume(node_id=job.node_id)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=grove_side)
+    worker.start()
+    watched = cli("compute", "status", submitted["id"], "--watch", "--interval", "0.2")
+    worker.join(30)
+    assert watched.exit_code == 0, watched.output
+    assert "succeeded" in watched.output and "mac" in watched.output
+
+
+def test_runs_and_placements_explain(cli, k8s_grove, tmp_path):
+    graph = tmp_path / "g.json"
+    graph.write_text(json.dumps({"nodes": [{"id": "a", "kind": "exec", "image": IMAGE, "command": ["true"]}]}))
+    run = json.loads(cli("--json", "runs", "create", str(graph), "--kind", "compute").output)
+    _dispatch_all()
+    assert run["id"] in cli("runs", "list").output
+    assert "awaiting" in cli("runs", "show", run["id"]).output
+    explained = cli("placements", "explain", f"{run['id']}:a")
+    assert explained.exit_code == 0, explained.output
+    assert "kube" in explained.output and "pipeline_node:" in explained.output
+    subject = json.loads(cli("--json", "runs", "show", run["id"]).output)["nodes"][0]["placement_subject"]
+    rows = json.loads(cli("--json", "placements", "explain", subject).output)
+    assert rows[0]["grove_slug"] == "kube"
+    assert "cancelled" in cli("runs", "cancel", run["id"]).output
+
+
+def test_clear_errors(cli, live_server):
+    bad = cli("compute", "submit", "--cmd", "true", "--image", IMAGE, "--platform", "linux/amd65")
+    assert bad.exit_code == 1 and "invalid_platform" in bad.output and "steps[0].platform[0]" in bad.output
+    both = cli("compute", "submit", "x.json", "--cmd", "true")
+    assert both.exit_code == 2 and "either FILE or --cmd" in both.output
+    denied = cli("compute", "list", token="nope")
+    assert denied.exit_code == 1 and "authentication_failed" in denied.output
+    gone = runner.invoke(app, ["--host", "http://127.0.0.1:9", "--token", "t", "runs", "list"])
+    assert gone.exit_code == 2 and "Cannot reach Forest Host" in gone.output
+    missing = runner.invoke(app, ["runs", "list"], env={"FOREST_HOST": "", "FOREST_TOKEN": ""})
+    assert missing.exit_code == 2 and "FOREST_HOST" in missing.output
