@@ -14,6 +14,7 @@ from apps.workloads.choices import GenerationState, ProbeResult, SecretsMode
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
 PROBE_TYPES = {"http", "tcp", "exec"}
 DEFAULT_RESTART = {"backoff_initial_s": 1, "backoff_max_s": 60, "crash_loop_after": 5}
 
@@ -65,7 +66,7 @@ def _probe(value: Any, field: str) -> dict:
 def _ingress(value: Any, field: str, ports: set[int]) -> dict | None:
     if value is None:
         return None
-    value = v.obj(value, field, allowed={"listen", "server_name", "port"}, required={"listen", "port"})
+    value = v.obj(value, field, allowed={"listen", "server_name", "port"}, required={"listen", "server_name", "port"})
     listen = v.string(value["listen"], f"{field}.listen", max_length=100)
     host, _, port = listen.rpartition(":")
     try:
@@ -80,8 +81,10 @@ def _ingress(value: Any, field: str, ports: set[int]) -> dict | None:
     if ports and target not in ports:
         raise v.fail("unknown_port", f"Ingress forwards to port {target}, which the workload does not declare.",
                      f"{field}.port")
-    return {"listen": listen, "server_name": v.string(value.get("server_name", "_"), f"{field}.server_name"),
-            "port": target}
+    server_name = v.string(value["server_name"], f"{field}.server_name", max_length=253).lower()
+    if not HOSTNAME_RE.match(server_name):
+        raise v.fail("invalid_server_name", "server_name is a host name such as app.internal.", f"{field}.server_name")
+    return {"listen": listen, "server_name": server_name, "port": target}
 
 
 def workload_spec(body: Any) -> dict:

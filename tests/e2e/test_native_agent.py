@@ -7,86 +7,21 @@ and resumed through the normal node tail.
 """
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from apps.compute.services import compute_job_submit
 from apps.flags.services import flag_override_set
 from apps.groves.models import Grove
-from apps.groves.services import enrollment_token_create
 from apps.pipelines.models import GroveJob, PipelineNode, PipelineRun
 from apps.pipelines.services import pipeline_run_cancel
-from tests.pipelines.conftest import celery_queue, wait_for, worker  # noqa: F401
+from tests.e2e.conftest import AGENT
+from tests.pipelines.conftest import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
-AGENT = ROOT / ".venv/bin/forest-agent"
-
-
-class AgentProcess:
-    """``forest-agent run`` as a child process in its own session, with its output in a file."""
-
-    def __init__(self, state_dir: Path, log_path: Path, *args: str):
-        self.state_dir, self.log_path, self.args, self.proc = state_dir, log_path, args, None
-
-    def start(self) -> AgentProcess:
-        self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [str(AGENT), "run", "--state-dir", str(self.state_dir), "--heartbeat-interval", "1",
-             "--poll-wait", "2", "--kill-grace", "1", "--backoff-max", "2", *self.args],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        return self
-
-    def kill(self) -> None:
-        """SIGKILL the agent alone (its jobs run in their own process groups and survive it)."""
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-        self.log.close()
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")[-3000:]
-
-
-@pytest.fixture
-def enrolled(live_server, tmp_path):
-    """Enroll a fresh state directory through the agent's own CLI; returns (grove, state dir)."""
-    _, token = enrollment_token_create(roles=["compute", "runtime"], substrate="native")
-    state_dir = tmp_path / "agent-state"
-    result = subprocess.run([str(AGENT), "enroll", "--host", live_server.url, "--token", token, "--name", "e2e-box",
-                             "--state-dir", str(state_dir)], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
-    grove = Grove.objects.get(name="e2e-box")
-    identity = next(state_dir.glob("identity*"))
-    assert identity.stat().st_mode & 0o077 == 0  # the credential file is private
-    return grove, state_dir
-
-
-@pytest.fixture
-def agents(tmp_path):
-    started: list[AgentProcess] = []
-
-    def _start(state_dir: Path, *args: str) -> AgentProcess:
-        agent = AgentProcess(state_dir, tmp_path / f"agent-{len(started)}.log", *args).start()
-        started.append(agent)
-        return agent
-
-    yield _start
-    for agent in started:
-        agent.stop()
 
 
 @pytest.fixture

@@ -98,8 +98,9 @@ def test_ingress_is_emitted_only_with_the_flag(bundle, native_grove, dispatch_on
     (lambda s: {**s, "bundle_digest": "sha256:" + "0" * 64}, "artifact_not_found"),
     (lambda s: {**s, "ports": [{"name": "http", "port": 70000}]}, "out_of_range"),
     (lambda s: {**s, "probes": {"readiness": {"type": "http"}}}, "field_required"),
-    (lambda s: {**s, "ingress": {"listen": "nowhere", "port": 8080}}, "invalid_listen"),
-    (lambda s: {**s, "ingress": {"listen": "10.0.0.5:80", "port": 9999}}, "unknown_port"),
+    (lambda s: {**s, "ingress": {"listen": "nowhere", "server_name": "a.b", "port": 8080}}, "invalid_listen"),
+    (lambda s: {**s, "ingress": {"listen": "10.0.0.5:80", "server_name": "a.b", "port": 9999}}, "unknown_port"),
+    (lambda s: {**s, "ingress": {"listen": "10.0.0.5:80", "server_name": "_", "port": 8080}}, "invalid_server_name"),
     (lambda s: {**s, "command": []}, "field_blank"),
     (lambda s: {**s, "slug": "Not A Slug"}, "invalid_slug"),
 ])

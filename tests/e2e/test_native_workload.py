@@ -1,0 +1,153 @@
+"""A native workload end to end: Host's generation writer, the real ``forest-agent`` process, a signed
+bundle served from Host's CAS, and Debian's real nginx started by the test on high ports.
+
+A tiny HTTP server in a signed tar.gz becomes live and answers through nginx; a new generation replaces
+it; a crash-looping generation is reported to Host. Nothing is faked.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+
+import httpx
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from apps.artifacts.services import artifact_blob_create
+from apps.flags.services import flag_override_set
+from apps.groves.models import Grove
+from apps.workloads import services
+from apps.workloads.models import WorkloadGeneration
+from tests.pipelines.conftest import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e, pytest.mark.slow]
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+SECRET = "tok-9f8e7d6c5b4a"
+
+SERVER = b'''
+import http.server, os
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("ok" if self.path == "/healthz" else
+                f"{os.environ['COLOR']} token-length={len(os.environ.get('API_TOKEN', ''))}").encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def nginx(tmp_path):
+    """nginx with a config, prefix and include directory the test owns."""
+    root = tmp_path / "nginx"
+    (root / "conf.d").mkdir(parents=True)
+    (root / "logs").mkdir()
+    temp = "\n".join(f"    {kind}_temp_path {root}/{kind};" for kind in ("client_body", "proxy", "fastcgi",
+                                                                          "uwsgi", "scgi"))
+    main = root / "nginx.conf"
+    main.write_text(f"pid {root}/nginx.pid;\nerror_log {root}/logs/error.log;\nworker_processes 1;\n"
+                    f"events {{ worker_connections 64; }}\nhttp {{\n    access_log off;\n{temp}\n"
+                    f"    include {root}/conf.d/*.conf;\n}}\n")
+    subprocess.run([NGINX, "-c", str(main), "-p", str(root)], check=True, capture_output=True)
+    yield root, main
+    subprocess.run([NGINX, "-c", str(main), "-p", str(root), "-s", "quit"], capture_output=True, check=False)
+
+
+@pytest.fixture
+def signing_key(tmp_path):
+    key = Ed25519PrivateKey.generate()
+    public = tmp_path / "release.pem"
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    return key, public
+
+
+def _bundle(key: Ed25519PrivateKey):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.GNU_FORMAT) as tar:
+        info = tarfile.TarInfo("server.py")
+        info.size, info.mode = len(SERVER), 0o644
+        tar.addfile(info, io.BytesIO(SERVER))
+    data = buffer.getvalue()
+    digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
+    signature = base64.b64encode(key.sign(digest.encode())).decode()
+    return artifact_blob_create(chunks=[data], expected_digest=digest, media_type="application/gzip",
+                                signature=signature, signing_key_id="release")
+
+
+def _get(url: str) -> str | None:
+    try:
+        response = httpx.get(url, timeout=5)
+    except httpx.TransportError:
+        return None
+    return response.text if response.status_code == 200 else None
+
+
+def _state(generation: WorkloadGeneration, *states: str, timeout: float = 60) -> WorkloadGeneration:
+    return wait_for(lambda: WorkloadGeneration.objects.filter(pk=generation.pk, state__in=states).first(),
+                    timeout=timeout, what=f"generation {generation.number} to be {'/'.join(states)}")
+
+
+def test_signed_bundle_goes_live_behind_nginx_is_replaced_and_a_crash_loop_is_reported(
+        live_server, enrolled, agents, nginx, signing_key, settings):
+    grove, state_dir = enrolled
+    nginx_root, nginx_main = nginx
+    key, public = signing_key
+    settings.FOREST_NATIVE_WORKLOAD_DISPATCH = True
+    settings.FOREST_PUBLIC_URL = live_server.url
+    flag_override_set(name="host.deploy.native_ingress", enabled=True, reason="e2e")
+    agent = agents(state_dir, "--enable-native-workloads",
+                         "--trusted-key", f"release={public}", "--nginx-conf-dir", str(nginx_root / "conf.d"),
+                         "--nginx-binary", NGINX, "--nginx-config", str(nginx_main),
+                         "--nginx-prefix", str(nginx_root))
+    try:
+        wait_for(lambda: "native.workload" in Grove.objects.get(pk=grove.pk).change_kinds,
+                 what="the agent to advertise native.workload")
+        bundle = _bundle(key)
+        services.workload_secret_set(environment="default", name="API_TOKEN", value=SECRET)
+        app_port, edge_port = free_port(), free_port()
+        spec = {"slug": "hello", "bundle_digest": bundle.digest, "grove": grove.slug,
+                "command": [sys.executable, "server.py"], "env": {"PORT": str(app_port), "COLOR": "blue"},
+                "secret_refs": ["API_TOKEN"], "ports": [{"name": "http", "port": app_port}],
+                "probes": {"readiness": {"type": "http", "path": "/healthz", "port": app_port, "period_s": 1}},
+                "ingress": {"listen": f"127.0.0.1:{edge_port}", "server_name": "hello.internal", "port": app_port},
+                "restart": {"backoff_initial_s": 1, "backoff_max_s": 2, "crash_loop_after": 2}}
+        _, first = services.native_workload_apply(body=spec)
+        first = _state(first, "live")
+        assert first.live and first.probes.get("readiness") == "passing"
+        assert first.reason == "", (first.reason, first.message, agent.output())
+        through_nginx = wait_for(lambda: _get(f"http://127.0.0.1:{edge_port}/"), timeout=10,
+                                 what="nginx to forward to the workload")
+        assert through_nginx == f"blue token-length={len(SECRET)}"
+
+        _, second = services.native_workload_apply(body={**spec, "env": {**spec["env"], "COLOR": "green"}})
+        _state(second, "live")
+        wait_for(lambda: (_get(f"http://127.0.0.1:{edge_port}/") or "").startswith("green"),
+                 what="nginx to serve the new generation")
+        assert WorkloadGeneration.objects.get(pk=first.pk).state == "superseded"
+
+        crashing = {**spec, "command": [sys.executable, "-c", "import sys; sys.exit(3)"]}
+        _, third = services.native_workload_apply(body=crashing)
+        third = _state(third, "crash_loop")
+        # crash_loop_after=2: the second consecutive exit (one restart) declares the loop.
+        assert third.restarts >= 1 and not third.live
+    finally:
+        agent.stop()
+    assert SECRET not in agent.output()
+    assert SECRET not in str(Grove.objects.get(pk=grove.pk).log_tail)
+    assert SECRET not in str(list(WorkloadGeneration.objects.values_list("spec", "log_tail", "message")))
