@@ -151,3 +151,22 @@ def test_signed_bundle_goes_live_behind_nginx_is_replaced_and_a_crash_loop_is_re
     assert SECRET not in agent.output()
     assert SECRET not in str(Grove.objects.get(pk=grove.pk).log_tail)
     assert SECRET not in str(list(WorkloadGeneration.objects.values_list("spec", "log_tail", "message")))
+
+
+def test_a_bundle_signed_by_an_untrusted_key_is_refused_and_reported(live_server, enrolled, agents, signing_key,
+                                                                      settings):
+    grove, state_dir = enrolled
+    _, public = signing_key
+    settings.FOREST_NATIVE_WORKLOAD_DISPATCH = True
+    settings.FOREST_PUBLIC_URL = live_server.url
+    agent = agents(state_dir, "--enable-native-workloads", "--trusted-key", f"release={public}")
+    wait_for(lambda: "native.workload" in Grove.objects.get(pk=grove.pk).change_kinds,
+             what="the agent to advertise native.workload")
+    forged = _bundle(Ed25519PrivateKey.generate())  # signed, but not by the key this agent trusts
+    _, generation = services.native_workload_apply(body={
+        "slug": "forged", "bundle_digest": forged.digest, "grove": grove.slug,
+        "command": [sys.executable, "server.py"], "env": {"PORT": str(free_port()), "COLOR": "red"}})
+    generation = _state(generation, "failed")
+    assert generation.reason == "bundle_signature_invalid", (generation.reason, generation.message)
+    # The signature is checked before anything is extracted: the bundle's file never reached the disk.
+    assert not any(path.name == "server.py" for path in state_dir.rglob("*")), agent.output()
