@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 from forest_cli.client import ForestClient, ForestClientError
 
@@ -21,7 +22,7 @@ def build_server(*, host: str | None, token: str | None) -> MCPServer:
         try:
             return fn(client, *args)
         except ForestClientError as exc:
-            raise ValueError(f"{exc.code}: {exc.detail}") from None
+            raise ToolError(f"{exc.code}: {exc.detail}") from None
         finally:
             client.close()
 
