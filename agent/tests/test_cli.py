@@ -183,7 +183,7 @@ def test_a_job_runs_and_status_shows_it(enrolled, host, agents) -> None:
             "job_id": "cli-1",
             "change_kind": "native.job",
             "payload": {
-                "command": [sys.executable, "-c", "import time; time.sleep(1.5); print('done')"],
+                "command": [sys.executable, "-c", "import time; time.sleep(6); print('done')"],
                 "env": {},
                 "timeout_s": 30,
             },
