@@ -27,6 +27,11 @@ def sweep() -> dict:
 
 
 @shared_task(name="pipelines.ping")
-def ping(token: str) -> str:
-    """An empty round trip: the floor that bench/resume.py compares the resume path against."""
-    return token
+def ping(reply_key: str) -> None:
+    """An empty round trip for bench/resume.py's floor: record when it ran, on the broker's Redis."""
+    import time
+
+    import redis
+    from django.conf import settings
+
+    redis.Redis.from_url(settings.REDIS_URL).rpush(reply_key, repr(time.time()))
