@@ -252,3 +252,14 @@ def test_inventory_prints_the_report() -> None:
     data = json.loads(result.stdout)
     assert data["capacity"]["placement_units"][0]["id"] == "machine"
     assert data["change_kinds_when_enabled"] == ["native.job", "native.workload"]
+
+
+def test_a_relative_state_dir_is_made_absolute(tmp_path, monkeypatch) -> None:
+    """Job wrappers write their exit code into the state dir from the job's own working directory."""
+    import argparse
+
+    from forest_agent.cli import _state
+
+    monkeypatch.chdir(tmp_path)
+    state = _state(argparse.Namespace(state_dir=Path("var/agent")))
+    assert state.path == tmp_path / "var" / "agent" and state.path.is_absolute()

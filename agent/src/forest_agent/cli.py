@@ -177,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _state(args: argparse.Namespace) -> StateDir:
     path = args.state_dir or (Path(os.environ[STATE_DIR_ENV]) if os.environ.get(STATE_DIR_ENV) else None)
-    return StateDir((path or default_state_dir()).expanduser())
+    # Absolute: job wrappers and workloads run in other working directories but write into it.
+    return StateDir((path or default_state_dir()).expanduser().resolve())
 
 
 def _say(message: str) -> None:
