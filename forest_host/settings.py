@@ -66,8 +66,6 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    # Serves collected static files from the app server itself (admin CSS under uvicorn/gunicorn).
-    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -101,7 +99,9 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'forest.sqlite3'}"),
-        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
+        # 0 by default: under ASGI each request may run in its own thread, and a persistent connection per
+        # thread exhausts PostgreSQL. Raise it for WSGI servers (gunicorn sync workers) or use a pooler.
+        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
         conn_health_checks=True,
     )
 }
@@ -126,10 +126,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"] if (BASE_DIR / "static").is_dir() else []
-STORAGES = {
-    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
-}
+# The ASGI app serves static files itself (admin CSS under uvicorn) unless a front proxy does it.
+FOREST_SERVE_STATIC = env_bool("FOREST_SERVE_STATIC", DEBUG)
 LOGIN_URL = "admin:login"
 
 # Bodies larger than this are refused with 413 {"code": "payload_too_large"} before parsing.

@@ -16,7 +16,3 @@ os.environ.setdefault("FLAGS_CACHE_TTL_S", "0")
 from forest_host.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # speed only; never in production
-
-# WhiteNoise warns when the collected-static directory is missing; tests never collect static files.
-STATIC_ROOT = VAR_DIR / "test-static"  # noqa: F405
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)

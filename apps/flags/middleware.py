@@ -1,11 +1,27 @@
-"""Pins one flag snapshot per request, so a request sees a consistent set of flags."""
-from apps.flags.selectors import pinned_snapshot
+"""Pins one flag snapshot per request, so a request sees a consistent set of flags.
+
+Sync and async: under ASGI an async view (the ``changes`` long-poll) must not be pushed into a thread
+by a sync-only middleware.
+"""
+from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.utils.decorators import sync_and_async_middleware
+
+from apps.flags.selectors import fresh_snapshot, pinned_snapshot
 
 
-class FlagSnapshotMiddleware:
-    def __init__(self, get_response):
-        self.get_response = get_response
+@sync_and_async_middleware
+def FlagSnapshotMiddleware(get_response):  # noqa: N802 - referenced by its class-like name in MIDDLEWARE
+    if iscoroutinefunction(get_response):
 
-    def __call__(self, request):
-        with pinned_snapshot():
-            return self.get_response(request)
+        async def middleware(request):
+            snapshot = await sync_to_async(fresh_snapshot)()
+            with pinned_snapshot(snapshot):
+                return await get_response(request)
+
+    else:
+
+        def middleware(request):
+            with pinned_snapshot(fresh_snapshot()):
+                return get_response(request)
+
+    return middleware

@@ -56,12 +56,21 @@ def invalidate() -> None:
 
 
 @contextmanager
-def pinned_snapshot():
-    """Hold one snapshot for the duration of a request or task."""
+def pinned_snapshot(snapshot: Snapshot | None = None):
+    """Hold one snapshot (the given one, or the current one) for the duration of a request or task."""
     token = _pinned.set(None)
-    _pinned.set(current_snapshot())
+    _pinned.set(current_snapshot() if snapshot is None else snapshot)
     try:
         yield
+    finally:
+        _pinned.reset(token)
+
+
+def fresh_snapshot() -> Snapshot:
+    """The process snapshot, ignoring any pin (what a new request or task should pin)."""
+    token = _pinned.set(None)
+    try:
+        return current_snapshot()
     finally:
         _pinned.reset(token)
 
