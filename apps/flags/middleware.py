@@ -10,7 +10,7 @@ from apps.flags.selectors import fresh_snapshot, pinned_snapshot
 
 
 @sync_and_async_middleware
-def FlagSnapshotMiddleware(get_response):  # noqa: N802 - referenced by its class-like name in MIDDLEWARE
+def FlagSnapshotMiddleware(get_response):
     if iscoroutinefunction(get_response):
 
         async def middleware(request):
