@@ -36,6 +36,9 @@ class Grove(models.Model):
     log_tail = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     enabled = models.BooleanField(default=True, help_text="A disabled Grove is never chosen for new work.")
+    # Placement's fleet snapshot reloads Groves changed since its watermark. On PostgreSQL a trigger
+    # (migration 0002) stamps every INSERT/UPDATE with the database clock, including queryset .update().
+    updated_at = models.DateTimeField(default=timezone.now, db_index=True, editable=False)
 
     class Meta:
         ordering = ["slug"]
