@@ -1,12 +1,16 @@
-"""Reads for placement: candidate Groves and stored placements.
+"""Reads for placement: candidate Groves (from the in-process fleet snapshot) and stored placements.
 
-The candidate query does the selective work in PostgreSQL and returns a bounded number of rows whatever
-the fleet size (see ``candidates``); Python only ever checks and ranks those.
+Each process keeps a ``fleet.FleetIndex`` of every enabled Grove and refreshes it at most every
+``PLACEMENT_FLEET_REFRESH_S`` seconds, reloading only the Groves written since its watermark
+(``Grove.updated_at``, stamped by the database on every write). A decision then costs no query over the
+fleet; ``services`` re-verifies against the database whatever it persists.
 """
 from __future__ import annotations
 
-import json
+import threading
+import time
 import uuid
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -15,13 +19,13 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from apps.groves.models import Grove, PlacementUnit
+from apps.groves.choices import CapabilityKind
+from apps.groves.models import Grove, GroveCapability, PlacementUnit
+from apps.placement import fleet
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.rules import GroveFacts
 
-NO_PLATFORM_RANK = 1000
-MAX_GROVE_PLATFORMS = 32  # apps.groves.rules.platforms caps a report at 32
 FACT_FIELDS = ("id", "slug", "substrate", "roles", "platforms", "isolation_modes", "change_kinds", "enabled",
                "last_heartbeat_at")
 
@@ -32,21 +36,9 @@ def facts(grove: Grove) -> GroveFacts:
                       change_kinds=tuple(grove.change_kinds))
 
 
-def needed_substrate(requirement: ExecutionRequirement) -> set[str]:
-    """Substrates that could satisfy the substrate and trust rules at all (empty = none can)."""
-    allowed = {"kubernetes", "native"}
-    if requirement.substrate:
-        allowed &= {requirement.substrate}
-    if requirement.trust == "untrusted":
-        allowed &= {"kubernetes"}
-    if requirement.compatibility.isolation == "host_process":
-        allowed &= {"native"}
-    return allowed
-
-
 @dataclass
 class Candidate:
-    """A fresh Grove as the candidate query returns it (duck-types the Grove fields that ``facts`` reads)."""
+    """A fresh Grove as the snapshot holds it (duck-types the Grove fields that ``facts`` reads)."""
 
     id: uuid.UUID
     slug: str
@@ -85,142 +77,83 @@ class CandidateSet:
 # Totals in a decision are exact up to this many Groves ("200+" beyond): counting every eligible Grove of
 # a large fleet would make each decision's cost grow with the fleet.
 COUNT_CAP = 200
-_CAP = "EXISTS (SELECT 1 FROM groves_grovecapability c WHERE c.grove_id = g.id AND c.kind = '{kind}' AND {test})"
-_COLUMNS = "g.id, g.slug, g.substrate, g.roles, g.platforms, g.isolation_modes, g.change_kinds, g.last_heartbeat_at"
+# A write stamped just before a refresh read but committed after it is still picked up by the next
+# refresh if it commits within this long (Grove writes are single statements or short transactions).
+WATERMARK_OVERLAP = timedelta(seconds=2)
+_LOCK = threading.Lock()
+_FLEET = fleet.FleetIndex()
+_STATE: dict = {"watermark": None, "refreshed_at": float("-inf")}
+_FLEET_FIELDS = ("id", "slug", "substrate", "roles", "platforms", "isolation_modes", "change_kinds", "enabled",
+                 "last_heartbeat_at", "updated_at")
 
 
-def _json(value):
-    return json.loads(value) if isinstance(value, str | bytes) else value
-
-
-def _rows_to_candidates(rows) -> list[Candidate]:
-    out = []
-    for eligible, grove_id, slug, substrate, roles, platforms, isolation, kinds, heartbeat, prank, fit in rows:
-        out.append(Candidate(id=grove_id, slug=slug, substrate=substrate, roles=_json(roles),
-                             platforms=_json(platforms), isolation_modes=_json(isolation), change_kinds=_json(kinds),
-                             last_heartbeat_at=heartbeat, eligible=eligible,
-                             platform_rank=NO_PLATFORM_RANK if prank is None else prank, fits_cpu_memory=fit))
-    return out
+def fleet_refresh(*, full: bool = False) -> int:
+    """Bring the snapshot up to date: reload the Groves written since the watermark (all of them when
+    ``full``, on SQLite, or when the enabled count disagrees, i.e. a Grove was deleted); returns the number
+    of Grove rows read."""
+    full = full or _STATE["watermark"] is None or connection.vendor != "postgresql"
+    groves = Grove.objects.all()
+    if not full:
+        groves = groves.filter(updated_at__gt=_STATE["watermark"] - WATERMARK_OVERLAP)
+    rows = list(groves.values_list(*_FLEET_FIELDS))
+    enabled = [row[0] for row in rows if row[7]]
+    units, apis = defaultdict(list), defaultdict(set)
+    if enabled:
+        unit_rows, cap_rows = PlacementUnit.objects.all(), GroveCapability.objects.filter(
+            kind=CapabilityKind.ACCELERATOR_API)
+        if not full:
+            unit_rows, cap_rows = unit_rows.filter(grove_id__in=enabled), cap_rows.filter(grove_id__in=enabled)
+        for grove_id, cpu, memory in unit_rows.values_list("grove_id", "cpu_milli_free", "memory_bytes_free"):
+            units[grove_id].append((cpu, memory))
+        for grove_id, api in cap_rows.values_list("grove_id", "value"):
+            apis[grove_id].add(api)
+    records = [fleet.GroveRecord(
+        id=grove_id, slug=slug, substrate=substrate, roles=tuple(roles), platforms=tuple(platforms),
+        isolation_modes=tuple(isolation), change_kinds=tuple(kinds), last_heartbeat_at=heartbeat,
+        units=fleet.frontier(units[grove_id]), apis=frozenset(apis[grove_id]))
+        for grove_id, slug, substrate, roles, platforms, isolation, kinds, on, heartbeat, _ in rows if on]
+    total = None if full else Grove.objects.filter(enabled=True).count()
+    with _LOCK:
+        if full:
+            _FLEET.replace_all(records)
+        else:
+            for row in rows:
+                if not row[7]:
+                    _FLEET.remove(row[0])
+            for record in records:
+                _FLEET.upsert(record)
+        if rows:
+            newest = max(row[9] for row in rows)
+            _STATE["watermark"] = newest if _STATE["watermark"] is None or full else max(newest,
+                                                                                           _STATE["watermark"])
+        _STATE["refreshed_at"] = time.monotonic()
+        drifted = total is not None and total != len(_FLEET)
+    if drifted:  # a Grove was deleted (or a write escaped the watermark): start over
+        return len(rows) + fleet_refresh(full=True)
+    return len(rows)
 
 
 def candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool = False) -> CandidateSet:
-    """The ``limit`` best eligible Groves in chooser order, a sample of the others, and capped totals.
-
-    The compatibility rules are jsonb containment tests on the Grove's own role, change-kind, isolation
-    and platform lists plus the substrate column (no per-row subplans). The first round trip asks only for
-    Groves with the best possible rank key (first platform accepted, a unit that fits, the accelerator
-    API when one is wanted) in slug order: PostgreSQL walks the slug index and stops after ``limit``
-    rows, and those rows *are* the top of the ranking. Only when fewer exist does a second query rank
-    every eligible Grove. Totals are counted up to ``COUNT_CAP``. ``role_only`` ranks every Grove holding
-    the role (the shadow-mode fallback). Hand-written SQL: the ORM's query building alone cost more than
-    the whole decision.
-    """
-    if connection.vendor != "postgresql":
-        return _candidates_portable(requirement, limit=limit, role_only=role_only)
-    compat = requirement.compatibility
-    params: dict = {
-        "cutoff": timezone.now() - timedelta(seconds=settings.GROVE_STALE_AFTER_S), "limit": limit,
-        "cap": COUNT_CAP, "substrates": sorted(needed_substrate(requirement)),
-        "allowed": list(compat.platform.allowed), "cpu": requirement.resources.cpu_milli,
-        "memory": requirement.resources.memory_bytes,
-        "api": requirement.accelerators.api if requirement.accelerators and requirement.accelerators.api else "",
-        "role_json": json.dumps([requirement.family]), "change_kind_json": json.dumps([compat.change_kind]),
-        "isolation_json": json.dumps([compat.isolation]),
-    }
-    fresh = "g.enabled AND g.last_heartbeat_at >= %(cutoff)s"
-    if role_only:
-        condition = "g.roles @> %(role_json)s::jsonb"
-    elif params["substrates"]:
-        condition = " AND ".join([
-            "g.substrate = ANY(%(substrates)s)",
-            "g.roles @> %(role_json)s::jsonb",
-            "g.change_kinds @> %(change_kind_json)s::jsonb",
-            "g.isolation_modes @> %(isolation_json)s::jsonb",
-            *(["g.platforms ?| %(allowed)s::text[]"] if compat.platform.allowed else []),
-        ])
-    else:
-        condition = "false"
-    # Position of the first accepted platform in the Grove's order: a CASE chain is far cheaper per row than
-    # unnesting the array (a Grove reports at most MAX_GROVE_PLATFORMS platforms).
-    rank = ("CASE " + " ".join(f"WHEN g.platforms->>{i} = ANY(%(allowed)s::text[]) THEN {i}"
-                               for i in range(MAX_GROVE_PLATFORMS)) + f" ELSE {NO_PLATFORM_RANK} END"
-            ) if compat.platform.allowed else "0"
-    best_platform = "g.platforms->>0 = ANY(%(allowed)s::text[])" if compat.platform.allowed else "true"
-    fits = ("EXISTS (SELECT 1 FROM groves_placementunit u WHERE u.grove_id = g.id AND u.cpu_milli_free >= %(cpu)s "
-            "AND u.memory_bytes_free >= %(memory)s)")
-    has_api = _CAP.format(kind="accelerator_api", test="c.value = %(api)s") if params["api"] else "true"
-    api_order = f"{has_api} DESC, " if params["api"] else ""
-    # One round trip: the best-key rows, a sample of the others, and a last row carrying both capped counts.
-    first = f"""
-        (SELECT true, {_COLUMNS}, 0, true, 0 FROM groves_grove g
-          WHERE {fresh} AND {condition} AND {best_platform} AND {fits} AND {has_api}
-          ORDER BY g.slug LIMIT %(limit)s)
-        UNION ALL
-        (SELECT false, {_COLUMNS}, {NO_PLATFORM_RANK}, false, 0 FROM groves_grove g
-          WHERE {fresh} AND NOT ({condition}) ORDER BY g.slug LIMIT %(limit)s)
-        UNION ALL
-        SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-               (SELECT count(*) FROM (SELECT 1 FROM groves_grove g WHERE {fresh} AND {condition}
-                                       LIMIT %(cap)s) e)::int, NULL,
-               (SELECT count(*) FROM (SELECT 1 FROM groves_grove g WHERE {fresh} AND NOT ({condition})
-                                       LIMIT %(cap)s) i)::int"""
-    with connection.cursor() as cursor:
-        cursor.execute(first, params)
-        *rows, totals = cursor.fetchall()
-        eligible_total, ineligible_total = totals[9], totals[11]
-        result = CandidateSet(eligible=_rows_to_candidates(r[:11] for r in rows if r[0]),
-                              others=_rows_to_candidates(r[:11] for r in rows if not r[0]),
-                              eligible_total=eligible_total, ineligible_total=ineligible_total)
-        if len(result.eligible) < min(limit, eligible_total):
-            cursor.execute(f"""
-                SELECT true, {_COLUMNS}, {rank} AS platform_rank, {fits} AS fits FROM groves_grove g
-                 WHERE {fresh} AND {condition}
-                 ORDER BY platform_rank, fits DESC, {api_order}g.slug LIMIT %(limit)s""", params)
-            result.eligible = _rows_to_candidates(cursor.fetchall())
-    return result
+    """The ``limit`` best eligible fresh Groves in chooser order, a sample of the others by slug, and totals
+    capped at ``COUNT_CAP``, from the fleet snapshot (refreshed first when it is older than
+    ``PLACEMENT_FLEET_REFRESH_S``). ``role_only`` ranks every Grove holding the role (the shadow-mode
+    fallback)."""
+    if time.monotonic() - _STATE["refreshed_at"] >= settings.PLACEMENT_FLEET_REFRESH_S:
+        fleet_refresh()
+    cutoff = (timezone.now() - timedelta(seconds=settings.GROVE_STALE_AFTER_S)).timestamp()
+    with _LOCK:
+        found = _FLEET.select(requirement, limit=limit, cap=COUNT_CAP, cutoff=cutoff, role_only=role_only)
+    return CandidateSet(
+        eligible=[_candidate(item.record, True, item.platform_rank, item.fits_cpu_memory) for item in found.eligible],
+        others=[_candidate(record, False, fleet.NO_PLATFORM_RANK, False) for record in found.others],
+        eligible_total=found.eligible_total, ineligible_total=found.ineligible_total)
 
 
-def _candidates_portable(requirement: ExecutionRequirement, *, limit: int, role_only: bool) -> CandidateSet:
-    """The same selection and ranking as ``candidates``, evaluated in Python over the fresh Groves.
-
-    For the embedded SQLite database of ``make run`` only (a demo estate of a handful of Groves); every
-    deployment and the test suite run the PostgreSQL query above.
-    """
-    compat = requirement.compatibility
-    substrates = needed_substrate(requirement)
-    allowed = set(compat.platform.allowed)
-    api = requirement.accelerators.api if requirement.accelerators and requirement.accelerators.api else ""
-    cutoff = timezone.now() - timedelta(seconds=settings.GROVE_STALE_AFTER_S)
-    groves = list(Grove.objects.filter(enabled=True, last_heartbeat_at__gte=cutoff)
-                  .only(*FACT_FIELDS).prefetch_related("placement_units", "capabilities").order_by("slug"))
-
-    def compatible(grove: Grove) -> bool:
-        if role_only:
-            return requirement.family in grove.roles
-        return (grove.substrate in substrates and requirement.family in grove.roles
-                and compat.change_kind in grove.change_kinds and compat.isolation in grove.isolation_modes
-                and (not allowed or bool(allowed & set(grove.platforms))))
-
-    def candidate(grove: Grove, eligible: bool) -> Candidate:
-        ranks = [i for i, platform in enumerate(grove.platforms) if platform in allowed]
-        rank = (ranks[0] if ranks else NO_PLATFORM_RANK) if allowed else 0
-        fits = any(u.cpu_milli_free >= requirement.resources.cpu_milli
-                   and u.memory_bytes_free >= requirement.resources.memory_bytes for u in grove.placement_units.all())
-        return Candidate(id=grove.id, slug=grove.slug, substrate=grove.substrate, roles=grove.roles,
-                         platforms=grove.platforms, isolation_modes=grove.isolation_modes,
-                         change_kinds=grove.change_kinds, last_heartbeat_at=grove.last_heartbeat_at,
-                         eligible=eligible, platform_rank=rank, fits_cpu_memory=fits)
-
-    def has_api(grove: Grove) -> bool:
-        return any(c.kind == "accelerator_api" and c.value == api for c in grove.capabilities.all())
-
-    eligible = [grove for grove in groves if compatible(grove)]
-    others = [grove for grove in groves if not compatible(grove)]
-    ranked = sorted((candidate(g, True) for g in eligible),
-                    key=lambda c: (c.platform_rank, not c.fits_cpu_memory,
-                                   not has_api(next(g for g in eligible if g.id == c.id)) if api else False, c.slug))
-    return CandidateSet(eligible=ranked[:limit], others=[candidate(g, False) for g in others[:limit]],
-                        eligible_total=min(len(eligible), COUNT_CAP), ineligible_total=min(len(others), COUNT_CAP))
+def _candidate(record: fleet.GroveRecord, eligible: bool, platform_rank: int, fits: bool) -> Candidate:
+    return Candidate(id=record.id, slug=record.slug, substrate=record.substrate, roles=list(record.roles),
+                     platforms=list(record.platforms), isolation_modes=list(record.isolation_modes),
+                     change_kinds=list(record.change_kinds), last_heartbeat_at=record.last_heartbeat_at,
+                     eligible=eligible, platform_rank=platform_rank, fits_cpu_memory=fits)
 
 
 def fits_cpu_memory(grove: Grove, requirement: ExecutionRequirement) -> bool:

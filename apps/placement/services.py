@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 # Verdicts kept per decision: the ranked eligible Groves and a sample of the others, each bounded, so a
 # decision's size and cost do not grow with the fleet (totals are still counted).
 CANDIDATE_LIMIT = 20
+# A decision from the fleet snapshot whose Grove no longer holds in the database is redone after a
+# refresh; this many tries before giving up (only a Grove changing again and again gets there).
+DECIDE_ATTEMPTS = 3
 
 
 @dataclass
@@ -272,30 +275,70 @@ def place_execution(*, subject_type: str, subject_id: str, requirement: Executio
         existing = selectors.placement_for_subject(subject_type=subject_type, subject_id=subject_id)
         if existing is not None:
             return _reuse(existing, enforced=enforced)
-    decision = placement_decide(requirement=requirement, target=target, enforced=enforced)
-    _log_decision(f"{subject_type}:{subject_id}", decision)
-    if decision.refusal is not None:
-        raise decision.refusal
-    body = decision.to_json()
-    result = PlacementResult(grove=decision.grove, selected_platform=decision.selected_platform, decision=body,
-                             placement=None, would_refuse=decision.would_refuse)
-    if not persisted:
+    for _attempt in range(DECIDE_ATTEMPTS):
+        decision = _decide_current(requirement, target, enforced)
+        _log_decision(f"{subject_type}:{subject_id}", decision)
+        if decision.refusal is not None:
+            raise decision.refusal
+        body = decision.to_json()
+        result = PlacementResult(grove=decision.grove, selected_platform=decision.selected_platform, decision=body,
+                                 placement=None, would_refuse=decision.would_refuse)
+        try:
+            with transaction.atomic():
+                if not _still_holds(decision, requirement):
+                    raise _SnapshotBehind
+                if not persisted:
+                    return result
+                result.placement = ExecutionPlacement.objects.create(
+                    subject_type=subject_type, subject_id=subject_id, grove=decision.grove,
+                    grove_slug=decision.grove.slug, selected_platform=decision.selected_platform,
+                    requirement=requirement.to_json(), decision=body, chooser=decision.chooser,
+                    enforced=enforced, would_refuse=decision.would_refuse, team=team or "",
+                    environment=environment or "",
+                )
+        except _SnapshotBehind:
+            selectors.fleet_refresh()
+            continue
+        except IntegrityError:
+            # A concurrent call for the same subject won; its row is the placement, exactly as for a retry.
+            existing = selectors.placement_for_subject(subject_type=subject_type, subject_id=subject_id)
+            if existing is None:
+                raise
+            return _reuse(existing, enforced=enforced)
         return result
-    try:
-        with transaction.atomic():
-            result.placement = ExecutionPlacement.objects.create(
-                subject_type=subject_type, subject_id=subject_id, grove=decision.grove,
-                grove_slug=decision.grove.slug, selected_platform=decision.selected_platform,
-                requirement=requirement.to_json(), decision=body, chooser=decision.chooser, enforced=enforced,
-                would_refuse=decision.would_refuse, team=team or "", environment=environment or "",
-            )
-    except IntegrityError:
-        # A concurrent call for the same subject won; its row is the placement, exactly as for a retry.
-        existing = selectors.placement_for_subject(subject_type=subject_type, subject_id=subject_id)
-        if existing is None:
-            raise
-        return _reuse(existing, enforced=enforced)
-    return result
+    raise _fleet_changed()
+
+
+class _SnapshotBehind(Exception):
+    """The Grove chosen from the fleet snapshot no longer holds in the database."""
+
+
+def _fleet_changed() -> Conflict:
+    return Conflict("fleet_changed", "The Groves changed while this work was being placed, several times in a "
+                    "row; try again.")
+
+
+def _decide_current(requirement: ExecutionRequirement, target: str | None, enforced: bool) -> Decision:
+    """A decision for work about to be dispatched: a refusal from the snapshot is checked against a
+    refreshed snapshot first (a Grove that enrolled a moment ago must not be missed)."""
+    decision = placement_decide(requirement=requirement, target=target, enforced=enforced)
+    if decision.refusal is not None and decision.chooser == Chooser.SELECTION:
+        selectors.fleet_refresh()
+        decision = placement_decide(requirement=requirement, target=target, enforced=enforced)
+    return decision
+
+
+def _still_holds(decision: Decision, requirement: ExecutionRequirement) -> bool:
+    """Inside the write: the chosen Grove, read from the database, is still enabled, fresh, and exactly as
+    compatible as the decision says (no incompatibility, or the same ones for a shadow-mode fallback).
+    An explicit target was read from the database by this very decision."""
+    if decision.chooser == Chooser.EXPLICIT:
+        return True
+    grove = selectors.grove_by_reference(str(decision.grove.id))
+    if grove is None or not grove.enabled or grove.stale:
+        return False
+    found = {item.code for item in rules.check(requirement, selectors.facts(grove))}
+    return found == {item["code"] for item in decision.incompatibilities}
 
 
 def placement_pin(*, subject_type: str, subject_id: str, requirement: ExecutionRequirement,
@@ -318,11 +361,28 @@ def placement_replace(*, placement: ExecutionPlacement, actor, reason: str, targ
     requirement = requirement or ExecutionRequirement.from_json(placement.requirement)
     enforced = is_enabled(COMPATIBILITY_FLAG, environment=placement.environment or None,
                           team=placement.team or None)
-    decision = placement_decide(requirement=requirement, target=target, enforced=enforced)
-    _log_decision(f"{placement.subject_type}:{placement.subject_id}", decision)
-    if decision.refusal is not None:
-        raise decision.refusal
+    for _attempt in range(DECIDE_ATTEMPTS):
+        decision = _decide_current(requirement, target, enforced)
+        _log_decision(f"{placement.subject_type}:{placement.subject_id}", decision)
+        if decision.refusal is not None:
+            raise decision.refusal
+        try:
+            row = _replace_row(placement, decision, requirement, actor=actor, reason=reason, enforced=enforced)
+            break
+        except _SnapshotBehind:
+            selectors.fleet_refresh()
+    else:
+        raise _fleet_changed()
+    log.info("placement replaced", extra={"placement_id": row.pk, "grove": row.grove_slug, "actor": str(actor)})
+    return PlacementResult(grove=row.grove, selected_platform=row.selected_platform, decision=row.decision,
+                           placement=row, would_refuse=row.would_refuse)
+
+
+def _replace_row(placement: ExecutionPlacement, decision: Decision, requirement: ExecutionRequirement, *, actor,
+                 reason: str, enforced: bool) -> ExecutionPlacement:
     with transaction.atomic():
+        if not _still_holds(decision, requirement):
+            raise _SnapshotBehind
         row = ExecutionPlacement.objects.select_for_update().get(pk=placement.pk)
         row.history = [*row.history, {
             "grove_id": str(row.grove_id) if row.grove_id else None, "grove_slug": row.grove_slug,
@@ -334,9 +394,7 @@ def placement_replace(*, placement: ExecutionPlacement, actor, reason: str, targ
         row.selected_platform, row.requirement, row.decision = decision.selected_platform, requirement.to_json(), body
         row.chooser, row.enforced, row.would_refuse = decision.chooser, enforced, decision.would_refuse
         row.save()
-    log.info("placement replaced", extra={"placement_id": row.pk, "grove": row.grove_slug, "actor": str(actor)})
-    return PlacementResult(grove=row.grove, selected_platform=row.selected_platform, decision=body, placement=row,
-                           would_refuse=row.would_refuse)
+    return row
 
 
 def placement_plan_check(*, requirement: ExecutionRequirement, environment: str | None = None,

@@ -1,0 +1,111 @@
+"""The hand-written PostgreSQL candidate query placement used before the fleet snapshot, kept as the
+oracle the snapshot is checked against (tests/placement/test_fleet.py): the same selection and ranking,
+computed by the database from the rows themselves.
+"""
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from apps.placement.fleet import MAX_GROVE_PLATFORMS, NO_PLATFORM_RANK, needed_substrate
+from apps.placement.requirements import ExecutionRequirement
+from apps.placement.selectors import Candidate, CandidateSet
+
+# Totals in a decision are exact up to this many Groves ("200+" beyond): counting every eligible Grove of
+# a large fleet would make each decision's cost grow with the fleet.
+COUNT_CAP = 200
+_CAP = "EXISTS (SELECT 1 FROM groves_grovecapability c WHERE c.grove_id = g.id AND c.kind = '{kind}' AND {test})"
+_COLUMNS = "g.id, g.slug, g.substrate, g.roles, g.platforms, g.isolation_modes, g.change_kinds, g.last_heartbeat_at"
+
+
+def _json(value):
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _rows_to_candidates(rows) -> list[Candidate]:
+    out = []
+    for eligible, grove_id, slug, substrate, roles, platforms, isolation, kinds, heartbeat, prank, fit in rows:
+        out.append(Candidate(id=grove_id, slug=slug, substrate=substrate, roles=_json(roles),
+                             platforms=_json(platforms), isolation_modes=_json(isolation), change_kinds=_json(kinds),
+                             last_heartbeat_at=heartbeat, eligible=eligible,
+                             platform_rank=NO_PLATFORM_RANK if prank is None else prank, fits_cpu_memory=fit))
+    return out
+
+
+def sql_candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool = False) -> CandidateSet:
+    """The ``limit`` best eligible Groves in chooser order, a sample of the others, and capped totals.
+
+    The compatibility rules are jsonb containment tests on the Grove's own role, change-kind, isolation
+    and platform lists plus the substrate column (no per-row subplans). The first round trip asks only for
+    Groves with the best possible rank key (first platform accepted, a unit that fits, the accelerator
+    API when one is wanted) in slug order: PostgreSQL walks the slug index and stops after ``limit``
+    rows, and those rows *are* the top of the ranking. Only when fewer exist does a second query rank
+    every eligible Grove. Totals are counted up to ``COUNT_CAP``. ``role_only`` ranks every Grove holding
+    the role (the shadow-mode fallback). Hand-written SQL: the ORM's query building alone cost more than
+    the whole decision.
+    """
+    compat = requirement.compatibility
+    params: dict = {
+        "cutoff": timezone.now() - timedelta(seconds=settings.GROVE_STALE_AFTER_S), "limit": limit,
+        "cap": COUNT_CAP, "substrates": sorted(needed_substrate(requirement)),
+        "allowed": list(compat.platform.allowed), "cpu": requirement.resources.cpu_milli,
+        "memory": requirement.resources.memory_bytes,
+        "api": requirement.accelerators.api if requirement.accelerators and requirement.accelerators.api else "",
+        "role_json": json.dumps([requirement.family]), "change_kind_json": json.dumps([compat.change_kind]),
+        "isolation_json": json.dumps([compat.isolation]),
+    }
+    fresh = "g.enabled AND g.last_heartbeat_at >= %(cutoff)s"
+    if role_only:
+        condition = "g.roles @> %(role_json)s::jsonb"
+    elif params["substrates"]:
+        condition = " AND ".join([
+            "g.substrate = ANY(%(substrates)s)",
+            "g.roles @> %(role_json)s::jsonb",
+            "g.change_kinds @> %(change_kind_json)s::jsonb",
+            "g.isolation_modes @> %(isolation_json)s::jsonb",
+            *(["g.platforms ?| %(allowed)s::text[]"] if compat.platform.allowed else []),
+        ])
+    else:
+        condition = "false"
+    # Position of the first accepted platform in the Grove's order: a CASE chain is far cheaper per row than
+    # unnesting the array (a Grove reports at most MAX_GROVE_PLATFORMS platforms).
+    rank = ("CASE " + " ".join(f"WHEN g.platforms->>{i} = ANY(%(allowed)s::text[]) THEN {i}"
+                               for i in range(MAX_GROVE_PLATFORMS)) + f" ELSE {NO_PLATFORM_RANK} END"
+            ) if compat.platform.allowed else "0"
+    best_platform = "g.platforms->>0 = ANY(%(allowed)s::text[])" if compat.platform.allowed else "true"
+    fits = ("EXISTS (SELECT 1 FROM groves_placementunit u WHERE u.grove_id = g.id AND u.cpu_milli_free >= %(cpu)s "
+            "AND u.memory_bytes_free >= %(memory)s)")
+    has_api = _CAP.format(kind="accelerator_api", test="c.value = %(api)s") if params["api"] else "true"
+    api_order = f"{has_api} DESC, " if params["api"] else ""
+    # One round trip: the best-key rows, a sample of the others, and a last row carrying both capped counts.
+    first = f"""
+        (SELECT true, {_COLUMNS}, 0, true, 0 FROM groves_grove g
+          WHERE {fresh} AND {condition} AND {best_platform} AND {fits} AND {has_api}
+          ORDER BY g.slug LIMIT %(limit)s)
+        UNION ALL
+        (SELECT false, {_COLUMNS}, {NO_PLATFORM_RANK}, false, 0 FROM groves_grove g
+          WHERE {fresh} AND NOT ({condition}) ORDER BY g.slug LIMIT %(limit)s)
+        UNION ALL
+        SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+               (SELECT count(*) FROM (SELECT 1 FROM groves_grove g WHERE {fresh} AND {condition}
+                                       LIMIT %(cap)s) e)::int, NULL,
+               (SELECT count(*) FROM (SELECT 1 FROM groves_grove g WHERE {fresh} AND NOT ({condition})
+                                       LIMIT %(cap)s) i)::int"""
+    with connection.cursor() as cursor:
+        cursor.execute(first, params)
+        *rows, totals = cursor.fetchall()
+        eligible_total, ineligible_total = totals[9], totals[11]
+        result = CandidateSet(eligible=_rows_to_candidates(r[:11] for r in rows if r[0]),
+                              others=_rows_to_candidates(r[:11] for r in rows if not r[0]),
+                              eligible_total=eligible_total, ineligible_total=ineligible_total)
+        if len(result.eligible) < min(limit, eligible_total):
+            cursor.execute(f"""
+                SELECT true, {_COLUMNS}, {rank} AS platform_rank, {fits} AS fits FROM groves_grove g
+                 WHERE {fresh} AND {condition}
+                 ORDER BY platform_rank, fits DESC, {api_order}g.slug LIMIT %(limit)s""", params)
+            result.eligible = _rows_to_candidates(cursor.fetchall())
+    return result
