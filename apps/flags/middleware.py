@@ -1,7 +1,8 @@
 """Pins one flag snapshot per request, so a request sees a consistent set of flags.
 
 Sync and async: under ASGI an async view (the ``changes`` long-poll) must not be pushed into a thread
-by a sync-only middleware.
+by a sync-only middleware. A sync request reads its snapshot on its first flag lookup (a heartbeat reads
+none and pays nothing); an async one reads it up front, off the event loop.
 """
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.utils.decorators import sync_and_async_middleware
@@ -21,7 +22,7 @@ def FlagSnapshotMiddleware(get_response):
     else:
 
         def middleware(request):
-            with pinned_snapshot(fresh_snapshot()):
+            with pinned_snapshot(deferred=True):
                 return get_response(request)
 
     return middleware

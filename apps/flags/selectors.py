@@ -20,7 +20,7 @@ Snapshot = dict[tuple[str, str, str], bool]
 
 _process_snapshot: tuple[float, Snapshot] | None = None
 _lock = Lock()
-_pinned: ContextVar[Snapshot | None] = ContextVar("forest_flag_snapshot", default=None)
+_pinned: ContextVar = ContextVar("forest_flag_snapshot", default=None)
 
 
 def _load() -> Snapshot:
@@ -34,10 +34,27 @@ def _load() -> Snapshot:
     }
 
 
+class _Deferred:
+    """A pin whose snapshot is read on first use, so a request that reads no flag costs no query."""
+
+    __slots__ = ("snapshot",)
+
+    def __init__(self) -> None:
+        self.snapshot: Snapshot | None = None
+
+
 def current_snapshot() -> Snapshot:
     pinned = _pinned.get()
+    if isinstance(pinned, _Deferred):
+        if pinned.snapshot is None:
+            pinned.snapshot = _process_or_load()
+        return pinned.snapshot
     if pinned is not None:
         return pinned
+    return _process_or_load()
+
+
+def _process_or_load() -> Snapshot:
     global _process_snapshot
     now = time.monotonic()
     cached = _process_snapshot
@@ -56,10 +73,14 @@ def invalidate() -> None:
 
 
 @contextmanager
-def pinned_snapshot(snapshot: Snapshot | None = None):
-    """Hold one snapshot (the given one, or the current one) for the duration of a request or task."""
+def pinned_snapshot(snapshot: Snapshot | None = None, *, deferred: bool = False):
+    """Hold one snapshot for the duration of a request or task: the given one, the current one, or
+    (``deferred``) the one read by the first flag lookup."""
     token = _pinned.set(None)
-    _pinned.set(current_snapshot() if snapshot is None else snapshot)
+    if deferred:
+        _pinned.set(_Deferred())
+    else:
+        _pinned.set(current_snapshot() if snapshot is None else snapshot)
     try:
         yield
     finally:
@@ -68,11 +89,7 @@ def pinned_snapshot(snapshot: Snapshot | None = None):
 
 def fresh_snapshot() -> Snapshot:
     """The process snapshot, ignoring any pin (what a new request or task should pin)."""
-    token = _pinned.set(None)
-    try:
-        return current_snapshot()
-    finally:
-        _pinned.reset(token)
+    return _process_or_load()
 
 
 def resolve(name: str, *, environment: str | None = None, team: str | None = None) -> tuple[bool, str]:

@@ -145,19 +145,22 @@ def capacity(value: Any, field: str = "capacity") -> dict:
     return {"placement_units": units, "accelerators": accelerators}
 
 
-def heartbeat(body: Any, *, substrate: str) -> dict:
+def heartbeat(body: Any, *, substrate: str | None) -> dict:
+    """Validate a heartbeat. ``substrate=None`` skips the substrate checks: only for the unchanged-report
+    fast path, where a matching digest proves the same lists already passed them for this Grove."""
     body = v.obj(body, "", allowed={"version", "change_kinds", "isolation", "capacity", "log_tail"},
                  required={"version", "change_kinds", "capacity"})
     change_kinds = v.choices_list(body["change_kinds"], "change_kinds", choices=ChangeKind.values)
-    allowed_kinds = SUBSTRATE_CHANGE_KINDS[Substrate(substrate)]
-    for index, kind in enumerate(change_kinds):
-        if kind not in allowed_kinds:
-            raise v.fail("change_kind_not_for_substrate",
-                         f"A {substrate} Grove cannot advertise '{kind}'.", f"change_kinds[{index}]")
     isolation = v.choices_list(body.get("isolation", []), "isolation", choices=IsolationMode.values)
-    if IsolationMode.HOST_PROCESS in isolation and substrate != Substrate.NATIVE:
-        raise v.fail("isolation_not_for_substrate", "Only a native Grove offers host_process isolation.",
-                     "isolation")
+    if substrate is not None:
+        allowed_kinds = SUBSTRATE_CHANGE_KINDS[Substrate(substrate)]
+        for index, kind in enumerate(change_kinds):
+            if kind not in allowed_kinds:
+                raise v.fail("change_kind_not_for_substrate",
+                             f"A {substrate} Grove cannot advertise '{kind}'.", f"change_kinds[{index}]")
+        if IsolationMode.HOST_PROCESS in isolation and substrate != Substrate.NATIVE:
+            raise v.fail("isolation_not_for_substrate", "Only a native Grove offers host_process isolation.",
+                         "isolation")
     lines = v.array(body.get("log_tail", []), "log_tail", max_items=MAX_LOG_LINES)
     log_tail = [v.string(line, f"log_tail[{i}]", max_length=MAX_LOG_LINE, allow_empty=True)
                 for i, line in enumerate(lines)]

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -176,6 +177,36 @@ def _capacity_replace(grove: Grove, capacity: dict) -> None:
     ])
 
 
+def _liveness_fields(data: dict, now) -> dict:
+    fields = {"last_heartbeat_at": now, "version": data["version"], "stale_since": None}
+    if data["log_tail"]:
+        fields["log_tail"] = data["log_tail"][-settings.GROVE_LOG_TAIL_LINES:]
+    return fields
+
+
+def grove_heartbeat_unchanged(*, grove_id, presented: str, body: dict) -> bool:
+    """The hot path in one statement: authenticate and record a heartbeat whose capacity is unchanged.
+
+    A single UPDATE of the Grove row, guarded by a live credential of *this* Grove with this secret and
+    by the stored capacity digest. False means "take the full path" (authenticate with error codes,
+    validate for the substrate, rewrite capacity): anything unusual — a bad body, an unknown or revoked
+    credential, another Grove's credential, changed capacity — lands there, so behaviour is unchanged.
+    """
+    parts = secrets.split(presented, secrets.CREDENTIAL_PREFIX)
+    if parts is None:
+        return False
+    try:
+        data = rules.heartbeat(body, substrate=None)
+    except ValidationFailed:
+        return False
+    digest = rules.capacity_digest(data["capacity"], data["change_kinds"], data["isolation"])
+    live_credential = GroveCredential.objects.filter(
+        grove_id=OuterRef("pk"), key_id=parts[0], secret_hash=secrets.hash_secret(parts[1]), revoked_at__isnull=True)
+    updated = (Grove.objects.filter(pk=grove_id, capacity_digest=digest).filter(Exists(live_credential))
+               .update(**_liveness_fields(data, timezone.now())))
+    return updated == 1
+
+
 def grove_heartbeat_record(*, grove: Grove, body: dict) -> Grove:
     """Validate a heartbeat fully, then write it in one transaction.
 
@@ -188,9 +219,7 @@ def grove_heartbeat_record(*, grove: Grove, body: dict) -> Grove:
     log_tail = data["log_tail"][-settings.GROVE_LOG_TAIL_LINES:]
     if digest == grove.capacity_digest:
         # One autocommitted UPDATE: no transaction round trips on the hot path.
-        fields = {"last_heartbeat_at": now, "version": data["version"], "stale_since": None}
-        if log_tail:
-            fields["log_tail"] = log_tail
+        fields = _liveness_fields(data, now)
         Grove.objects.filter(pk=grove.pk).update(**fields)
         for key, value in fields.items():
             setattr(grove, key, value)

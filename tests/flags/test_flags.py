@@ -138,3 +138,26 @@ def test_admin_override_form_requires_reason_and_audits(client, django_user_mode
     assert response.status_code == 302
     assert is_enabled(COMPAT, team="ml") is True
     assert FlagAudit.objects.get().reason == "ml pilot"
+
+
+def test_sync_requests_read_flags_lazily_and_consistently(rf, django_assert_num_queries):
+    from django.http import HttpResponse
+
+    from apps.flags.middleware import FlagSnapshotMiddleware
+
+    seen = []
+
+    def quiet_view(request):
+        return HttpResponse()
+
+    def flag_view(request):
+        seen.append(is_enabled(COMPAT))
+        FlagOverride.objects.create(flag_id=COMPAT, enabled=True)  # changed mid-request
+        seen.append(is_enabled(COMPAT))
+        return HttpResponse()
+
+    with django_assert_num_queries(0):
+        FlagSnapshotMiddleware(quiet_view)(rf.get("/"))
+    FlagSnapshotMiddleware(flag_view)(rf.get("/"))
+    assert seen == [False, False]
+    assert is_enabled(COMPAT) is True

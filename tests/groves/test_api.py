@@ -184,3 +184,29 @@ def test_openapi_schema_documents_wire_endpoints(anon_client):
     assert "/api/forest/v1/groves/enroll" in paths
     assert "/api/forest/v1/groves/{grove_id}/heartbeat" in paths
     assert "/api/forest/v1/groves" in paths
+
+
+def test_an_unchanged_heartbeat_is_one_statement(fresh_grove, grove_client, django_assert_num_queries):
+    grove, credential = fresh_grove(gpus=1)
+    client = grove_client(credential)
+    body = heartbeat_body(gpus=1, log_tail=["still here"])
+    with django_assert_num_queries(1):
+        response = client.post(f"{V1}/groves/{grove.id}/heartbeat", body, format="json")
+    assert response.status_code == 200
+    grove.refresh_from_db()
+    assert grove.log_tail == ["still here"]
+
+
+def test_the_fast_path_still_refuses_revoked_and_foreign_credentials(fresh_grove, grove_client):
+    """Unchanged capacity takes the one-statement path; a bad credential must still get its own code."""
+    mine, credential = fresh_grove(name="mine")
+    theirs, their_credential = fresh_grove(name="theirs")
+    body = heartbeat_body()  # the same report both Groves already made: digests match
+    foreign = grove_client(their_credential).post(f"{V1}/groves/{mine.id}/heartbeat", body, format="json")
+    assert foreign.status_code == 403 and foreign.json()["code"] == "grove_mismatch"
+    services.grove_credential_revoke(credential=mine.credentials.get())
+    before = Grove.objects.get(pk=mine.pk).last_heartbeat_at
+    revoked = grove_client(credential).post(f"{V1}/groves/{mine.id}/heartbeat", body, format="json")
+    assert revoked.status_code == 401 and revoked.json()["code"] == "credential_revoked"
+    assert Grove.objects.get(pk=mine.pk).last_heartbeat_at == before
+    assert theirs.pk != mine.pk

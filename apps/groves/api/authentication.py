@@ -9,6 +9,16 @@ from apps.core.errors import Forbidden, NotAuthenticated
 from apps.groves.services import grove_authenticate
 
 
+def bearer_credential(request) -> str:
+    """The presented Grove credential, or 401 with a code."""
+    header = get_authorization_header(request).split()
+    if not header or header[0].lower() != b"bearer":
+        raise NotAuthenticated("not_authenticated", "Grove endpoints need 'Authorization: Bearer <credential>'.")
+    if len(header) != 2:
+        raise NotAuthenticated("credential_malformed", "Send 'Authorization: Bearer <credential>'.")
+    return header[1].decode(errors="replace")
+
+
 class GroveCredentialAuthentication(BaseAuthentication):
     keyword = b"bearer"
 
@@ -16,9 +26,7 @@ class GroveCredentialAuthentication(BaseAuthentication):
         header = get_authorization_header(request).split()
         if not header or header[0].lower() != self.keyword:
             return None
-        if len(header) != 2:
-            raise NotAuthenticated("credential_malformed", "Send 'Authorization: Bearer <credential>'.")
-        credential = grove_authenticate(presented=header[1].decode(errors="replace"))
+        credential = grove_authenticate(presented=bearer_credential(request))
         # The Grove acts as no Django user; request.auth carries the credential and its Grove.
         return (GrovePrincipal(credential.grove), credential)
 

@@ -9,9 +9,10 @@ from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.errors import Forbidden
 from apps.groves import services
 from apps.groves.api import serializers as s
-from apps.groves.api.authentication import GroveCredentialAuthentication, IsOwnGrove
+from apps.groves.api.authentication import GroveCredentialAuthentication, IsOwnGrove, bearer_credential
 from apps.groves.filtersets import GroveFilterSet
 from apps.groves.selectors import grove_list
 
@@ -40,11 +41,23 @@ class EnrollView(APIView):
         return Response({"grove_id": str(grove.id), "credential": credential}, status=status.HTTP_201_CREATED)
 
 
-class HeartbeatView(GroveWireView):
+class HeartbeatView(APIView):
+    """Authenticates inside the view: an unchanged report is recorded by one guarded UPDATE that also
+    checks the credential; everything else takes the full path with the usual auth errors."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
     @extend_schema(request=s.HeartbeatRequestSerializer, responses={200: s.HeartbeatResponseSerializer, **ERRORS},
-                   tags=["wire"], summary="Report version, change kinds, capacity and log tail")
+                   tags=["wire"], summary="Report version, change kinds, capacity and log tail",
+                   auth=[{"groveCredential": []}])
     def post(self, request, grove_id):
-        services.grove_heartbeat_record(grove=self.grove, body=request.data)
+        presented = bearer_credential(request)
+        if not services.grove_heartbeat_unchanged(grove_id=grove_id, presented=presented, body=request.data):
+            credential = services.grove_authenticate(presented=presented)
+            if str(credential.grove_id) != str(grove_id):
+                raise Forbidden("grove_mismatch", "This credential belongs to another Grove.")
+            services.grove_heartbeat_record(grove=credential.grove, body=request.data)
         return Response({"server_time": timezone.now(), "stale_after_s": settings.GROVE_STALE_AFTER_S})
 
 

@@ -13,23 +13,15 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import JsonResponse
 
-from apps.core.errors import Forbidden, ForestError, NotAuthenticated
+from apps.core.errors import Forbidden, ForestError
+from apps.groves.api.authentication import bearer_credential
 from apps.groves.services import grove_authenticate
 from apps.pipelines import rules, selectors, wakeups
 from apps.pipelines.api.views import ChangesSchemaView
 
 
-def _bearer(request) -> str:
-    header = request.headers.get("Authorization", "").split()
-    if not header or header[0].lower() != "bearer":
-        raise NotAuthenticated("not_authenticated", "Grove endpoints need 'Authorization: Bearer <credential>'.")
-    if len(header) != 2:
-        raise NotAuthenticated("credential_malformed", "Send 'Authorization: Bearer <credential>'.")
-    return header[1]
-
-
 async def _grove_for(request, grove_id):
-    credential = await sync_to_async(grove_authenticate)(presented=_bearer(request))
+    credential = await sync_to_async(grove_authenticate)(presented=bearer_credential(request))
     if str(credential.grove_id) != str(grove_id):
         raise Forbidden("grove_mismatch", "This credential belongs to another Grove.")
     return credential.grove
