@@ -1,0 +1,256 @@
+"""The fleet snapshot on PostgreSQL: the same decisions as the SQL candidate query, bounded staleness,
+and no stale snapshot ever persisting a placement the database would not allow."""
+from __future__ import annotations
+
+from datetime import timedelta
+from unittest import mock
+
+import pytest
+from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from apps.core.errors import ForestError
+from apps.groves import services as grove_services
+from apps.groves.models import Grove, GroveCapability, PlacementUnit
+from apps.placement import derivation, fleet, selectors, services
+from apps.placement.models import ExecutionPlacement
+from apps.placement.requirements import (
+    AcceleratorRequest,
+    Compatibility,
+    ExecutionRequirement,
+    PlatformConstraint,
+    Resources,
+)
+from tests.factories import unit
+from tests.placement.conftest import DEFAULT_KINDS, grove_make
+from tests.placement.oracle import sql_candidates
+
+pytestmark = pytest.mark.django_db
+IMAGE = "registry.example/app@sha256:" + "a" * 64
+PLATFORMS = ["linux/amd64", "linux/arm64", "darwin/arm64", "linux/arm/v7"]
+GIB = 1 << 30
+
+
+def container(platform=("linux/amd64",)) -> ExecutionRequirement:
+    return derivation.requirement_for_node({"id": "n", "kind": "exec", "image": IMAGE, "platform": list(platform)},
+                                           run_kind="build")
+
+
+# --- equivalence with the SQL query ---------------------------------------------------------------
+
+KINDS = {"native": ["native.job", "native.workload"], "kubernetes": ["k8s.job", "k8s.build_job", "k8s.deployment"]}
+ISOLATION = {"native": ["host_process"], "kubernetes": ["container", "vm"]}
+# Mostly coherent Groves (a substrate's own change kinds and isolation), sometimes anything, so that many
+# Groves are eligible and the ranking, not just the filtering, is exercised.
+grove_spec = st.booleans().flatmap(lambda native: st.fixed_dictionaries({
+    "native": st.just(native),
+    "roles": st.lists(st.sampled_from(["build", "runtime", "compute"]), min_size=1, max_size=3, unique=True),
+    "platforms": st.lists(st.sampled_from(PLATFORMS), min_size=1, max_size=3, unique=True),
+    "kinds": st.one_of(st.just(KINDS["native" if native else "kubernetes"]),
+                       st.lists(st.sampled_from(KINDS["native"] + KINDS["kubernetes"]), max_size=3, unique=True)),
+    "isolation": st.one_of(st.just(ISOLATION["native" if native else "kubernetes"]),
+                           st.lists(st.sampled_from(["container", "vm", "host_process"]), min_size=1, max_size=2,
+                                    unique=True)),
+    "units": st.lists(st.tuples(st.integers(0, 16), st.integers(0, 16)), max_size=3),
+    "apis": st.lists(st.sampled_from(["cuda", "metal", "rocm"]), max_size=2, unique=True),
+    "stale": st.integers(0, 5).map(lambda n: n == 0),
+    "enabled": st.integers(0, 6).map(lambda n: n != 0),
+}))
+requirement_spec = st.builds(
+    lambda family, native, kind, trust, allowed, cpu, memory, api: ExecutionRequirement(
+        family=family, trust=trust, resources=Resources(cpu_milli=cpu * 1000, memory_bytes=memory * GIB),
+        accelerators=AcceleratorRequest(count=1, api=api) if api else None,
+        compatibility=Compatibility(platform=PlatformConstraint(allowed=tuple(allowed)),
+                                    change_kind=KINDS["native" if native else "kubernetes"][kind % (2 + (not native))],
+                                    isolation="host_process" if native else "container")),
+    st.sampled_from(["build", "runtime", "compute"]), st.booleans(), st.integers(0, 2),
+    st.sampled_from(["trusted", "trusted", "untrusted"]), st.lists(st.sampled_from(PLATFORMS), max_size=2, unique=True),
+    st.integers(0, 12), st.integers(0, 12), st.sampled_from(["", "", "cuda", "metal"]),
+) | st.builds(
+    lambda family, kind, isolation, allowed: ExecutionRequirement(
+        family=family, compatibility=Compatibility(platform=PlatformConstraint(allowed=tuple(allowed)),
+                                                   change_kind=kind, isolation=isolation)),
+    st.sampled_from(["build", "runtime", "compute"]), st.sampled_from(KINDS["native"] + KINDS["kubernetes"]),
+    st.sampled_from(["container", "vm", "host_process"]), st.lists(st.sampled_from(PLATFORMS), max_size=2, unique=True),
+)
+
+
+def load_fleet(specs: list[dict]) -> None:
+    Grove.objects.all().delete()
+    now = timezone.now()
+    groves = [Grove(slug=f"g{index:03d}-{'n' if spec['native'] else 'k'}", name=f"g{index}",
+                    substrate="native" if spec["native"] else "kubernetes", roles=spec["roles"],
+                    platforms=spec["platforms"], isolation_modes=spec["isolation"], change_kinds=spec["kinds"],
+                    enabled=spec["enabled"],
+                    last_heartbeat_at=now - timedelta(seconds=600 if spec["stale"] else 1))
+              for index, spec in enumerate(specs)]
+    Grove.objects.bulk_create(groves)
+    PlacementUnit.objects.bulk_create([
+        PlacementUnit(grove=grove, unit_id=f"u{i}", cpu_milli_allocatable=16000, cpu_milli_free=cpu * 1000,
+                      memory_bytes_allocatable=16 * GIB, memory_bytes_free=memory * GIB)
+        for grove, spec in zip(groves, specs, strict=True) for i, (cpu, memory) in enumerate(spec["units"])])
+    GroveCapability.objects.bulk_create([
+        GroveCapability(grove=grove, kind="accelerator_api", value=api)
+        for grove, spec in zip(groves, specs, strict=True) for api in spec["apis"]])
+
+
+def shape(found: selectors.CandidateSet) -> tuple:
+    return ([(c.slug, c.platform_rank, c.fits_cpu_memory, c.last_heartbeat_at) for c in found.eligible],
+            [c.slug for c in found.others], found.eligible_total, found.ineligible_total)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(specs=st.lists(grove_spec, max_size=30), requirements=st.lists(requirement_spec, min_size=1, max_size=4))
+def test_snapshot_selects_exactly_what_the_sql_query_selects(specs, requirements):
+    load_fleet(specs)
+    for requirement in requirements:
+        for limit in (2, 20):
+            for role_only in (False, True):
+                assert shape(selectors.candidates(requirement, limit=limit, role_only=role_only)) == shape(
+                    sql_candidates(requirement, limit=limit, role_only=role_only)), (limit, role_only)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(specs=st.lists(grove_spec, min_size=1, max_size=12), requirement=requirement_spec,
+       enforced=st.booleans())
+def test_snapshot_decision_equals_the_sql_decision(specs, requirement, enforced):
+    load_fleet(specs)
+    ours = services.placement_decide(requirement=requirement, enforced=enforced)
+    with mock.patch.object(selectors, "candidates", sql_candidates):
+        theirs = services.placement_decide(requirement=requirement, enforced=enforced)
+    assert ours.to_json() == theirs.to_json()
+    assert (ours.refusal and ours.refusal.code) == (theirs.refusal and theirs.refusal.code)
+
+
+def test_frontier_keeps_only_undominated_units():
+    units = fleet.frontier([(1, 1), (4, 1), (2, 3), (2, 2), (0, 5)])
+    assert units == ((4, 1), (2, 3), (0, 5))
+    record = fleet.GroveRecord(id=1, slug="a", substrate="native", roles=(), platforms=(), isolation_modes=(),
+                               change_kinds=(), last_heartbeat_at=None, units=units, apis=frozenset())
+    assert record.fits(2, 3) and record.fits(0, 5) and not record.fits(3, 2) and not record.fits(5, 0)
+
+
+# --- refresh: bounded staleness -----------------------------------------------------------------------
+
+@pytest.fixture
+def slow_refresh(settings):
+    """A snapshot that would not refresh by itself during the test."""
+    settings.PLACEMENT_FLEET_REFRESH_S = 3600
+    selectors.fleet_refresh(full=True)
+    return settings
+
+
+def eligible_slugs(requirement=None) -> list[str]:
+    return [c.slug for c in selectors.candidates(requirement or container(), limit=20).eligible]
+
+
+def test_a_new_grove_is_seen_after_a_refresh(slow_refresh):
+    grove_make("a-first")
+    selectors.fleet_refresh()
+    grove_make("b-new")
+    assert eligible_slugs() == ["a-first"]  # bounded staleness: not yet
+    selectors.fleet_refresh()
+    assert eligible_slugs() == ["a-first", "b-new"]
+
+
+def test_a_new_heartbeat_makes_a_stale_grove_fresh_after_a_refresh(slow_refresh):
+    grove = grove_make("quiet")
+    Grove.objects.filter(pk=grove.pk).update(last_heartbeat_at=grove.last_heartbeat_at - timedelta(minutes=10))
+    selectors.fleet_refresh()
+    assert eligible_slugs() == []
+    grove_services.grove_heartbeat_record(grove=Grove.objects.get(pk=grove.pk), body={
+        "version": "test", "change_kinds": DEFAULT_KINDS["kubernetes"], "isolation": ["container"],
+        "capacity": {"placement_units": [unit()], "accelerators": []}})
+    assert eligible_slugs() == []
+    selectors.fleet_refresh()
+    assert eligible_slugs() == ["quiet"]
+
+
+def test_a_grove_goes_stale_at_decision_time_without_a_refresh(slow_refresh):
+    grove_make("a")
+    grove = grove_make("b")
+    Grove.objects.filter(pk=grove.pk).update(last_heartbeat_at=grove.last_heartbeat_at - timedelta(seconds=60))
+    selectors.fleet_refresh()
+    assert eligible_slugs() == ["a", "b"]
+    slow_refresh.GROVE_STALE_AFTER_S = 30  # the same as b's heartbeat ageing past the window
+    assert eligible_slugs() == ["a"]
+    found = selectors.candidates(container(), limit=20)
+    assert (found.eligible_total, found.ineligible_total) == (1, 0)
+    slow_refresh.GROVE_STALE_AFTER_S = 90
+    assert eligible_slugs() == ["a", "b"]
+
+
+@pytest.mark.parametrize("change", ["disable", "delete"])
+def test_a_disabled_or_deleted_grove_drops_out_after_a_refresh(slow_refresh, change):
+    grove_make("a-going")
+    grove_make("b-staying")
+    selectors.fleet_refresh()
+    queryset = Grove.objects.filter(slug="a-going")
+    queryset.update(enabled=False) if change == "disable" else queryset.delete()
+    assert eligible_slugs() == ["a-going", "b-staying"]
+    selectors.fleet_refresh()
+    assert eligible_slugs() == ["b-staying"]
+    assert len(selectors._FLEET) == 1
+
+
+def test_an_incremental_refresh_reads_only_the_groves_written_since(slow_refresh, monkeypatch):
+    monkeypatch.setattr(selectors, "WATERMARK_OVERLAP", timedelta(0))
+    groves = [grove_make(f"g{i}") for i in range(5)]
+    selectors.fleet_refresh()
+    assert selectors.fleet_refresh() == 0
+    Grove.objects.filter(pk=groves[2].pk).update(version="2")  # any write, even a queryset update
+    assert selectors.fleet_refresh() == 1
+
+
+# --- a stale snapshot never persists a wrong placement ------------------------------------------------
+
+def test_a_stale_snapshot_does_not_persist_on_a_grove_disabled_since(slow_refresh):
+    grove_make("a-best")
+    grove_make("b-next")
+    selectors.fleet_refresh()
+    Grove.objects.filter(slug="a-best").update(enabled=False)
+    assert services.placement_decide(requirement=container()).grove.slug == "a-best"  # the preview is stale
+    result = services.place_execution(subject_type="pipeline_node", subject_id="1", requirement=container())
+    assert result.grove.slug == "b-next" and result.placement.grove_slug == "b-next"
+    assert services.placement_decide(requirement=container()).grove.slug == "b-next"  # and now refreshed
+
+
+def test_a_stale_snapshot_does_not_persist_on_a_grove_now_incompatible(slow_refresh):
+    grove_make("a-best")
+    grove_make("b-next")
+    selectors.fleet_refresh()
+    grove = Grove.objects.get(slug="a-best")
+    grove_services.grove_heartbeat_record(grove=grove, body={  # it stops advertising k8s.job
+        "version": "test", "change_kinds": ["k8s.deployment"], "isolation": ["container"],
+        "capacity": {"placement_units": [unit()], "accelerators": []}})
+    result = services.place_execution(subject_type="pipeline_node", subject_id="1", requirement=container())
+    assert result.placement.grove_slug == "b-next"
+
+
+def test_a_stale_snapshot_with_no_alternative_refuses_instead_of_persisting(slow_refresh):
+    grove_make("only")
+    selectors.fleet_refresh()
+    Grove.objects.filter(slug="only").update(enabled=False)
+    with pytest.raises(ForestError) as caught:
+        services.place_execution(subject_type="pipeline_node", subject_id="1", requirement=container())
+    assert caught.value.code == "no_eligible_grove"
+    assert not ExecutionPlacement.objects.exists()
+
+
+def test_a_refusal_is_checked_against_a_refreshed_snapshot(slow_refresh):
+    selectors.fleet_refresh()
+    grove_make("just-enrolled")
+    result = services.place_execution(subject_type="pipeline_node", subject_id="1", requirement=container())
+    assert result.placement.grove_slug == "just-enrolled"
+
+
+def test_a_grove_that_keeps_changing_ends_in_a_clear_refusal(slow_refresh, monkeypatch):
+    grove_make("flapping")
+    monkeypatch.setattr(services, "_still_holds", lambda decision, requirement: False)
+    with pytest.raises(ForestError) as caught:
+        services.place_execution(subject_type="pipeline_node", subject_id="1", requirement=container())
+    assert caught.value.code == "fleet_changed"
+    assert not ExecutionPlacement.objects.exists()
