@@ -6,8 +6,16 @@ For each N, N fresh Groves with mixed substrates (Kubernetes / native), roles, p
 isolation modes, units and accelerator inventories are loaded into PostgreSQL (the same rows a
 heartbeat writes, including the indexed ``GroveCapability`` facts). Then, in one process on one core:
 
-* *preview*: ``placement_decide`` (the pure decision: candidate query, ranking, verdicts; nothing stored);
-* *persisted*: ``place_execution`` for a new subject each time (flags, decision, one INSERT).
+* *preview*: ``placement_decide`` (the pure decision from the in-process fleet snapshot: index
+  intersections, ranking, verdicts; nothing stored; the snapshot refreshes at most every
+  ``PLACEMENT_FLEET_REFRESH_S`` = 1 s, inside the measured calls);
+* *sql-prev*: the same decision through the PostgreSQL candidate query placement used before the
+  snapshot (``tests/placement/oracle.py``), for a same-run before/after;
+* *persisted*: ``place_execution`` for a new subject each time (flags, decision from the snapshot, the
+  chosen Grove re-read and re-checked in the write, one INSERT).
+
+It also prints the snapshot's refresh cost at each size: a full load, an incremental refresh with
+nothing changed, and one after 1% of the fleet heartbeated.
 
 A mix of requirements is cycled (container amd64/arm64, any platform, native darwin, GPU, untrusted,
 and one nothing can run). The floor is a bare single-row ``INSERT`` through psycopg (autocommit) on the
@@ -36,6 +44,7 @@ DB_URL = os.environ.get("BENCH_PLACEMENT_DATABASE_URL", f"postgres://postgres@12
 os.environ.update({
     "DATABASE_URL": DB_URL, "SECRET_KEY": "bench-secret-key", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0",
     "CELERY_BROKER_URL": "redis://127.0.0.1:6379/14", "LOG_LEVEL": "ERROR", "FLAGS_CACHE_TTL_S": "1",
+    "PLACEMENT_FLEET_REFRESH_S": "1",
     "DJANGO_SETTINGS_MODULE": "forest_host.settings",
 })
 GIB = 1024**3
@@ -144,6 +153,33 @@ def requirements():
     return [derivation.requirement_for_node(node, run_kind=kind) for node, kind in nodes]
 
 
+def refresh_costs(n: int) -> dict:
+    """Milliseconds for a full snapshot load, an incremental refresh with nothing new, and one after 1% of
+    the fleet heartbeated (a heartbeat is an UPDATE of last_heartbeat_at; the trigger stamps updated_at)."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from apps.groves.models import Grove
+    from apps.placement import selectors
+
+    def timed(**kwargs) -> float:
+        t0 = time.perf_counter()
+        selectors.fleet_refresh(**kwargs)
+        return (time.perf_counter() - t0) * 1000
+
+    full = min(timed(full=True) for _ in range(3))
+    time.sleep(selectors.WATERMARK_OVERLAP.total_seconds() + 0.1)  # past the overlap window of the load
+    selectors.fleet_refresh()
+    idle = min(timed() for _ in range(5))
+    beating = max(1, n // 100)
+    ids = list(Grove.objects.order_by("?").values_list("id", flat=True)[:beating])
+    Grove.objects.filter(id__in=ids).update(last_heartbeat_at=timezone.now())
+    changed = timed()
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE groves_grove")
+    return {"full": full, "idle": idle, "changed": changed, "beating": beating}
+
+
 def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -188,8 +224,11 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    from unittest import mock
+
     from apps.core.errors import ForestError
-    from apps.placement import services
+    from apps.placement import selectors, services
+    from tests.placement.oracle import sql_candidates
 
     mix = requirements()
     base = floor(args.decisions)
@@ -199,15 +238,21 @@ def main() -> None:
               f"{'eligible(avg)':>14}")
     print(header)
     print("-" * len(header))
-    p50s: dict[str, dict[int, float]] = {"preview": {}, "persisted": {}}
+    p50s: dict[str, dict[int, float]] = {"preview": {}, "sql-prev": {}, "persisted": {}}
+    refreshes = {}
     for n in [int(x) for x in args.groves.split(",")]:
         t0 = time.perf_counter()
         load(n)
         load_s = time.perf_counter() - t0
+        refreshes[n] = refresh_costs(n)
         eligible = [services.placement_decide(requirement=r).eligible_total for r in mix]
 
         def preview(i: int) -> None:
             services.placement_decide(requirement=mix[i % len(mix)])
+
+        def sql_preview(i: int) -> None:
+            with mock.patch.object(selectors, "candidates", sql_candidates):
+                services.placement_decide(requirement=mix[i % len(mix)])
 
         def persisted(i: int, run: str = f"{n}-{time.monotonic_ns()}") -> None:
             # 'nowhere' with no Grove of the role raises a refusal: a refusal is a decision too
@@ -215,12 +260,16 @@ def main() -> None:
                 services.place_execution(subject_type="pipeline_node", subject_id=f"{run}-{i}",
                                          requirement=mix[i % len(mix)])
 
-        for mode, fn in (("preview", preview), ("persisted", persisted)):
-            result = measure(fn, args.decisions)
+        for mode, fn, count in (("preview", preview, args.decisions),
+                                ("sql-prev", sql_preview, min(args.decisions, 400)),
+                                ("persisted", persisted, args.decisions)):
+            result = measure(fn, count)
             p50s[mode][n] = result["p50"]
             print(f"{n:>7} {mode:>9} {result['rate']:>12.0f} {result['p50']:>8.3f} {result['p99']:>8.3f} "
                   f"{result['p50'] / base['p50']:>10.1f} {statistics.mean(eligible):>14.0f}")
-        print(f"{'':>7} (loaded {n} Groves in {load_s:.1f} s)")
+        cost = refreshes[n]
+        print(f"{'':>7} (loaded {n} Groves in {load_s:.1f} s; snapshot refresh: full {cost['full']:.1f} ms, "
+              f"incremental idle {cost['idle']:.2f} ms, after {cost['beating']} heartbeats {cost['changed']:.2f} ms)")
     sizes = sorted(p50s["preview"])
     if len(sizes) > 1:
         small, large = sizes[0], sizes[-1]

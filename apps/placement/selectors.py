@@ -79,19 +79,27 @@ class CandidateSet:
 COUNT_CAP = 200
 # A write stamped just before a refresh read but committed after it is still picked up by the next
 # refresh if it commits within this long (Grove writes are single statements or short transactions).
-WATERMARK_OVERLAP = timedelta(seconds=2)
+WATERMARK_OVERLAP = timedelta(seconds=1)
 _LOCK = threading.Lock()
 _FLEET = fleet.FleetIndex()
 _STATE: dict = {"watermark": None, "refreshed_at": float("-inf")}
 _FLEET_FIELDS = ("id", "slug", "substrate", "roles", "platforms", "isolation_modes", "change_kinds", "enabled",
-                 "last_heartbeat_at", "updated_at")
+                 "last_heartbeat_at")
 
 
 def fleet_refresh(*, full: bool = False) -> int:
     """Bring the snapshot up to date: reload the Groves written since the watermark (all of them when
     ``full``, on SQLite, or when the enabled count disagrees, i.e. a Grove was deleted); returns the number
     of Grove rows read."""
-    full = full or _STATE["watermark"] is None or connection.vendor != "postgresql"
+    postgresql = connection.vendor == "postgresql"
+    full = full or _STATE["watermark"] is None or not postgresql
+    # Counted and timed before the rows are read: the next refresh starts from this database time (the
+    # trigger's clock; now() would be the start of a caller's transaction).
+    total, at = None, None
+    if postgresql:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*), clock_timestamp() FROM groves_grove WHERE enabled")
+            total, at = cursor.fetchone()
     groves = Grove.objects.all()
     if not full:
         groves = groves.filter(updated_at__gt=_STATE["watermark"] - WATERMARK_OVERLAP)
@@ -111,8 +119,7 @@ def fleet_refresh(*, full: bool = False) -> int:
         id=grove_id, slug=slug, substrate=substrate, roles=tuple(roles), platforms=tuple(platforms),
         isolation_modes=tuple(isolation), change_kinds=tuple(kinds), last_heartbeat_at=heartbeat,
         units=fleet.frontier(units[grove_id]), apis=frozenset(apis[grove_id]))
-        for grove_id, slug, substrate, roles, platforms, isolation, kinds, on, heartbeat, _ in rows if on]
-    total = None if full else Grove.objects.filter(enabled=True).count()
+        for grove_id, slug, substrate, roles, platforms, isolation, kinds, on, heartbeat in rows if on]
     with _LOCK:
         if full:
             _FLEET.replace_all(records)
@@ -122,12 +129,8 @@ def fleet_refresh(*, full: bool = False) -> int:
                     _FLEET.remove(row[0])
             for record in records:
                 _FLEET.upsert(record)
-        if rows:
-            newest = max(row[9] for row in rows)
-            _STATE["watermark"] = newest if _STATE["watermark"] is None or full else max(newest,
-                                                                                           _STATE["watermark"])
-        _STATE["refreshed_at"] = time.monotonic()
-        drifted = total is not None and total != len(_FLEET)
+        _STATE["watermark"], _STATE["refreshed_at"] = at, time.monotonic()
+        drifted = not full and total != len(_FLEET)
     if drifted:  # a Grove was deleted (or a write escaped the watermark): start over
         return len(rows) + fleet_refresh(full=True)
     return len(rows)
