@@ -2,7 +2,7 @@
 
 The chooser decides from this (like kube-scheduler's informer cache) instead of querying the fleet per
 decision. Candidates come from set intersections over indexes (role/change kind/isolation buckets,
-substrate, platform, first platform, accelerator API), freshness from a heap of heartbeat times, and the
+substrate, platform, platform by position, accelerator API), freshness from a heap of heartbeat times, and the
 top of the ranking from a walk in slug order that stops after ``limit`` Groves; only when the best rank
 key is short of ``limit`` are all eligible Groves ranked. The ranking is ``selectors``' order of old:
 earliest accepted platform in the Grove's order, a unit that fits CPU and memory, the requested
@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
+from apps.accelerators.rules import Device, Unit
 from apps.placement.requirements import ExecutionRequirement
 
 NO_PLATFORM_RANK = 1000
@@ -39,6 +40,9 @@ class GroveRecord:
     last_heartbeat_at: datetime | None
     units: tuple[tuple[int, int], ...]
     apis: frozenset[str]
+    # As reported, for accelerator admission (Host's claims are read at decision time).
+    accelerator_units: tuple[Unit, ...] = ()
+    devices: tuple[Device, ...] = ()
 
     @property
     def heartbeat(self) -> float | None:
@@ -93,8 +97,8 @@ def _index_keys(record: GroveRecord) -> Iterator[tuple[str, object]]:
     yield "substrate", record.substrate
     for platform in record.platforms:
         yield "platform", platform
-    if record.platforms:
-        yield "first_platform", record.platforms[0]
+    for position, platform in enumerate(record.platforms[:MAX_GROVE_PLATFORMS]):
+        yield "position", (platform, position)
     for api in record.apis:
         yield "api", api
 
@@ -219,18 +223,23 @@ class FleetIndex:
         cpu, memory = requirement.resources.cpu_milli, requirement.resources.memory_bytes
         api = requirement.accelerators.api if requirement.accelerators and requirement.accelerators.api else ""
         records = self.records
-        # The best possible key (first platform accepted, a unit that fits, the API) in slug order *is*
-        # the top of the ranking; stop after ``limit`` of them.
-        best = eligible
+        # The best key any eligible Grove has (its earliest accepted platform position), with a unit that
+        # fits and the API, in slug order *is* the top of the ranking; stop after ``limit`` of them.
+        best_rank, best = 0, eligible
         if allowed:
-            best = best & self._union("first_platform", allowed)
+            best_rank, best = NO_PLATFORM_RANK, eligible - self._union("platform", allowed)
+            for position in range(MAX_GROVE_PLATFORMS):
+                at = eligible & self._union("position", [(platform, position) for platform in allowed])
+                if at:
+                    best_rank, best = position, at
+                    break
         if api:
             best = best & self._get("api", api)
         top = _take(self._in_slug_order(len(best), limit,
                                         lambda slug: slug in best and records[slug].fits(cpu, memory),
                                         lambda: best), limit)
         if len(top) >= min(limit, len(eligible)):
-            return [Ranked(records[slug], 0, True) for slug in top]
+            return [Ranked(records[slug], best_rank, True) for slug in top]
 
         def key(slug: str) -> tuple:
             record = records[slug]

@@ -19,8 +19,11 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from apps.accelerators import selectors as accelerator_selectors
+from apps.accelerators.choices import ClaimState
+from apps.accelerators.models import AcceleratorClaim
 from apps.groves.choices import CapabilityKind
-from apps.groves.models import Grove, GroveCapability, PlacementUnit
+from apps.groves.models import AcceleratorInventoryItem, Grove, GroveCapability, PlacementUnit
 from apps.placement import fleet
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import ExecutionRequirement
@@ -51,6 +54,8 @@ class Candidate:
     eligible: bool
     platform_rank: int
     fits_cpu_memory: bool
+    accelerator_units: tuple = ()  # accelerators.rules.Unit, as reported
+    devices: tuple = ()  # accelerators.rules.Device, as reported
 
     def to_grove(self) -> Grove:
         """The model instance (other fields load on access) for results and the placement's foreign key."""
@@ -83,6 +88,8 @@ WATERMARK_OVERLAP = timedelta(seconds=1)
 _LOCK = threading.Lock()
 _FLEET = fleet.FleetIndex()
 _STATE: dict = {"watermark": None, "refreshed_at": float("-inf")}
+DEVICE_FIELDS = ("grove_id", "inventory_id", "vendor", "apis", "memory_bytes", "memory_kind", "memory_enforced",
+                 "share_mode", "model")
 _FLEET_FIELDS = ("id", "slug", "substrate", "roles", "platforms", "isolation_modes", "change_kinds", "enabled",
                  "last_heartbeat_at")
 
@@ -105,20 +112,29 @@ def fleet_refresh(*, full: bool = False) -> int:
         groves = groves.filter(updated_at__gt=_STATE["watermark"] - WATERMARK_OVERLAP)
     rows = list(groves.values_list(*_FLEET_FIELDS))
     enabled = [row[0] for row in rows if row[7]]
-    units, apis = defaultdict(list), defaultdict(set)
+    units, devices, apis = defaultdict(list), defaultdict(list), defaultdict(set)
     if enabled:
-        unit_rows, cap_rows = PlacementUnit.objects.all(), GroveCapability.objects.filter(
-            kind=CapabilityKind.ACCELERATOR_API)
+        unit_rows = PlacementUnit.objects.values_list("grove_id", "unit_id", "cpu_milli_free", "memory_bytes_free",
+                                                      "accelerators", named=True)
+        device_rows = AcceleratorInventoryItem.objects.values_list(*DEVICE_FIELDS, named=True)
+        api_rows = GroveCapability.objects.filter(kind=CapabilityKind.ACCELERATOR_API).values_list("grove_id",
+                                                                                                   "value")
         if not full:
-            unit_rows, cap_rows = unit_rows.filter(grove_id__in=enabled), cap_rows.filter(grove_id__in=enabled)
-        for grove_id, cpu, memory in unit_rows.values_list("grove_id", "cpu_milli_free", "memory_bytes_free"):
-            units[grove_id].append((cpu, memory))
-        for grove_id, api in cap_rows.values_list("grove_id", "value"):
+            unit_rows, device_rows, api_rows = (rows.filter(grove_id__in=enabled)
+                                                for rows in (unit_rows, device_rows, api_rows))
+        for row in unit_rows.order_by("grove_id", "unit_id"):
+            units[row.grove_id].append(row)
+        for row in device_rows.order_by("grove_id", "inventory_id"):
+            devices[row.grove_id].append(row)
+        for grove_id, api in api_rows:
             apis[grove_id].add(api)
     records = [fleet.GroveRecord(
         id=grove_id, slug=slug, substrate=substrate, roles=tuple(roles), platforms=tuple(platforms),
         isolation_modes=tuple(isolation), change_kinds=tuple(kinds), last_heartbeat_at=heartbeat,
-        units=fleet.frontier(units[grove_id]), apis=frozenset(apis[grove_id]))
+        units=fleet.frontier((u.cpu_milli_free, u.memory_bytes_free) for u in units[grove_id]),
+        apis=frozenset(apis[grove_id]),
+        accelerator_units=tuple(accelerator_selectors.units_from_rows(units[grove_id])),
+        devices=tuple(accelerator_selectors.devices_from_rows(devices[grove_id])))
         for grove_id, slug, substrate, roles, platforms, isolation, kinds, on, heartbeat in rows if on]
     with _LOCK:
         if full:
@@ -156,7 +172,23 @@ def _candidate(record: fleet.GroveRecord, eligible: bool, platform_rank: int, fi
     return Candidate(id=record.id, slug=record.slug, substrate=record.substrate, roles=list(record.roles),
                      platforms=list(record.platforms), isolation_modes=list(record.isolation_modes),
                      change_kinds=list(record.change_kinds), last_heartbeat_at=record.last_heartbeat_at,
-                     eligible=eligible, platform_rank=platform_rank, fits_cpu_memory=fits)
+                     eligible=eligible, platform_rank=platform_rank, fits_cpu_memory=fits,
+                     accelerator_units=record.accelerator_units, devices=record.devices)
+
+
+def admission_inputs(groves: list[Candidate | Grove]) -> dict[str, accelerator_selectors.AdmissionInputs]:
+    """Accelerator admission inputs: a candidate's reported units and devices come with it from the
+    snapshot and only Host's active claims are read (one query); a Grove (an explicit target) is read
+    from the database whole."""
+    from_db = accelerator_selectors.admission_inputs([g.id for g in groves if not isinstance(g, Candidate)])
+    known = [g for g in groves if isinstance(g, Candidate)]
+    claims = defaultdict(list)
+    if known:
+        for claim in AcceleratorClaim.objects.filter(grove_id__in=[g.id for g in known], state=ClaimState.ACTIVE
+                                                     ).values_list("grove_id", "unit_id", "allocations", named=True):
+            claims[claim.grove_id].append(claim)
+    return {**from_db, **{str(g.id): (list(g.accelerator_units), list(g.devices),
+                                      accelerator_selectors.claimed_counts(claims[g.id])) for g in known}}
 
 
 def fits_cpu_memory(grove: Grove, requirement: ExecutionRequirement) -> bool:

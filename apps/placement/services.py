@@ -14,7 +14,6 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.accelerators import rules as accelerator_rules
-from apps.accelerators import selectors as accelerator_selectors
 from apps.core.errors import Conflict, Forbidden, ForestError, Gone, NotFound, ValidationFailed
 from apps.flags.selectors import is_enabled
 from apps.groves.models import Grove
@@ -109,7 +108,7 @@ def _admissions(requirement: ExecutionRequirement, groves: list[Grove]) -> dict[
     """Accelerator fit of each candidate now (reported units minus Host claims): a preference, not a rule."""
     if requirement.accelerators is None or not groves:
         return {}
-    inputs = accelerator_selectors.admission_inputs([grove.id for grove in groves])
+    inputs = selectors.admission_inputs(groves)
     out = {}
     for grove in groves:
         units, devices, claimed = inputs[str(grove.id)]

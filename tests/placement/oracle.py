@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from apps.accelerators import selectors as accelerator_selectors
 from apps.placement.fleet import MAX_GROVE_PLATFORMS, NO_PLATFORM_RANK, needed_substrate
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.selectors import Candidate, CandidateSet
@@ -108,4 +109,9 @@ def sql_candidates(requirement: ExecutionRequirement, *, limit: int, role_only: 
                  WHERE {fresh} AND {condition}
                  ORDER BY platform_rank, fits DESC, {api_order}g.slug LIMIT %(limit)s""", params)
             result.eligible = _rows_to_candidates(cursor.fetchall())
+    # Reported accelerator units and devices as the chooser read them before the snapshot.
+    inputs = accelerator_selectors.admission_inputs([c.id for c in result.eligible + result.others])
+    for candidate in result.eligible + result.others:
+        units, devices, _ = inputs[str(candidate.id)]
+        candidate.accelerator_units, candidate.devices = tuple(units), tuple(devices)
     return result

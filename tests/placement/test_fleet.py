@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from apps.core.errors import ForestError
 from apps.groves import services as grove_services
-from apps.groves.models import Grove, GroveCapability, PlacementUnit
+from apps.groves.models import AcceleratorInventoryItem, Grove, GroveCapability, PlacementUnit
 from apps.placement import derivation, fleet, selectors, services
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import (
@@ -88,16 +88,25 @@ def load_fleet(specs: list[dict]) -> None:
     Grove.objects.bulk_create(groves)
     PlacementUnit.objects.bulk_create([
         PlacementUnit(grove=grove, unit_id=f"u{i}", cpu_milli_allocatable=16000, cpu_milli_free=cpu * 1000,
-                      memory_bytes_allocatable=16 * GIB, memory_bytes_free=memory * GIB)
+                      memory_bytes_allocatable=16 * GIB, memory_bytes_free=memory * GIB,
+                      accelerators=[{"inventory_id": "gpu-0", "allocatable": 1, "free": cpu % 2}]
+                      if spec["apis"] and i == 0 else [])
         for grove, spec in zip(groves, specs, strict=True) for i, (cpu, memory) in enumerate(spec["units"])])
+    AcceleratorInventoryItem.objects.bulk_create([
+        AcceleratorInventoryItem(grove=grove, inventory_id="gpu-0", kind="gpu", vendor="acme", apis=spec["apis"],
+                                 memory_bytes=8 * GIB, memory_kind="dedicated", memory_enforced=True,
+                                 share_mode="exclusive")
+        for grove, spec in zip(groves, specs, strict=True) if spec["apis"]])
     GroveCapability.objects.bulk_create([
         GroveCapability(grove=grove, kind="accelerator_api", value=api)
         for grove, spec in zip(groves, specs, strict=True) for api in spec["apis"]])
 
 
 def shape(found: selectors.CandidateSet) -> tuple:
-    return ([(c.slug, c.platform_rank, c.fits_cpu_memory, c.last_heartbeat_at) for c in found.eligible],
-            [c.slug for c in found.others], found.eligible_total, found.ineligible_total)
+    return ([(c.slug, c.platform_rank, c.fits_cpu_memory, c.last_heartbeat_at, c.accelerator_units, c.devices)
+             for c in found.eligible],
+            [(c.slug, c.accelerator_units, c.devices) for c in found.others], found.eligible_total,
+            found.ineligible_total)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
