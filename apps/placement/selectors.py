@@ -180,12 +180,13 @@ def admission_inputs(groves: list[Candidate | Grove]) -> dict[str, accelerator_s
     """Accelerator admission inputs: a candidate's reported units and devices come with it from the
     snapshot and only Host's active claims are read (one query); a Grove (an explicit target) is read
     from the database whole."""
-    from_db = accelerator_selectors.admission_inputs([g.id for g in groves if not isinstance(g, Candidate)])
+    targets = [g.id for g in groves if not isinstance(g, Candidate)]
+    from_db = accelerator_selectors.admission_inputs(targets) if targets else {}
     known = [g for g in groves if isinstance(g, Candidate)]
     claims = defaultdict(list)
     if known:
-        for claim in AcceleratorClaim.objects.filter(grove_id__in=[g.id for g in known], state=ClaimState.ACTIVE
-                                                     ).values_list("grove_id", "unit_id", "allocations", named=True):
+        for claim in (AcceleratorClaim.objects.filter(grove_id__in=[g.id for g in known], state=ClaimState.ACTIVE)
+                      .order_by().values_list("grove_id", "unit_id", "allocations", named=True)):
             claims[claim.grove_id].append(claim)
     return {**from_db, **{str(g.id): (list(g.accelerator_units), list(g.devices),
                                       accelerator_selectors.claimed_counts(claims[g.id])) for g in known}}
