@@ -141,12 +141,16 @@ class FleetIndex:
     def __len__(self) -> int:
         return len(self.records)
 
+    def ids(self) -> set:
+        return set(self._slug_by_id)
+
     # --- updates ---------------------------------------------------------------------------------
 
     def replace_all(self, records: Iterable[GroveRecord]) -> None:
         self.__init__()
         for record in records:
-            self.upsert(record)
+            self.upsert(record, keep_sorted=False)
+        self._sorted.sort()
 
     def remove(self, grove_id) -> None:
         slug = self._slug_by_id.pop(grove_id, None)
@@ -162,7 +166,7 @@ class FleetIndex:
         self._stale.discard(slug)
         self._shapes.clear()
 
-    def upsert(self, record: GroveRecord) -> None:
+    def upsert(self, record: GroveRecord, *, keep_sorted: bool = True) -> None:
         old_slug = self._slug_by_id.get(record.id)
         old = self.records.get(old_slug) if old_slug is not None else None
         if old is not None and _static(old) == _static(record):
@@ -176,7 +180,10 @@ class FleetIndex:
             self._slug_by_id[record.id] = record.slug
             for key in _index_keys(record):
                 self._index.setdefault(key, set()).add(record.slug)
-            insort(self._sorted, record.slug)
+            if keep_sorted:
+                insort(self._sorted, record.slug)
+            else:
+                self._sorted.append(record.slug)
             self._shapes.clear()
         heartbeat = record.heartbeat
         if heartbeat is not None and heartbeat >= self._cutoff:

@@ -96,20 +96,54 @@ _FLEET_FIELDS = ("id", "slug", "substrate", "roles", "platforms", "isolation_mod
 
 def fleet_refresh(*, full: bool = False) -> int:
     """Bring the snapshot up to date: reload the Groves written since the watermark (all of them when
-    ``full``, on SQLite, or when the enabled count disagrees, i.e. a Grove was deleted); returns the number
-    of Grove rows read."""
+    ``full`` or on SQLite), then, if the enabled count disagrees (a Grove was deleted, or a write escaped
+    the watermark), resynchronise the membership. Returns the number of Grove rows read."""
     postgresql = connection.vendor == "postgresql"
     full = full or _STATE["watermark"] is None or not postgresql
-    # Counted and timed before the rows are read: the next refresh starts from this database time (the
-    # trigger's clock; now() would be the start of a caller's transaction).
     total, at = None, None
     if postgresql:
+        # Counted and timed before the rows are read: the next refresh starts from this database time (the
+        # trigger's clock; now() would be the start of a caller's transaction).
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*), clock_timestamp() FROM groves_grove WHERE enabled")
             total, at = cursor.fetchone()
     groves = Grove.objects.all()
     if not full:
         groves = groves.filter(updated_at__gt=_STATE["watermark"] - WATERMARK_OVERLAP)
+    rows, records = _load(groves, every=full)
+    with _LOCK:
+        if full:
+            _FLEET.replace_all(records)
+        else:
+            for row in rows:
+                if not row[7]:
+                    _FLEET.remove(row[0])
+            for record in records:
+                _FLEET.upsert(record)
+        _STATE["watermark"], _STATE["refreshed_at"] = at, time.monotonic()
+        drifted = not full and total != len(_FLEET)
+    return len(rows) + (_resync() if drifted else 0)
+
+
+def _resync() -> int:
+    """Drop the Groves the database no longer has enabled; load any enabled one the snapshot lacks."""
+    present = set(Grove.objects.filter(enabled=True).values_list("id", flat=True))
+    with _LOCK:
+        known = _FLEET.ids()
+        for grove_id in known - present:
+            _FLEET.remove(grove_id)
+    if not present - known:
+        return 0
+    rows, records = _load(Grove.objects.filter(id__in=present - known), every=False)
+    with _LOCK:
+        for record in records:
+            _FLEET.upsert(record)
+    return len(rows)
+
+
+def _load(groves: QuerySet[Grove], *, every: bool) -> tuple[list[tuple], list[fleet.GroveRecord]]:
+    """The Grove rows and the records of the enabled ones (their units, devices and accelerator APIs read
+    in three more queries: for the listed Groves, or for ``every`` Grove without a filter)."""
     rows = list(groves.values_list(*_FLEET_FIELDS))
     enabled = [row[0] for row in rows if row[7]]
     units, devices, apis = defaultdict(list), defaultdict(list), defaultdict(set)
@@ -119,7 +153,7 @@ def fleet_refresh(*, full: bool = False) -> int:
         device_rows = AcceleratorInventoryItem.objects.values_list(*DEVICE_FIELDS, named=True)
         api_rows = GroveCapability.objects.filter(kind=CapabilityKind.ACCELERATOR_API).values_list("grove_id",
                                                                                                    "value")
-        if not full:
+        if not every:
             unit_rows, device_rows, api_rows = (rows.filter(grove_id__in=enabled)
                                                 for rows in (unit_rows, device_rows, api_rows))
         for row in unit_rows.order_by("grove_id", "unit_id"):
@@ -136,20 +170,7 @@ def fleet_refresh(*, full: bool = False) -> int:
         accelerator_units=tuple(accelerator_selectors.units_from_rows(units[grove_id])),
         devices=tuple(accelerator_selectors.devices_from_rows(devices[grove_id])))
         for grove_id, slug, substrate, roles, platforms, isolation, kinds, on, heartbeat in rows if on]
-    with _LOCK:
-        if full:
-            _FLEET.replace_all(records)
-        else:
-            for row in rows:
-                if not row[7]:
-                    _FLEET.remove(row[0])
-            for record in records:
-                _FLEET.upsert(record)
-        _STATE["watermark"], _STATE["refreshed_at"] = at, time.monotonic()
-        drifted = not full and total != len(_FLEET)
-    if drifted:  # a Grove was deleted (or a write escaped the watermark): start over
-        return len(rows) + fleet_refresh(full=True)
-    return len(rows)
+    return rows, records
 
 
 def candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool = False) -> CandidateSet:
