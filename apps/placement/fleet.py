@@ -16,11 +16,12 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from apps.accelerators.rules import Device, Unit
 from apps.placement.requirements import ExecutionRequirement
+from apps.placement.rules import GroveFacts
 
 NO_PLATFORM_RANK = 1000
 MAX_GROVE_PLATFORMS = 32  # apps.groves.rules.platforms caps a report at 32
@@ -45,6 +46,12 @@ class GroveRecord:
     # As reported, for accelerator admission (Host's claims are read at decision time).
     accelerator_units: tuple[Unit, ...] = ()
     devices: tuple[Device, ...] = ()
+    facts: GroveFacts = field(init=False, compare=False)  # what the rules read, built once per load
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "facts", GroveFacts(
+            id=str(self.id), slug=self.slug, substrate=self.substrate, roles=self.roles, platforms=self.platforms,
+            isolation_modes=self.isolation_modes, change_kinds=self.change_kinds))
 
     @property
     def heartbeat(self) -> float | None:

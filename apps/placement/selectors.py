@@ -33,7 +33,9 @@ FACT_FIELDS = ("id", "slug", "substrate", "roles", "platforms", "isolation_modes
                "last_heartbeat_at")
 
 
-def facts(grove: Grove) -> GroveFacts:
+def facts(grove: Grove | Candidate) -> GroveFacts:
+    if getattr(grove, "facts", None) is not None:  # a candidate from the snapshot carries them
+        return grove.facts
     return GroveFacts(id=str(grove.id), slug=grove.slug, substrate=grove.substrate, roles=tuple(grove.roles),
                       platforms=tuple(grove.platforms), isolation_modes=tuple(grove.isolation_modes),
                       change_kinds=tuple(grove.change_kinds))
@@ -56,6 +58,7 @@ class Candidate:
     fits_cpu_memory: bool
     accelerator_units: tuple = ()  # accelerators.rules.Unit, as reported
     devices: tuple = ()  # accelerators.rules.Device, as reported
+    facts: GroveFacts | None = None
 
     def to_grove(self) -> Grove:
         """The model instance (other fields load on access) for results and the placement's foreign key."""
@@ -194,7 +197,7 @@ def _candidate(record: fleet.GroveRecord, eligible: bool, platform_rank: int, fi
                      platforms=list(record.platforms), isolation_modes=list(record.isolation_modes),
                      change_kinds=list(record.change_kinds), last_heartbeat_at=record.last_heartbeat_at,
                      eligible=eligible, platform_rank=platform_rank, fits_cpu_memory=fits,
-                     accelerator_units=record.accelerator_units, devices=record.devices)
+                     accelerator_units=record.accelerator_units, devices=record.devices, facts=record.facts)
 
 
 def admission_inputs(groves: list[Candidate | Grove]) -> dict[str, accelerator_selectors.AdmissionInputs]:

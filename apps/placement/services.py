@@ -89,7 +89,7 @@ def _verdict(grove: Grove, facts: rules.GroveFacts, incompatibilities: list[rule
              rank: int | None, requirement: ExecutionRequirement, fits_cpu_memory: bool | None = None,
              admission: accelerator_rules.Admission | None = None) -> dict:
     verdict = {
-        "grove_id": str(grove.id), "grove_slug": grove.slug, "substrate": grove.substrate,
+        "grove_id": facts.id, "grove_slug": grove.slug, "substrate": grove.substrate,
         "eligible": not incompatibilities, "rank": rank,
         "platform": rules.selected_platform(requirement, facts) if not incompatibilities else None,
         "incompatibilities": _incompatibility_json(incompatibilities),
