@@ -10,6 +10,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from apps.accelerators import services as accelerator_services
 from apps.core.errors import ForestError
 from apps.groves import services as grove_services
 from apps.groves.models import AcceleratorInventoryItem, Grove, GroveCapability, PlacementUnit
@@ -263,3 +264,21 @@ def test_a_grove_that_keeps_changing_ends_in_a_clear_refusal(slow_refresh, monke
         services.place_execution(subject_type="pipeline_node", subject_id="1", requirement=container())
     assert caught.value.code == "fleet_changed"
     assert not ExecutionPlacement.objects.exists()
+
+
+def test_accelerator_fit_counts_hosts_claims_made_after_the_snapshot(slow_refresh):
+    gpu = {"id": "GPU-0", "kind": "gpu", "vendor": "nvidia", "model": "H100", "apis": ["cuda"],
+           "memory_bytes": 80 << 30, "memory_kind": "dedicated", "memory_enforced": True, "share_mode": "exclusive"}
+    slot = [{"inventory_id": "GPU-0", "allocatable": 1, "free": 1}]
+    first = grove_make("a-gpu", units=[unit(accelerators=slot)], accelerators=[gpu])
+    grove_make("b-gpu", units=[unit(accelerators=slot)], accelerators=[gpu])
+    selectors.fleet_refresh()
+    requirement = container()
+    requirement = ExecutionRequirement(family=requirement.family, compatibility=requirement.compatibility,
+                                       accelerators=AcceleratorRequest(count=1, vendor="nvidia", api="cuda"))
+    assert services.placement_decide(requirement=requirement).grove.slug == "a-gpu"
+    accelerator_services.accelerator_claim(grove=first, requirement=requirement, job_ref="job-1", team="ml")
+    decision = services.placement_decide(requirement=requirement)  # no refresh: the claim is read live
+    assert decision.grove.slug == "b-gpu"
+    verdict = next(c for c in decision.candidates if c["grove_slug"] == "a-gpu")
+    assert verdict["fits_accelerators"] is False
