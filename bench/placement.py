@@ -10,7 +10,8 @@ heartbeat writes, including the indexed ``GroveCapability`` facts). Then, in one
   intersections, ranking, verdicts; nothing stored; the snapshot refreshes at most every
   ``PLACEMENT_FLEET_REFRESH_S`` = 1 s, inside the measured calls);
 * *sql-prev*: the same decision through the PostgreSQL candidate query placement used before the
-  snapshot (``tests/placement/oracle.py``), for a same-run before/after;
+  snapshot (``tests/placement/oracle.py``, the tests' oracle), for a same-run before/after; the oracle
+  also reads accelerator inputs for every verdict, so it somewhat overstates the old path's cost;
 * *persisted*: ``place_execution`` for a new subject each time (flags, decision from the snapshot, the
   chosen Grove re-read and re-checked in the write, one INSERT).
 
