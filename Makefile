@@ -13,7 +13,7 @@ RUN_ENV := DEBUG=$${DEBUG:-1}
 TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/forest} \
 	CELERY_BROKER_URL=$${TEST_CELERY_BROKER_URL:-redis://127.0.0.1:6379/15} \
 	SECRET_KEY=forest-test-secret-key-not-for-production DEBUG=0 SECURE_SSL_REDIRECT=0 \
-	ALLOWED_HOSTS=testserver,127.0.0.1,localhost FLAGS_CACHE_TTL_S=0
+	ALLOWED_HOSTS=testserver,127.0.0.1,localhost FLAGS_CACHE_TTL_S=0 PLACEMENT_FLEET_REFRESH_S=0
 
 PYTEST_ARGS ?= -n 2
 

@@ -12,6 +12,7 @@ os.environ.setdefault("DEBUG", "0")
 os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
 os.environ.setdefault("ALLOWED_HOSTS", "testserver,127.0.0.1,localhost")
 os.environ.setdefault("FLAGS_CACHE_TTL_S", "0")
+os.environ.setdefault("PLACEMENT_FLEET_REFRESH_S", "0")
 
 from forest_host.settings import *  # noqa: F403
 

@@ -133,7 +133,8 @@ def test_budget_task_cancels_jobs_once_with_a_recorded_reason(make_grove, cancel
     grove = gpu_grove(make_grove, gpus=2)
     ml = services.accelerator_claim(grove=grove, requirement=wants(), job_ref="job-ml", team="ml")
     other = services.accelerator_claim(grove=grove, requirement=wants(), job_ref="job-other", team="other")
-    now = timezone.now()
+    # Midday: a per-day budget resets at midnight UTC, so the accrual window must not straddle one.
+    now = timezone.now().replace(hour=12, minute=0, second=0, microsecond=0)
     AcceleratorClaim.objects.filter(pk__in=[ml.pk, other.pk]).update(accrued_through=now - timedelta(seconds=300))
     assert services.accelerator_usage_accrue(now=now)["revoked"] == []  # 300 s of 600: still fine
     result = services.accelerator_usage_accrue(now=now + timedelta(seconds=301))
