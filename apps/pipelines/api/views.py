@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, status
+from rest_framework.exceptions import MethodNotAllowed
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -39,11 +40,12 @@ class ChangesSchemaView(GroveWireView):
         parameters=[OpenApiParameter("wait", int, description="seconds to wait for work, 0..30 (default 20)")],
         responses={200: s.ChangesSerializer, **ERRORS}, tags=["wire-long-poll"],
         summary="Long-poll for this Grove's assigned jobs, workload generations and cancellations",
-        description="Returns at once when the Grove has unclaimed jobs or unacknowledged cancellations; "
-                    "otherwise waits up to `wait` seconds, woken when work is assigned.",
+        description="Returns at once when the Grove has unclaimed jobs, unacknowledged cancellations or a "
+                    "workload generation it has not reported on; otherwise waits up to `wait` seconds, woken "
+                    "when work is assigned. `workloads` always carries the whole desired workload state.",
     )
     def get(self, request, grove_id):  # pragma: no cover - never routed; see the docstring
-        raise NotImplementedError
+        raise MethodNotAllowed("GET", detail="Served by the async changes view, not this schema stand-in.")
 
 
 class RunListCreateView(generics.ListAPIView):
