@@ -135,19 +135,32 @@ def requirement_for_node(node: dict, *, run_kind: str, artifact: dict | None = N
     )
 
 
+def _requirement(spec: dict, *, family: str, source: str, artifact_kind: str, change_kind: str, isolation: str,
+                 artifact: dict | None = None, grove: dict | None = None,
+                 accelerators: bool = True) -> ExecutionRequirement:
+    """The shared shape of every derivation below: what differs is the kind of work, not the reading."""
+    return ExecutionRequirement(
+        family=family,
+        resources=_resources(spec),
+        accelerators=_accelerators(spec) if accelerators else None,
+        compatibility=Compatibility(
+            platform=_platform(spec, source=source, artifact=artifact, grove=grove),
+            artifact_kind=artifact_kind, change_kind=change_kind, isolation=isolation,
+        ),
+        trust=_trust(spec),
+        target=_target(spec),
+    )
+
+
+def _name(spec: dict) -> str:
+    return str(spec.get("name") or spec.get("slug") or "?")
+
+
 def requirement_for_build_job(build: dict, *, grove: dict | None = None) -> ExecutionRequirement:
     """A BuildJob (an image build on a Kubernetes build Grove): {"id", "platform", "resources", "trust", "grove"}."""
-    build_id = str(build.get("id") or "?")
-    return ExecutionRequirement(
-        family="build",
-        resources=_resources(build),
-        compatibility=Compatibility(
-            platform=_platform(build, source=f"build:{build_id}", artifact=None, grove=grove),
-            artifact_kind="oci_image", change_kind="k8s.build_job", isolation="container",
-        ),
-        trust=_trust(build),
-        target=_target(build),
-    )
+    return _requirement(build, family="build", source=f"build:{build.get('id') or '?'}", grove=grove,
+                        artifact_kind="oci_image", change_kind="k8s.build_job", isolation="container",
+                        accelerators=False)
 
 
 def requirement_for_workload(workload: dict, *, artifact: dict | None = None,
@@ -156,51 +169,23 @@ def requirement_for_workload(workload: dict, *, artifact: dict | None = None,
 
     ``artifact`` is the image's Artifact ({"digest", "platform"}): its config platform is a constraint.
     """
-    name = str(workload.get("name") or workload.get("slug") or "?")
-    return ExecutionRequirement(
-        family="runtime",
-        resources=_resources(workload),
-        accelerators=_accelerators(workload),
-        compatibility=Compatibility(
-            platform=_platform(workload, source=f"workload:{name}", artifact=artifact, grove=grove),
-            artifact_kind="oci_image", change_kind="k8s.deployment", isolation="container",
-        ),
-        trust=_trust(workload),
-        target=_target(workload),
-    )
+    return _requirement(workload, family="runtime", source=f"workload:{_name(workload)}", artifact=artifact,
+                        grove=grove, artifact_kind="oci_image", change_kind="k8s.deployment", isolation="container")
 
 
 def requirement_for_native_workload(workload: dict, *, artifact: dict | None = None,
                                     grove: dict | None = None) -> ExecutionRequirement:
     """A native workload (a signed bundle run as host processes by forest-agent)."""
-    name = str(workload.get("name") or workload.get("slug") or "?")
-    return ExecutionRequirement(
-        family="runtime",
-        resources=_resources(workload),
-        accelerators=_accelerators(workload),
-        compatibility=Compatibility(
-            platform=_platform(workload, source=f"workload:{name}", artifact=artifact, grove=grove),
-            artifact_kind="native_bundle", change_kind="native.workload", isolation="host_process",
-        ),
-        trust=_trust(workload),
-        target=_target(workload),
-    )
+    return _requirement(workload, family="runtime", source=f"workload:{_name(workload)}", artifact=artifact,
+                        grove=grove, artifact_kind="native_bundle", change_kind="native.workload",
+                        isolation="host_process")
 
 
 def requirement_for_native_job(job: dict, *, grove: dict | None = None) -> ExecutionRequirement:
     """A native job (a host command run once by forest-agent), family from ``job["family"]`` (compute)."""
-    job_id = str(job.get("id") or "?")
-    return ExecutionRequirement(
-        family=v.choice(job.get("family", "compute"), "family", choices=("build", "runtime", "compute")),
-        resources=_resources(job),
-        accelerators=_accelerators(job),
-        compatibility=Compatibility(
-            platform=_platform(job, source=f"job:{job_id}", artifact=None, grove=grove),
-            artifact_kind="host_command", change_kind="native.job", isolation="host_process",
-        ),
-        trust=_trust(job),
-        target=_target(job),
-    )
+    family = v.choice(job.get("family", "compute"), "family", choices=("build", "runtime", "compute"))
+    return _requirement(job, family=family, source=f"job:{job.get('id') or '?'}", grove=grove,
+                        artifact_kind="host_command", change_kind="native.job", isolation="host_process")
 
 
 def requirement_for_compute_step(step: dict[str, Any]) -> ExecutionRequirement:
