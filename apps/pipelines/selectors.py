@@ -42,9 +42,9 @@ def _workload_generations_for(grove) -> tuple[list[dict], bool]:
     time) and whether any generation is new to the agent (not yet reported on), which is what ends a
     long-poll early; a desired state already acted on must not turn the long-poll into a busy loop.
     """
-    from apps.workloads.selectors import generations_for_grove, generations_unreported_exist
+    from apps.workloads.selectors import grove_workloads
 
-    return generations_for_grove(grove), generations_unreported_exist(grove)
+    return grove_workloads(grove)
 
 
 def grove_changes(*, grove) -> tuple[dict, bool]:

@@ -18,17 +18,20 @@ def generations_latest_for_grove(grove: Grove):
             .select_related("workload").order_by("workload__slug"))
 
 
-def generations_unreported_exist(grove: Grove) -> bool:
-    """Whether the agent has a generation it has not reported on yet (news for its long-poll)."""
-    return generations_latest_for_grove(grove).filter(state=GenerationState.PENDING).exists()
+def _secret_values(environments: set[str], names: set[str]) -> dict[tuple[str, str], str]:
+    """Every secret the given generations need, decrypted, in one query."""
+    rows = WorkloadSecret.objects.filter(environment__in=environments, name__in=names)
+    return {(row.environment, row.name): secrets.decrypt(row.ciphertext) for row in rows}
 
 
-def generation_payload(generation: WorkloadGeneration, *, base_url: str | None = None) -> dict:
+def generation_payload(generation: WorkloadGeneration, *, base_url: str | None = None,
+                       secret_values: dict[tuple[str, str], str] | None = None) -> dict:
     """A generation as the wire sends it (docs/wire.md): the spec, a bundle URL, and secret values."""
     spec = generation.spec
+    environment = generation.workload.environment
+    if secret_values is None:
+        secret_values = _secret_values({environment}, set(spec["secret_names"]))
     base = (base_url or settings.FOREST_PUBLIC_URL).rstrip("/")
-    values = {s.name: secrets.decrypt(s.ciphertext) for s in WorkloadSecret.objects.filter(
-        environment=generation.workload.environment, name__in=spec["secret_names"])}
     payload = {
         "generation_id": str(generation.id),
         "workload": generation.workload.slug,
@@ -36,7 +39,8 @@ def generation_payload(generation: WorkloadGeneration, *, base_url: str | None =
         "bundle": {**spec["bundle"], "url": f"{base}/api/forest/v1/artifacts/{spec['bundle']['digest']}/blob"},
         "command": spec["command"],
         "env": spec["env"],
-        "secrets": values,
+        "secrets": {name: secret_values[(environment, name)] for name in spec["secret_names"]
+                    if (environment, name) in secret_values},
         "secrets_mode": spec["secrets_mode"],
         "ports": spec["ports"],
         "probes": spec["probes"],
@@ -47,5 +51,12 @@ def generation_payload(generation: WorkloadGeneration, *, base_url: str | None =
     return payload
 
 
-def generations_for_grove(grove: Grove, *, base_url: str | None = None) -> list[dict]:
-    return [generation_payload(g, base_url=base_url) for g in generations_latest_for_grove(grove)]
+def grove_workloads(grove: Grove, *, base_url: str | None = None) -> tuple[list[dict], bool]:
+    """The Grove's desired workload state for ``changes``, and whether any generation in it is news
+    (not yet reported on by the agent). Two queries whatever the number of workloads."""
+    generations = list(generations_latest_for_grove(grove))
+    values = _secret_values({g.workload.environment for g in generations},
+                            {name for g in generations for name in g.spec["secret_names"]})
+    payloads = [generation_payload(g, base_url=base_url, secret_values=values) for g in generations]
+    return payloads, any(g.state == GenerationState.PENDING for g in generations)
+

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from functools import partial
 
 from django.conf import settings
@@ -15,6 +16,7 @@ from apps.flags.selectors import is_enabled
 from apps.groves.choices import ChangeKind
 from apps.groves.models import Grove
 from apps.pipelines.wakeups import grove_wake
+from apps.placement.selectors import grove_by_reference
 from apps.workloads import rules, secrets, states
 from apps.workloads.models import NativeWorkload, WorkloadGeneration, WorkloadSecret
 
@@ -59,8 +61,7 @@ def native_workload_apply(*, body: dict) -> tuple[NativeWorkload, WorkloadGenera
     bundle = _bundle(data["bundle_digest"])
     grove = None
     if data["grove"]:
-        grove = Grove.objects.filter(slug=data["grove"]).first() or Grove.objects.filter(
-            pk=data["grove"] if len(data["grove"]) == 36 else None).first()
+        grove = grove_by_reference(data["grove"])
         if grove is None:
             raise ValidationFailed("grove_not_found", f"No Grove '{data['grove']}'.", field="grove")
     fields = {key: data[key] for key in ("environment", "team", "command", "env", "secret_refs", "secrets_mode",
@@ -135,8 +136,11 @@ def _notify(grove: Grove) -> None:
 def workload_status_record(*, grove: Grove, generation_id, body: dict) -> WorkloadGeneration:
     """Normalise an agent's report into the generation's observed state (one transaction)."""
     data = rules.status_report(body)
-    generation = (WorkloadGeneration.objects.select_for_update().filter(pk=generation_id, grove=grove).first()
-                  if _is_uuid(generation_id) else None)
+    try:
+        generation = (WorkloadGeneration.objects.select_for_update()
+                      .filter(pk=uuid.UUID(str(generation_id)), grove=grove).first())
+    except ValueError:
+        generation = None
     if generation is None:
         raise NotFound("generation_not_found", f"No workload generation {generation_id} on this Grove.")
     generation.state = states.transition(generation.state, data["state"])
@@ -154,13 +158,3 @@ def workload_status_record(*, grove: Grove, generation_id, body: dict) -> Worklo
         WorkloadGeneration.objects.filter(workload_id=generation.workload_id, number__lt=generation.number).exclude(
             state=states.SUPERSEDED).update(state=states.SUPERSEDED, live=False, observed_at=timezone.now())
     return generation
-
-
-def _is_uuid(value) -> bool:
-    import uuid
-
-    try:
-        uuid.UUID(str(value))
-    except ValueError:
-        return False
-    return True

@@ -12,7 +12,7 @@ from apps.core.errors import ForestError
 from apps.flags.services import flag_override_set
 from apps.workloads import services
 from apps.workloads.models import NativeWorkload, WorkloadGeneration
-from apps.workloads.selectors import generations_for_grove
+from apps.workloads.selectors import grove_workloads
 
 pytestmark = pytest.mark.django_db
 V1 = "/api/forest/v1"
@@ -75,7 +75,8 @@ def test_generations_are_written_only_on_change(bundle, native_grove, dispatch_o
     services.workload_secret_set(environment="default", name="API_TOKEN", value="rotated")
     third = services.native_workload_generation_write(workload=workload)
     assert third.number == 3
-    payloads = generations_for_grove(grove, base_url="http://host.test")
+    payloads, news = grove_workloads(grove, base_url="http://host.test")
+    assert news  # generation 3 has not been reported on
     assert [p["generation"] for p in payloads] == [3]
     payload = payloads[0]
     assert payload["secrets"] == {"API_TOKEN": "rotated"}
@@ -89,7 +90,7 @@ def test_ingress_is_emitted_only_with_the_flag(bundle, native_grove, dispatch_on
     services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
     flag_override_set(name="host.deploy.native_ingress", enabled=True, reason="test")
     services.native_workload_apply(body=_spec(bundle))
-    (payload,) = generations_for_grove(grove)
+    (payload,), _ = grove_workloads(grove)
     assert payload["ingress"] == {"listen": "10.0.0.5:8081", "server_name": "web.internal", "port": 8080}
 
 
@@ -157,3 +158,15 @@ def test_api_apply_and_read(staff_client, bundle, native_grove, dispatch_on):
     body = staff_client.get(f"{V1}/workloads/web").json()
     assert body["generations"][0]["number"] == 1 and body["generations"][0]["state"] == "pending"
     assert staff_client.get(f"{V1}/workloads").json()["count"] == 1
+
+
+def test_the_desired_state_costs_two_queries_whatever_the_workload_count(bundle, native_grove, dispatch_on,
+                                                                         django_assert_num_queries):
+    grove, _ = native_grove
+    services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
+    for slug in ("a", "b", "c"):
+        services.native_workload_apply(body=_spec(bundle, slug=slug))
+    with django_assert_num_queries(2):
+        payloads, news = grove_workloads(grove)
+    assert [p["workload"] for p in payloads] == ["a", "b", "c"] and news
+    assert all(p["secrets"] == {"API_TOKEN": "x"} for p in payloads)
