@@ -216,26 +216,22 @@ def grove_heartbeat_record(*, grove: Grove, body: dict) -> Grove:
     data = rules.heartbeat(body, substrate=grove.substrate)
     digest = rules.capacity_digest(data["capacity"], data["change_kinds"], data["isolation"])
     now = timezone.now()
-    log_tail = data["log_tail"][-settings.GROVE_LOG_TAIL_LINES:]
+    liveness = _liveness_fields(data, now)
     if digest == grove.capacity_digest:
         # One autocommitted UPDATE: no transaction round trips on the hot path.
-        fields = _liveness_fields(data, now)
-        Grove.objects.filter(pk=grove.pk).update(**fields)
-        for key, value in fields.items():
+        Grove.objects.filter(pk=grove.pk).update(**liveness)
+        for key, value in liveness.items():
             setattr(grove, key, value)
         return grove
     with transaction.atomic():
         grove = Grove.objects.select_for_update().get(pk=grove.pk)
-        grove.last_heartbeat_at = now
-        grove.stale_since = None
-        grove.version = data["version"]
+        for key, value in liveness.items():
+            setattr(grove, key, value)
         grove.change_kinds = data["change_kinds"]
         grove.isolation_modes = data["isolation"]
         grove.capacity = data["capacity"]
         grove.capacity_digest = digest
         grove.capacity_reported_at = now
-        if log_tail:
-            grove.log_tail = log_tail
         grove.save()
         _capacity_replace(grove, data["capacity"])
         grove_capabilities_sync(grove=grove)
