@@ -98,7 +98,10 @@ def test_environment_is_clean_and_payload_env_is_passed(host: StubHost, manager,
     env = json.loads(report["log_tail"][-1])
     assert env["GREETING"] == "hi"
     assert "AGENT_ONLY_SECRET" not in env
-    assert set(env) <= {"PATH", "HOME", "LANG", "GREETING", "PWD", "SHLVL", "_"}
+    gpu_vars = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"}
+    assert set(env) <= {"PATH", "HOME", "LANG", "GREETING", "PWD", "SHLVL", "_", *gpu_vars}
+    # No claim, no GPU: CUDA sees no device at all.
+    assert (env["CUDA_VISIBLE_DEVICES"], env["NVIDIA_VISIBLE_DEVICES"]) == ("", "void")
     assert env["HOME"].endswith("/home")
 
 

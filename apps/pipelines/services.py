@@ -283,7 +283,7 @@ def _payload(node: PipelineNode, run: PipelineRun, selected_platform: str) -> di
     spec = node.spec
     payload = {"command": spec.get("command", []), "env": spec.get("env", {}), "timeout_s": spec["timeout_s"],
                "run_id": str(run.id), "node": node.node_id, "kind": node.kind,
-               "resources": spec["resources"], "platform": selected_platform}
+               "resources": spec["resources"], "platform": selected_platform, "trust": node.trust}
     if spec.get("image"):
         payload["image"] = spec["image"]
     if spec.get("accelerators"):
@@ -313,17 +313,20 @@ def pipeline_node_execute(*, node_id: int) -> str | None:
                 placed = place_execution(subject_type="pipeline_node", subject_id=str(node.pk),
                                          requirement=requirement, target=node.spec.get("grove"),
                                          team=run.team or None, environment=run.environment or None)
+                claim = None
                 if requirement.accelerators:
                     from apps.accelerators.services import accelerator_claim
 
-                    accelerator_claim(grove=placed.grove, requirement=requirement, job_ref=str(job_id),
-                                      team=run.team or None)
+                    claim = accelerator_claim(grove=placed.grove, requirement=requirement, job_ref=str(job_id),
+                                              team=run.team or None)
         except ForestError as exc:
             log.warning("node not dispatched", extra={"node": str(node), "code": exc.code})
             node_transition(node=node, to=NodeStatus.FAILED, reason=exc.code, detail=exc.detail)
             _advance(run)
             return None
         payload = _payload(node, run, placed.selected_platform)
+        if claim is not None:  # the executor exposes exactly these devices (docs/wire.md, accelerator_claim)
+            payload["accelerator_claim"] = {"unit_id": claim.unit_id, "devices": claim.allocations}
         deadline = timezone.now() + timedelta(seconds=node.timeout_s + scheduling_grace_s())
         job = GroveJob.objects.create(
             id=job_id, run=run, node=node, grove=placed.grove, build_id=run.build_id,

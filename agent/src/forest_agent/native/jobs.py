@@ -20,6 +20,7 @@ from typing import Any
 from forest_agent.backoff import Backoff
 from forest_agent.lifecycle import Lifecycle, TransitionEvent
 from forest_agent.native import processes
+from forest_agent.native.devices import nvidia_device_env
 from forest_agent.native.job_states import ALLOWED, TERMINAL, JobState
 from forest_agent.native.journal import JobJournal, JournalEntry, Outcome
 from forest_agent.oskit import Clock
@@ -169,6 +170,7 @@ class JobRunner(threading.Thread):
         cwd = home / job.workdir if job.workdir else home
         cwd.mkdir(parents=True, exist_ok=True)
         env = processes.clean_env(job.env, home)
+        env.update(nvidia_device_env(job.accelerator_devices))
         if not _resolvable(job.command[0], cwd, env["PATH"]):
             log.warning("job %s: command %r not found or not executable", self.job_id, job.command[0])
             self._finish(

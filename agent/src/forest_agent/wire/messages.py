@@ -61,6 +61,25 @@ def _port(value: Any, where: str) -> int:
     return value
 
 
+def _claimed_devices(claim: Any, where: str) -> tuple[str, ...]:
+    """`accelerator_claim = {"unit_id", "devices": [{"inventory_id", "count"}]}` -> the inventory ids."""
+    if claim is None:
+        return ()
+    if not isinstance(claim, dict) or not isinstance(claim.get("devices", []), list):
+        raise MessageInvalid("must be {unit_id, devices: [...]}", field_path=f"{where}.accelerator_claim")
+    out: list[str] = []
+    for index, device in enumerate(claim.get("devices", [])):
+        inventory_id = device.get("inventory_id") if isinstance(device, dict) else None
+        # A comma would split one id into two in CUDA_VISIBLE_DEVICES.
+        if not isinstance(inventory_id, str) or not inventory_id or "," in inventory_id:
+            raise MessageInvalid(
+                "must be a non-empty id without commas",
+                field_path=f"{where}.accelerator_claim.devices[{index}].inventory_id",
+            )
+        out.append(inventory_id)
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Job:
     job_id: str
@@ -74,9 +93,12 @@ class Job:
     workdir: str | None
     image: str | None
     raw: dict[str, Any] = field(repr=False, compare=False)
+    # Inventory ids of the devices Host claimed for this job (`payload.accelerator_claim`), in order.
+    accelerator_devices: tuple[str, ...] = ()
 
     @classmethod
-    def parse(cls, data: Any, where: str = "job") -> Job:
+    def parse(cls, data: Any, where: str = "job", *, command_required: bool = True) -> Job:
+        """`command_required=False` lets a container workload run its image's entrypoint."""
         if not isinstance(data, dict):
             raise MessageInvalid("must be an object", field_path=where)
         payload = data.get("payload")
@@ -93,12 +115,17 @@ class Job:
             node=str(data.get("node") or ""),
             change_kind=_str(data, "change_kind", where) or "",
             idempotency_key=str(data.get("idempotency_key") or ""),
-            command=_argv(payload.get("command"), f"{where}.payload.command"),
+            command=(
+                _argv(payload.get("command"), f"{where}.payload.command")
+                if command_required or payload.get("command")
+                else []
+            ),
             env=_str_map(payload.get("env"), f"{where}.payload.env"),
             timeout_s=_int(payload, "timeout_s", f"{where}.payload", 3600, minimum=1),
             workdir=workdir,
             image=_str(payload, "image", f"{where}.payload", required=False),
             raw=data,
+            accelerator_devices=_claimed_devices(payload.get("accelerator_claim"), f"{where}.payload"),
         )
 
 
