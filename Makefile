@@ -25,7 +25,7 @@ help:  ## Show the targets
 $(STAMP): pyproject.toml $(wildcard agent/pyproject.toml)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]' $(if $(wildcard agent/pyproject.toml),-e ./agent)
+	$(BIN)/python -m pip install --quiet -e '.[dev]' $(if $(wildcard agent/pyproject.toml),-e './agent[kubernetes]')
 	@touch $(STAMP)
 
 venv: $(STAMP)  ## Create .venv and install Host, the agent and the dev tools

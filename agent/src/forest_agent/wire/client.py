@@ -90,11 +90,13 @@ class WireClient:
         return {"Authorization": auth} if auth else {}
 
     # -- calls ---------------------------------------------------------------------------------
-    def enroll(self, *, token: str, name: str, platforms: list[str], version: str) -> dict[str, Any]:
+    def enroll(
+        self, *, token: str, name: str, platforms: list[str], version: str, substrate: str = "native"
+    ) -> dict[str, Any]:
         body = {
             "token": token,
             "name": name,
-            "substrate": "native",
+            "substrate": substrate,
             "platforms": platforms,
             "version": version,
         }
