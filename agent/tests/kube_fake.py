@@ -1,0 +1,628 @@
+"""A fake Kubernetes API server over real HTTP, for forest-controller's tests.
+
+No Kubernetes API server can run on these machines, so this one stands in. The controller talks to it
+with the **official `kubernetes` client** over a real socket (real serialisation, real watch
+streaming), configured from a real kubeconfig file. What is real and what is faked, exactly:
+
+* Real: HTTP/1.1, JSON bodies, chunked watch streams of `{"type", "object"}` lines, `labelSelector`
+  (equality, `!=`, existence), `resourceVersion` / `timeoutSeconds` on watches, 404/409/410 Status
+  bodies, `uid`, `resourceVersion`, `creationTimestamp`, `generation` stamping.
+* Server-side apply (`application/apply-patch+yaml`) creates the object when missing and otherwise
+  deep-merges the applied configuration (maps merged, lists replaced). **Faked: no managedFields, no
+  field ownership or conflicts**; the `fieldManager` and `force` parameters are recorded for
+  assertions. JSON merge patch (RFC 7386) is implemented.
+* **No garbage collector.** Deleting a Job removes its Pods in the same call when
+  `propagationPolicy` is `Background` or `Foreground` (what the collector would do later), and leaves
+  them for `Orphan`; the policy is recorded.
+* A minimal **Job controller** (one Pod per unsuspended Job, `backoffLimit: 0`; Pod Succeeded ->
+  `Complete`, Pod Failed -> `Failed`/`BackoffLimitExceeded`) and **Deployment controller** (one Pod per
+  generation; Running -> Available) run inside the fake.
+* No scheduler, no kubelet: `Kubelet` (below) moves Pods through Pending -> Running ->
+  Succeeded/Failed with an exit code, as a real kubelet would report it, or marks them
+  unschedulable / ImagePullBackOff / OOMKilled. Its automatic mode **runs the container's command as
+  a local subprocess** (the image is not pulled; nothing is isolated) so the log and exit code are real.
+* No admission (Pod Security, RuntimeClass existence, resource quotas) and no authentication.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import itertools
+import json
+import os
+import re
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+Obj = dict[str, Any]
+
+# (group path prefix, plural) -> kind
+RESOURCES = {
+    ("/api/v1", "pods"): "Pod",
+    ("/api/v1", "nodes"): "Node",
+    ("/api/v1", "namespaces"): "Namespace",
+    ("/api/v1", "services"): "Service",
+    ("/apis/batch/v1", "jobs"): "Job",
+    ("/apis/apps/v1", "deployments"): "Deployment",
+    ("/apis/networking.k8s.io/v1", "networkpolicies"): "NetworkPolicy",
+}
+API_VERSIONS = {"Pod": "v1", "Node": "v1", "Namespace": "v1", "Service": "v1", "Job": "batch/v1",
+                "Deployment": "apps/v1", "NetworkPolicy": "networking.k8s.io/v1"}
+CLUSTER_SCOPED = {"Node", "Namespace"}
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def deep_merge(base: Any, patch: Any) -> Any:
+    """RFC 7386: maps merge, null deletes, anything else replaces."""
+    if not isinstance(patch, dict) or not isinstance(base, dict):
+        return copy.deepcopy(patch)
+    out = dict(base)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = deep_merge(base.get(key), value)
+    return out
+
+
+def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
+    if not selector:
+        return True
+    for term in (t.strip() for t in selector.split(",")):
+        if not term:
+            continue
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key.strip()) == value.strip():
+                return False
+        elif "==" in term or "=" in term:
+            key, value = re.split("==?", term, maxsplit=1)
+            if labels.get(key.strip()) != value.strip():
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+@dataclass
+class Event:
+    rv: int
+    type: str
+    kind: str
+    obj: Obj
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    content_type: str
+    body: Any = None
+
+
+@dataclass
+class FakeKube:
+    objects: dict[tuple[str, str, str], Obj] = field(default_factory=dict)  # (kind, ns, name)
+    events: list[Event] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
+    logs: dict[tuple[str, str], str] = field(default_factory=dict)
+    compacted_below: int = 0
+    fail_next: dict[str, int] = field(default_factory=dict)  # "METHOD kind" -> HTTP status, once
+
+    def __post_init__(self) -> None:
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self._rv = itertools.count(1)
+        self.rv = 0
+        self.event_rvs: list[int] = []
+        self._server: ThreadingHTTPServer | None = None
+
+    # -- the store ------------------------------------------------------------------------------
+    def _stamp(self, kind: str, obj: Obj, old: Obj | None) -> Obj:
+        meta = obj.setdefault("metadata", {})
+        obj["apiVersion"], obj["kind"] = API_VERSIONS[kind], kind
+        if old is None:
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = now_iso()
+            meta["generation"] = 1
+        else:
+            meta["uid"] = old["metadata"]["uid"]
+            meta["creationTimestamp"] = old["metadata"]["creationTimestamp"]
+            changed = old.get("spec") != obj.get("spec")
+            meta["generation"] = old["metadata"].get("generation", 1) + (1 if changed else 0)
+        self.rv = next(self._rv)
+        meta["resourceVersion"] = str(self.rv)
+        return obj
+
+    def _event(self, event: Event) -> None:
+        self.events.append(event)
+        self.event_rvs.append(event.rv)
+
+    def events_after(self, cursor: int, kind: str) -> list[Event]:
+        start = bisect.bisect_right(self.event_rvs, cursor)
+        return [e for e in self.events[start:] if e.kind == kind]
+
+    def put(self, kind: str, obj: Obj) -> Obj:
+        """Create or replace (the controllers and the kubelet write through here)."""
+        with self.lock:
+            meta = obj["metadata"]
+            key = (kind, "" if kind in CLUSTER_SCOPED else meta.get("namespace", "default"), meta["name"])
+            old = self.objects.get(key)
+            obj = self._stamp(kind, copy.deepcopy(obj), old)
+            self.objects[key] = obj
+            self._event(Event(self.rv, "ADDED" if old is None else "MODIFIED", kind, copy.deepcopy(obj)))
+            self._control(kind, obj)
+            self.changed.notify_all()
+            return copy.deepcopy(obj)
+
+    def remove(self, kind: str, namespace: str, name: str) -> Obj | None:
+        with self.lock:
+            obj = self.objects.pop((kind, namespace, name), None)
+            if obj is not None:
+                self.rv = next(self._rv)
+                obj["metadata"]["resourceVersion"] = str(self.rv)
+                self._event(Event(self.rv, "DELETED", kind, copy.deepcopy(obj)))
+                self.changed.notify_all()
+            return obj
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        with self.lock:
+            obj = self.objects.get((kind, "" if kind in CLUSTER_SCOPED else namespace, name))
+            return copy.deepcopy(obj) if obj else None
+
+    def list(self, kind: str, selector: str | None = None) -> list[Obj]:
+        with self.lock:
+            return [copy.deepcopy(o) for (k, _, _), o in sorted(self.objects.items())
+                    if k == kind and selector_matches(selector, o["metadata"].get("labels") or {})]
+
+    def update(self, kind: str, namespace: str, name: str, mutate: Callable[[Obj], None]) -> Obj | None:
+        with self.lock:
+            obj = self.get(kind, namespace, name)
+            if obj is None:
+                return None
+            mutate(obj)
+            return self.put(kind, obj)
+
+    def add_node(self, name: str, *, cpu: str = "4", memory: str = "16Gi", gpus: int = 0,
+                 labels: dict[str, str] | None = None, ready: bool = True, arch: str = "amd64") -> Obj:
+        allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
+        if gpus:
+            allocatable["nvidia.com/gpu"] = str(gpus)
+        return self.put("Node", {
+            "metadata": {"name": name, "labels": {"kubernetes.io/os": "linux", "kubernetes.io/arch": arch,
+                                                   "kubernetes.io/hostname": name, **(labels or {})}},
+            "spec": {},
+            "status": {"allocatable": allocatable, "capacity": dict(allocatable),
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+        })
+
+    # -- the fake control plane -----------------------------------------------------------------
+    def _control(self, kind: str, obj: Obj) -> None:
+        if kind == "Job":
+            self._job_controller(obj)
+        elif kind == "Pod":
+            self._pod_changed(obj)
+        elif kind == "Deployment":
+            self._deployment_controller(obj)
+
+    def _pods_of(self, owner_uid: str) -> list[Obj]:
+        return [o for (k, _, _), o in self.objects.items() if k == "Pod"
+                and any(r.get("uid") == owner_uid for r in o["metadata"].get("ownerReferences") or [])]
+
+    def _new_pod(self, owner: Obj, extra_labels: dict[str, str]) -> None:
+        meta = owner["metadata"]
+        template = owner["spec"]["template"]
+        pod = {
+            "metadata": {
+                "name": f"{meta['name']}-{uuid.uuid4().hex[:5]}",
+                "namespace": meta["namespace"],
+                "labels": {**(template.get("metadata", {}).get("labels") or {}), **extra_labels},
+                "annotations": dict(template.get("metadata", {}).get("annotations") or {}),
+                "ownerReferences": [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                                     "name": meta["name"], "uid": meta["uid"], "controller": True}],
+            },
+            "spec": copy.deepcopy(template["spec"]),
+            "status": {"phase": "Pending", "conditions": []},
+        }
+        self.put("Pod", pod)
+
+    def _job_controller(self, job: Obj) -> None:
+        status = job.get("status") or {}
+        if job["spec"].get("suspend") or status.get("conditions") or self._pods_of(job["metadata"]["uid"]):
+            return
+        meta = job["metadata"]
+        self._new_pod(job, {"batch.kubernetes.io/job-name": meta["name"], "job-name": meta["name"],
+                            "batch.kubernetes.io/controller-uid": meta["uid"]})
+
+    def _deployment_controller(self, deployment: Obj) -> None:
+        meta = deployment["metadata"]
+        pods = self._pods_of(meta["uid"])
+        generation = str(meta["generation"])
+        if not any(p["metadata"]["labels"].get("fake/generation") == generation for p in pods):
+            for pod in pods:
+                self.remove("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
+            self._new_pod(deployment, {"fake/generation": generation})
+
+    def _pod_changed(self, pod: Obj) -> None:
+        owner = next(iter(pod["metadata"].get("ownerReferences") or []), None)
+        if owner is None:
+            return
+        namespace, phase = pod["metadata"]["namespace"], pod["status"].get("phase")
+        if owner["kind"] == "Job":
+            job = self.objects.get(("Job", namespace, owner["name"]))
+            if job is None or (job.get("status") or {}).get("conditions"):
+                return
+            stamp = now_iso()
+            if phase == "Succeeded":
+                conditions = [{"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": stamp},
+                              {"type": "Complete", "status": "True", "lastTransitionTime": stamp}]
+                self.update("Job", namespace, owner["name"], lambda j: j.__setitem__(
+                    "status", {"succeeded": 1, "conditions": conditions, "completionTime": stamp}))
+            elif phase == "Failed":
+                reason = pod["status"].get("reason") == "DeadlineExceeded" and "DeadlineExceeded" or "BackoffLimitExceeded"
+                conditions = [{"type": "FailureTarget", "status": "True", "reason": reason},
+                              {"type": "Failed", "status": "True", "reason": reason,
+                               "message": "Job has reached the specified backoff limit"
+                               if reason == "BackoffLimitExceeded" else "Job was active longer than specified deadline",
+                               "lastTransitionTime": stamp}]
+                self.update("Job", namespace, owner["name"], lambda j: j.__setitem__(
+                    "status", {"failed": 1, "conditions": conditions}))
+            elif phase == "Running":
+                self.update("Job", namespace, owner["name"], lambda j: j.__setitem__("status", {"active": 1}))
+        elif owner["kind"] == "Deployment" and phase == "Running":
+            def available(d: Obj) -> None:
+                d["status"] = {"observedGeneration": d["metadata"]["generation"], "replicas": 1,
+                               "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1,
+                               "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                                              {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}
+            self.update("Deployment", namespace, owner["name"], available)
+
+    def compact(self) -> None:
+        """Forget event history (a real server's compaction): older watches get 410 Gone."""
+        with self.lock:
+            self.compacted_below = self.rv
+            self.events.clear()
+            self.event_rvs.clear()
+
+    # -- HTTP -------------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> FakeKube:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def kubeconfig(self, directory: Path) -> Path:
+        path = directory / "kubeconfig"
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+        }))
+        return path
+
+    def requests_of(self, method: str, kind: str | None = None) -> list[Request]:
+        plural = {v: k[1] for k, v in RESOURCES.items()}.get(kind or "", "")
+        return [r for r in list(self.requests) if r.method == method and (not kind or f"/{plural}" in r.path)]
+
+
+def _status(code: int, reason: str, message: str) -> Obj:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason,
+            "message": message}
+
+
+def _route(path: str) -> tuple[str, str, str | None, str | None] | None:
+    """(kind, namespace or '', name or None, subresource or None)."""
+    for (prefix, plural), kind in RESOURCES.items():
+        if not path.startswith(prefix + "/"):
+            continue
+        rest = path[len(prefix) + 1:].split("/")
+        if rest == [plural]:
+            return kind, "", None, None
+        if kind == "Namespace" and len(rest) == 2 and rest[0] == "namespaces":
+            return kind, "", rest[1], None
+        if kind in CLUSTER_SCOPED and len(rest) == 2 and rest[0] == plural:
+            return kind, "", rest[1], None
+        if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] == plural:
+            name = rest[3] if len(rest) > 3 else None
+            sub = rest[4] if len(rest) > 4 else None
+            return kind, rest[1], name, sub
+    return None
+
+
+def _handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            return
+
+        def _json(self, status: int, body: Any) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> Any:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            return json.loads(raw) if raw else None
+
+        def _begin(self, method: str) -> tuple[Any, dict[str, str], Any] | None:
+            parts = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            body = self._body() if method in ("PATCH", "POST", "PUT", "DELETE") else None
+            fake.requests.append(Request(method, parts.path, query, self.headers.get("Content-Type", ""), body))
+            route = _route(parts.path)
+            if route is None:
+                self._json(404, _status(404, "NotFound", f"the server could not find {parts.path}"))
+                return None
+            status = fake.fail_next.pop(f"{method} {route[0]}", None)
+            if status:
+                self._json(status, _status(status, "InternalError", "injected failure"))
+                return None
+            return route, query, body
+
+        def do_GET(self) -> None:
+            begun = self._begin("GET")
+            if begun is None:
+                return
+            (kind, namespace, name, sub), query, _ = begun
+            if sub == "log":
+                text = fake.logs.get((namespace, name or ""), "")
+                lines = text.splitlines()[-int(query.get("tailLines", "1000000")):]
+                data = ("\n".join(lines) + ("\n" if lines else "")).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
+            if name is not None:
+                obj = fake.get(kind, namespace, name)
+                if obj is None:
+                    self._json(404, _status(404, "NotFound", f'{kind.lower()}s "{name}" not found'))
+                else:
+                    self._json(200, obj)
+                return
+            selector = query.get("labelSelector")
+            if query.get("watch") in ("true", "1"):
+                self._watch(kind, namespace, selector, query)
+                return
+            with fake.lock:
+                items = [o for o in fake.list(kind, selector)
+                         if not namespace or o["metadata"].get("namespace") == namespace]
+                rv = str(fake.rv)
+            self._json(200, {"kind": f"{kind}List", "apiVersion": API_VERSIONS[kind],
+                             "metadata": {"resourceVersion": rv}, "items": items})
+
+        def _chunk(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def _watch(self, kind: str, namespace: str, selector: str | None, query: dict[str, str]) -> None:
+            since = int(query.get("resourceVersion") or 0)
+            timeout = float(query.get("timeoutSeconds") or 1800)
+            deadline = time.monotonic() + timeout
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                if since and since < fake.compacted_below:
+                    line = {"type": "ERROR", "object": _status(410, "Expired", f"too old resource version: {since}")}
+                    self._chunk(json.dumps(line).encode() + b"\n")
+                    self._chunk(b"")
+                    return
+                cursor = since
+                while True:
+                    with fake.changed:
+                        pending = fake.events_after(cursor, kind)
+                        if not pending:
+                            remaining = deadline - time.monotonic()
+                            if remaining <= 0:
+                                break
+                            fake.changed.wait(min(remaining, 0.5))
+                            continue
+                    for event in pending:
+                        cursor = max(cursor, event.rv)
+                        meta = event.obj["metadata"]
+                        if namespace and meta.get("namespace") != namespace:
+                            continue
+                        if not selector_matches(selector, meta.get("labels") or {}):
+                            continue
+                        self._chunk(json.dumps({"type": event.type, "object": event.obj}).encode() + b"\n")
+                self._chunk(b"")
+            except (BrokenPipeError, ConnectionResetError):
+                return
+
+        def do_PATCH(self) -> None:
+            begun = self._begin("PATCH")
+            if begun is None:
+                return
+            (kind, namespace, name, _), query, body = begun
+            content_type = self.headers.get("Content-Type", "")
+            existing = fake.get(kind, namespace, name or "")
+            if content_type.startswith("application/apply-patch"):
+                if not query.get("fieldManager"):
+                    self._json(400, _status(400, "BadRequest", "fieldManager is required for apply patch"))
+                    return
+                if body.get("kind") != kind or body.get("metadata", {}).get("name") != name:
+                    self._json(400, _status(400, "BadRequest", "the applied object does not match the URL"))
+                    return
+                merged = deep_merge(existing, body) if existing else body
+                if kind not in CLUSTER_SCOPED:
+                    merged["metadata"]["namespace"] = namespace
+                self._json(201 if existing is None else 200, fake.put(kind, merged))
+                return
+            if existing is None:
+                self._json(404, _status(404, "NotFound", f'{kind.lower()}s "{name}" not found'))
+                return
+            if content_type != "application/merge-patch+json":
+                self._json(415, _status(415, "UnsupportedMediaType", f"the fake serves no {content_type}"))
+                return
+            self._json(200, fake.put(kind, deep_merge(existing, body)))
+
+        def do_DELETE(self) -> None:
+            begun = self._begin("DELETE")
+            if begun is None:
+                return
+            (kind, namespace, name, _), query, body = begun
+            policy = query.get("propagationPolicy") or (body or {}).get("propagationPolicy") or "Background"
+            with fake.lock:
+                obj = fake.remove(kind, namespace, name or "")
+                if obj is None:
+                    self._json(404, _status(404, "NotFound", f'{kind.lower()}s "{name}" not found'))
+                    return
+                if policy in ("Background", "Foreground"):
+                    for pod in fake._pods_of(obj["metadata"]["uid"]):
+                        fake.remove("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
+            self._json(200, {"kind": "Status", "apiVersion": "v1", "status": "Success",
+                             "details": {"name": name, "kind": kind.lower() + "s", "uid": obj["metadata"]["uid"]}})
+
+    return Handler
+
+
+# -- the test kubelet ---------------------------------------------------------------------------------
+class Kubelet:
+    """Moves Pods through their phases the way a kubelet reports them. Manual steps for scenario tests;
+    `auto()` starts a thread that schedules every new Pod on a node and runs its command locally."""
+
+    def __init__(self, fake: FakeKube, node: str = "node-1") -> None:
+        self.fake = fake
+        self.node = node
+        self._stop = threading.Event()
+        self._started: set[str] = set()
+        self.ran: list[dict[str, Any]] = []  # what auto mode ran: pod, argv, env, exit code
+
+    def pods(self, selector: str | None = None) -> list[Obj]:
+        return self.fake.list("Pod", selector)
+
+    def wait_pod(self, selector: str, timeout: float = 15.0, what: str = "a pod") -> Obj:
+        deadline = time.monotonic() + timeout
+        with self.fake.changed:
+            while time.monotonic() < deadline:
+                pods = self.fake.list("Pod", selector)
+                if pods:
+                    return pods[0]
+                self.fake.changed.wait(0.2)
+        raise AssertionError(f"timed out waiting for {what} ({selector})")
+
+    def _set(self, pod: Obj, status: Obj, *, node: str | None = None) -> Obj | None:
+        meta = pod["metadata"]
+
+        def mutate(p: Obj) -> None:
+            if node:
+                p["spec"]["nodeName"] = node
+            p["status"] = status
+
+        return self.fake.update("Pod", meta["namespace"], meta["name"], mutate)
+
+    def running(self, pod: Obj) -> Obj | None:
+        started = now_iso()
+        return self._set(pod, {
+            "phase": "Running", "startTime": started,
+            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": c["name"], "ready": True, "restartCount": 0, "image": c.get("image", ""),
+                                   "imageID": "", "state": {"running": {"startedAt": started}}}
+                                  for c in pod["spec"]["containers"]],
+        }, node=self.node)
+
+    def exit(self, pod: Obj, code: int, *, reason: str | None = None, log: str = "") -> Obj | None:
+        meta = pod["metadata"]
+        if log:
+            self.fake.logs[(meta["namespace"], meta["name"])] = log
+        terminated = {"exitCode": code, "reason": reason or ("Completed" if code == 0 else "Error"),
+                      "startedAt": now_iso(), "finishedAt": now_iso()}
+        return self._set(pod, {
+            "phase": "Succeeded" if code == 0 else "Failed",
+            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
+            "containerStatuses": [{"name": c["name"], "ready": False, "restartCount": 0, "image": c.get("image", ""),
+                                   "imageID": "", "state": {"terminated": terminated}}
+                                  for c in pod["spec"]["containers"]],
+        }, node=self.node)
+
+    def unschedulable(self, pod: Obj, message: str) -> Obj | None:
+        return self._set(pod, {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]})
+
+    def image_pull_backoff(self, pod: Obj) -> Obj | None:
+        return self._set(pod, {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}],
+                               "containerStatuses": [{"name": c["name"], "ready": False, "restartCount": 0,
+                                                      "image": c.get("image", ""), "imageID": "",
+                                                      "state": {"waiting": {"reason": "ImagePullBackOff",
+                                                                            "message": f'Back-off pulling image "{c.get("image")}"'}}}
+                                                     for c in pod["spec"]["containers"]]}, node=self.node)
+
+    # -- automatic mode: run what the pod asks, locally -------------------------------------------
+    def auto(self) -> Kubelet:
+        threading.Thread(target=self._loop, name="fake-kubelet", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with self.fake.changed:
+                fresh = [p for p in self.fake.list("Pod") if p["metadata"]["uid"] not in self._started
+                         and p["status"].get("phase") == "Pending"]
+                if not fresh:
+                    self.fake.changed.wait(0.2)
+                    continue
+            for pod in fresh:
+                self._started.add(pod["metadata"]["uid"])
+                threading.Thread(target=self._run_pod, args=(pod,), daemon=True).start()
+
+    def _run_pod(self, pod: Obj) -> None:
+        container = pod["spec"]["containers"][0]
+        argv = container.get("command") or ["true"]
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+               **{e["name"]: e.get("value", "") for e in container.get("env") or []}}
+        if self.running(pod) is None:
+            return
+        owner = next(iter(pod["metadata"].get("ownerReferences") or []), {})
+        if owner.get("kind") == "Deployment":
+            self.ran.append({"pod": pod["metadata"]["name"], "argv": argv, "env": env, "exit_code": None,
+                             "spec": pod["spec"]})
+            return  # a server keeps running; its Deployment is Available once the Pod is Running
+        with tempfile.TemporaryDirectory() as workspace:
+            try:
+                done = subprocess.run(argv, env=env, cwd=workspace, capture_output=True, text=True, timeout=120)
+                code, output = done.returncode, done.stdout + done.stderr
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                code, output = 127, str(exc)
+        self.ran.append({"pod": pod["metadata"]["name"], "argv": argv, "env": env, "exit_code": code,
+                         "spec": pod["spec"]})
+        self.exit(pod, code, log=output)
