@@ -31,3 +31,17 @@ def _agent_logs_propagate() -> Iterator[None]:
     logger.propagate = True
     logger.setLevel(logging.INFO)
     yield
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-goldens",
+        action="store_true",
+        default=False,
+        help="rewrite the golden YAML of the Kubernetes renderer (review the diff before committing)",
+    )
+
+
+@pytest.fixture
+def update_goldens(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-goldens", default=False))

@@ -61,7 +61,7 @@ def validate_object(obj: Any, *, version: str = KUBERNETES_VERSION) -> dict[str,
     try:
         kubernetes_validate.validate(data, version, strict=True)
     except kubernetes_validate.ValidationError as exc:
-        path = ".".join(str(p) for p in getattr(exc.caused_by, "absolute_path", []) or [])
+        path = ".".join(str(p) for p in getattr(exc, "absolute_path", []) or [])
         raise RenderInvalid(f"{where}: schema {version}: {path}: {_first_line(exc)}") from None
     except (kubernetes_validate.SchemaNotFoundError, kubernetes_validate.InvalidSchemaError) as exc:
         raise RenderInvalid(f"{where}: no usable schema for Kubernetes {version}: {exc}") from None
