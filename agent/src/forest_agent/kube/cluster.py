@@ -220,6 +220,14 @@ class Cluster:
             raise ClusterError(f"watch {kind}: {exc.status} {exc.reason}", status=exc.status) from None
         except ClusterError:
             raise
+        except KeyError as exc:
+            if exc.args != ("raw_object",):
+                raise
+            # kubernetes 37's Watch reads `raw_object` of an ERROR event, which only exists when it
+            # deserializes; with `deserialize=False` an ERROR event (410 Gone after compaction, or any
+            # other) surfaces as this KeyError. Either way the answer is the same: list again.
+            raise ClusterError(f"watch {kind}: the server ended the watch with an error event", status=410,
+                               reason="Expired") from None
         except Exception as exc:  # read timeout, connection reset: the caller re-lists
             raise ClusterError(f"watch {kind}: {type(exc).__name__}: {exc}") from None
         finally:
