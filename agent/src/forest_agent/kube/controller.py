@@ -244,16 +244,16 @@ class Controller:
             return
         obj = self.cluster.get(tracked.kind, tracked.name, tracked.namespace)
         if obj is None:
-            tracked.outcome = {"state": "failed", "reason": "kubernetes_object_deleted",
+            self._decide(tracked, {"state": "failed", "reason": "kubernetes_object_deleted",
                                "log_tail": [f"[forest-controller] {tracked.kind} {tracked.namespace}/"
-                                            f"{tracked.name} was deleted outside Forest"]}
+                                            f"{tracked.name} was deleted outside Forest"]})
             self._deliver(tracked)
             return
         pods, _ = self.cluster.list("Pod", label_selector=f"{names.LABEL_JOB_ID}={job_id}")
         seen = (observe.observe_deployment(obj, pods) if tracked.kind == "Deployment"
                 else observe.observe_job(obj, pods))
         if seen.terminal:
-            tracked.outcome = observe.report_body(seen, self._log_tail(pods))
+            self._decide(tracked, observe.report_body(seen, self._log_tail(pods)))
             self._deliver(tracked)
             return
         if seen.problem:
@@ -264,7 +264,7 @@ class Controller:
             if now - tracked.problem_since >= self.config.pending_grace_s:
                 if tracked.kind == "Job":
                     self.cluster.delete("Job", tracked.name, tracked.namespace)
-                tracked.outcome = observe.report_body(seen, self._log_tail(pods))
+                self._decide(tracked, observe.report_body(seen, self._log_tail(pods)))
                 self._deliver(tracked)
                 return
             self.enqueue(job_id, max(0.0, tracked.problem_since + self.config.pending_grace_s - now))
@@ -276,6 +276,12 @@ class Controller:
                 tracked.running_reported = True
             except WireError as exc:
                 log.info("job %s: progress report failed (%s); continuing", job_id, exc.code)
+
+    def _decide(self, tracked: Tracked, body: dict[str, Any]) -> None:
+        """Fix the terminal report once: a cancellation racing a status change wins if it came first."""
+        with self._lock:
+            if tracked.outcome is None:
+                tracked.outcome = body
 
     def _log_tail(self, pods: list[dict[str, Any]]) -> list[str]:
         if not pods:
@@ -314,22 +320,24 @@ class Controller:
 
     def cancel(self, job_id: str) -> None:
         """Host cancelled the job: delete its Job (Pods go with it: propagation) and acknowledge."""
+        cancelled = {"state": "cancelled", "reason": "cancelled", "log_tail": []}
         with self._lock:
             tracked = self.tracked.get(job_id)
-        if tracked is None:
+            if tracked is None:
+                tracked = Tracked(job_id=job_id, kind="Job", name="", namespace="", needs_claim=False)
+                self.tracked[job_id] = tracked
+            if tracked.outcome is None:
+                tracked.outcome = cancelled  # decided before the delete, so the DELETED event cannot win
+            tracked.needs_claim = False
+        if tracked.name:
+            if tracked.kind == "Job":
+                self.cluster.delete("Job", tracked.name, tracked.namespace)
+            # A Deployment is desired state: cancelling its rollout job ends the wait, not the service.
+        else:
             jobs, _ = self.cluster.list("Job", label_selector=f"{self.selector},{names.LABEL_JOB_ID}={job_id}")
             for obj in jobs:
-                meta = obj["metadata"]
-                self.cluster.delete("Job", meta["name"], meta["namespace"])
-            tracked = Tracked(job_id=job_id, kind="Job", name="", namespace="", needs_claim=False)
-            with self._lock:
-                self.tracked[job_id] = tracked
-        elif tracked.kind == "Job":
-            self.cluster.delete("Job", tracked.name, tracked.namespace)
-        # A Deployment is desired state: cancelling its rollout job stops the wait, not the service.
+                self.cluster.delete("Job", obj["metadata"]["name"], obj["metadata"]["namespace"])
         log.info("job %s: cancelled by Host", job_id)
-        tracked.outcome = {"state": "cancelled", "reason": "cancelled", "log_tail": []}
-        tracked.needs_claim = False
         self.enqueue(job_id)
 
     # -- restart -----------------------------------------------------------------------------
