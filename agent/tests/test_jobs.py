@@ -337,3 +337,34 @@ def test_agent_shutdown_leaves_the_job_running_with_its_journal(
     assert entry.phase == "running"
     assert processes.same_process_alive(entry.pid, entry.start_time)
     os.killpg(entry.pgid, signal.SIGKILL)
+
+
+def test_an_nvidia_job_sees_only_the_gpus_host_claimed(host: StubHost, manager) -> None:
+    """Inventory from recorded `nvidia-smi` output (8 x H100); Host claimed two of them; the job
+    prints its environment: CUDA/NVIDIA_VISIBLE_DEVICES name exactly those two, never all eight."""
+    from forest_agent.inventory.nvidia import parse_nvidia_smi
+
+    recorded = Path(__file__).parent / "recorded" / "nvidia_smi_h100_x8.csv"
+    gpus = parse_nvidia_smi(recorded.read_text())
+    assert len(gpus) == 8
+    claimed = [gpus[5].id, gpus[2].id]
+    claim = {"unit_id": "machine", "devices": [{"inventory_id": d, "count": 1} for d in claimed]}
+    m = manager()
+    code = "import os, json; print(json.dumps(dict(os.environ), sort_keys=True))"
+    # The payload cannot widen its claim by naming the variables itself.
+    host.add_job(job("gpu1", code, env={"CUDA_VISIBLE_DEVICES": "all"}, accelerators={"count": 2},
+                     accelerator_claim=claim))
+    m.submit(host.pending_jobs["gpu1"])
+    env = json.loads(host.terminal_report("gpu1")["log_tail"][-1])
+    assert env["CUDA_VISIBLE_DEVICES"] == f"{gpus[5].id},{gpus[2].id}"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == env["CUDA_VISIBLE_DEVICES"]
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert set(env["CUDA_VISIBLE_DEVICES"].split(",")) == set(claimed)
+
+
+def test_a_malformed_accelerator_claim_is_refused(host: StubHost, manager) -> None:
+    m = manager()
+    bad = {"unit_id": "machine", "devices": [{"inventory_id": "GPU-a,GPU-b", "count": 2}]}
+    host.add_job(job("gpu2", "print(1)", accelerator_claim=bad))
+    m.submit(host.pending_jobs["gpu2"])
+    assert host.terminal_report("gpu2")["reason"] == "payload_invalid"
