@@ -525,6 +525,8 @@ class Kubelet:
         self._stop = threading.Event()
         self._started: set[str] = set()
         self.ran: list[dict[str, Any]] = []  # what auto mode ran: pod, argv, env, exit code
+        # Extra environment for a pod run in auto mode (e.g. a recorded `nvidia-smi` first on PATH).
+        self.extra_env: Callable[[Obj], dict[str, str]] = lambda pod: {}
 
     def pods(self, selector: str | None = None) -> list[Obj]:
         return self.fake.list("Pod", selector)
@@ -559,12 +561,15 @@ class Kubelet:
                                   for c in pod["spec"]["containers"]],
         }, node=self.node)
 
-    def exit(self, pod: Obj, code: int, *, reason: str | None = None, log: str = "") -> Obj | None:
+    def exit(self, pod: Obj, code: int, *, reason: str | None = None, log: str = "",
+             message: str = "") -> Obj | None:
         meta = pod["metadata"]
         if log:
             self.fake.logs[(meta["namespace"], meta["name"])] = log
         terminated = {"exitCode": code, "reason": reason or ("Completed" if code == 0 else "Error"),
                       "startedAt": now_iso(), "finishedAt": now_iso()}
+        if message:
+            terminated["message"] = message
         return self._set(pod, {
             "phase": "Succeeded" if code == 0 else "Failed",
             "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
@@ -617,12 +622,22 @@ class Kubelet:
             self.ran.append({"pod": pod["metadata"]["name"], "argv": argv, "env": env, "exit_code": None,
                              "spec": pod["spec"]})
             return  # a server keeps running; its Deployment is Available once the Pod is Running
+        message = ""
         with tempfile.TemporaryDirectory() as workspace:
+            # The container's termination message file, as the kubelet would mount it.
+            termination_log = Path(workspace) / "termination-log"
+            termination_log.touch()
+            env = {k: str(termination_log) if v == container.get("terminationMessagePath") else v
+                   for k, v in env.items()}
+            env.update(self.extra_env(pod))
             try:
                 done = subprocess.run(argv, env=env, cwd=workspace, capture_output=True, text=True, timeout=120)
                 code, output = done.returncode, done.stdout + done.stderr
             except (OSError, subprocess.TimeoutExpired) as exc:
                 code, output = 127, str(exc)
+            message = termination_log.read_text()[:4096]
+            if not message.strip() and code != 0:  # FallbackToLogsOnError
+                message = "\n".join(output.splitlines()[-80:])
         self.ran.append({"pod": pod["metadata"]["name"], "argv": argv, "env": env, "exit_code": code,
                          "spec": pod["spec"]})
-        self.exit(pod, code, log=output)
+        self.exit(pod, code, log=output, message=message)

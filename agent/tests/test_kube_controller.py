@@ -118,9 +118,10 @@ def test_apply_watch_and_success_report(harness: Harness, kubelet: Kubelet, fake
     assert job["job_id"] in harness.host.claimed
     kubelet.running(pod)
     harness.host.wait_for(lambda: _reports(harness.host, job, "running"), what="the running report")
-    kubelet.exit(pod, 0, log="step output line\nall done")
+    kubelet.exit(pod, 0, log="step output line\nall done", message='{"accuracy": 0.93}')
     report = harness.host.terminal_report(job["job_id"])
     assert report["state"] == "succeeded" and report["exit_code"] == 0
+    assert report["outputs"] == {"accuracy": 0.93}  # the termination message, a JSON object
     assert report["log_tail"][-1] == "all done"
     (obj,) = harness.job_objects()
     harness.host.wait_for(lambda: fake.get("Job", "forest", obj["metadata"]["name"])["metadata"]

@@ -288,6 +288,9 @@ def _payload(node: PipelineNode, run: PipelineRun, selected_platform: str) -> di
         payload["image"] = spec["image"]
     if spec.get("accelerators"):
         payload["accelerators"] = spec["accelerators"]
+    if node.needs:  # what the needed steps reported; executors export it as $FOREST_NEEDS_OUTPUTS
+        payload["needs_outputs"] = dict(PipelineNode.objects.filter(run=run, node_id__in=node.needs)
+                                        .values_list("node_id", "outputs"))
     return payload
 
 

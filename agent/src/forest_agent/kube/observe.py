@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from forest_agent.outputs import parse_outputs
+
 PENDING, RUNNING, SUCCEEDED, FAILED, TIMED_OUT = "pending", "running", "succeeded", "failed", "timed_out"
 TERMINAL = frozenset({SUCCEEDED, FAILED, TIMED_OUT})
 
@@ -39,6 +41,7 @@ class Observation:
     exit_code: int | None = None
     reason: str = ""
     message: str = ""
+    outputs: dict[str, Any] | None = None  # the termination message, when it is a JSON object
 
     @property
     def terminal(self) -> bool:
@@ -108,8 +111,9 @@ def observe_job(job: Obj, pods: list[Obj]) -> Observation:
     pod = _newest(pods)
     terminated = _terminated(pod)
     exit_code = terminated.get("exitCode") if terminated else None
+    outputs = parse_outputs((terminated or {}).get("message"), where="termination message")
     if _condition(job, "Complete") or _condition(job, "SuccessCriteriaMet"):
-        return Observation(SUCCEEDED, exit_code=0 if exit_code is None else exit_code)
+        return Observation(SUCCEEDED, exit_code=0 if exit_code is None else exit_code, outputs=outputs)
     failed = _condition(job, "Failed") or _condition(job, "FailureTarget")
     if failed:
         if failed.get("reason") == "DeadlineExceeded":
@@ -117,8 +121,11 @@ def observe_job(job: Obj, pods: list[Obj]) -> Observation:
         if terminated and terminated.get("reason") == "OOMKilled":
             return Observation(FAILED, exit_code=exit_code, reason="oom_killed",
                                message="the container exceeded its memory limit and was killed")
-        message = (terminated or {}).get("message") or failed.get("message") or ""
-        return Observation(FAILED, exit_code=exit_code, message=message.strip())
+        own = "" if outputs is not None else ((terminated or {}).get("message") or "").strip()
+        # A one-line termination message is the step's own sentence; several lines are the log
+        # fallback (FallbackToLogsOnError), already in the report's log tail.
+        message = own if own and "\n" not in own else failed.get("message") or ""
+        return Observation(FAILED, exit_code=exit_code, message=message, outputs=outputs)
     if pod is None:
         return Observation(PENDING)
     phase = (pod.get("status") or {}).get("phase")
@@ -162,6 +169,8 @@ def report_body(observation: Observation, log_tail: list[str]) -> dict[str, Any]
         body["exit_code"] = observation.exit_code
     if observation.reason:
         body["reason"] = observation.reason
+    if observation.outputs is not None:
+        body["outputs"] = observation.outputs
     if observation.message:
         body["log_tail"] = [*body["log_tail"], f"[forest-controller] {observation.message}"][-MAX_LOG_LINES:]
     return body

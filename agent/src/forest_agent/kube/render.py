@@ -21,6 +21,7 @@ from typing import Any
 
 from forest_agent.kube import names
 from forest_agent.kube.spec import DEPLOYMENT_KIND, JobSpec
+from forest_agent.outputs import NEEDS_OUTPUTS_ENV, OUTPUTS_FILE_ENV
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GFD_PRESENT = "nvidia.com/gpu.present"
@@ -29,6 +30,8 @@ GFD_MEMORY = "nvidia.com/gpu.memory"  # MiB
 NONROOT_UID = 65532  # the conventional "nonroot" user of distroless images
 WORKSPACE = "/workspace"
 CONTAINER_NAME = "step"
+# Outputs travel as the container's termination message: Kubernetes returns it in the Pod status.
+TERMINATION_LOG = "/dev/termination-log"
 
 Obj = dict[str, Any]
 
@@ -96,11 +99,21 @@ def _gpu_affinity(spec: JobSpec) -> Obj:
     }
 
 
+def _env(spec: JobSpec) -> list[Obj]:
+    """The payload's env, then Forest's own (set last: a payload cannot redirect them)."""
+    env = {k: v for k, v in spec.env if k not in (OUTPUTS_FILE_ENV, NEEDS_OUTPUTS_ENV)}
+    if spec.change_kind != DEPLOYMENT_KIND:
+        env[OUTPUTS_FILE_ENV] = TERMINATION_LOG
+    if spec.needs_outputs:
+        env[NEEDS_OUTPUTS_ENV] = spec.needs_outputs
+    return [{"name": k, "value": v} for k, v in env.items()]
+
+
 def _container(spec: JobSpec) -> Obj:
     container: Obj = {
         "name": CONTAINER_NAME,
         "image": spec.image,
-        "env": [{"name": k, "value": v} for k, v in spec.env],
+        "env": _env(spec),
         "resources": _resources(spec),
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -114,6 +127,7 @@ def _container(spec: JobSpec) -> Obj:
             {"name": "workspace", "mountPath": WORKSPACE},
         ],
         "workingDir": WORKSPACE,
+        "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if spec.command:

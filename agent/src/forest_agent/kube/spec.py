@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forest_agent.kube import names
+from forest_agent.outputs import NEEDS_OUTPUTS_ENV, needs_outputs_env
 from forest_agent.wire.messages import Job, MessageInvalid
 
 JOB_KINDS = ("k8s.job", "k8s.build_job")
@@ -56,6 +57,7 @@ class JobSpec:
     gpu: GpuRequest | None = None
     ports: tuple[Port, ...] = ()
     env_from: tuple[tuple[str, str], ...] = ()  # ("config_map" | "secret", object name)
+    needs_outputs: str = ""  # JSON of payload.needs_outputs, exported as $FOREST_NEEDS_OUTPUTS
     claimed_devices: tuple[str, ...] = field(default=())
 
     @property
@@ -150,5 +152,6 @@ def parse_job(data: Any, *, models: dict[str, str] | None = None) -> JobSpec:
         gpu=gpu,
         ports=tuple(ports),
         env_from=tuple(env_from),
+        needs_outputs=needs_outputs_env(job.needs_outputs)[NEEDS_OUTPUTS_ENV] if job.needs_outputs else "",
         claimed_devices=devices,
     )

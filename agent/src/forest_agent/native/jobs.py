@@ -21,6 +21,7 @@ from forest_agent.backoff import Backoff
 from forest_agent.lifecycle import Lifecycle, TransitionEvent
 from forest_agent.native import processes
 from forest_agent.native.devices import nvidia_device_env
+from forest_agent.outputs import MAX_OUTPUTS_BYTES, OUTPUTS_FILE_ENV, needs_outputs_env, parse_outputs
 from forest_agent.native.job_states import ALLOWED, TERMINAL, JobState
 from forest_agent.native.journal import JobJournal, JournalEntry, Outcome
 from forest_agent.oskit import Clock
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 NATIVE_JOB = "native.job"
 EXIT_FILE = "exit_code"
 LOG_FILE = "output.log"
+OUTPUTS_FILE = "outputs.json"
 # `$1` is the exit-code file; the rest is the job's argv. The wrapper stays the group leader.
 _WRAPPER = 'f=$1; shift; "$@"; rc=$?; echo "$rc" > "$f"; exit "$rc"'
 
@@ -170,6 +172,8 @@ class JobRunner(threading.Thread):
         cwd = home / job.workdir if job.workdir else home
         cwd.mkdir(parents=True, exist_ok=True)
         env = processes.clean_env(job.env, home)
+        env.update(needs_outputs_env(job.needs_outputs))
+        env[OUTPUTS_FILE_ENV] = str(job_dir / OUTPUTS_FILE)
         env.update(nvidia_device_env(job.accelerator_devices))
         if not _resolvable(job.command[0], cwd, env["PATH"]):
             log.warning("job %s: command %r not found or not executable", self.job_id, job.command[0])
@@ -284,7 +288,11 @@ class JobRunner(threading.Thread):
         self.journal.write(entry)
         if self.lifecycle.state not in TERMINAL:
             self.lifecycle.transition(state, detail)
-        if self._report(outcome.report_body(self._tail()), final=True):
+        body = outcome.report_body(self._tail())
+        outputs = _read_outputs(self.journal.job_dir(self.job_id) / OUTPUTS_FILE, self.job_id)
+        if outputs is not None:
+            body["outputs"] = outputs
+        if self._report(body, final=True):
             self.journal.remove(self.job_id)
 
     def _tail(self) -> list[str]:
@@ -313,6 +321,15 @@ class JobRunner(threading.Thread):
                 if self.manager.stopping.wait(delay):
                     log.info("job %s: terminal report kept in the journal for the next agent", self.job_id)
                     return False
+
+
+def _read_outputs(path: Path, job_id: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read(MAX_OUTPUTS_BYTES + 1)
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+    return parse_outputs(text, where=f"job {job_id}")
 
 
 def _resolvable(command: str, cwd: Path, path: str) -> bool:

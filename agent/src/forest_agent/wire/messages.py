@@ -80,6 +80,14 @@ def _claimed_devices(claim: Any, where: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _needs_outputs(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise MessageInvalid("must be an object of node id -> outputs object", field_path=where)
+    return value
+
+
 @dataclass(frozen=True)
 class Job:
     job_id: str
@@ -95,6 +103,8 @@ class Job:
     raw: dict[str, Any] = field(repr=False, compare=False)
     # Inventory ids of the devices Host claimed for this job (`payload.accelerator_claim`), in order.
     accelerator_devices: tuple[str, ...] = ()
+    # What the steps this one needs reported (`payload.needs_outputs`: {node id: outputs}).
+    needs_outputs: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
     def parse(cls, data: Any, where: str = "job", *, command_required: bool = True) -> Job:
@@ -126,6 +136,7 @@ class Job:
             image=_str(payload, "image", f"{where}.payload", required=False),
             raw=data,
             accelerator_devices=_claimed_devices(payload.get("accelerator_claim"), f"{where}.payload"),
+            needs_outputs=_needs_outputs(payload.get("needs_outputs"), f"{where}.payload.needs_outputs"),
         )
 
 
