@@ -34,12 +34,16 @@ def _agent_logs_propagate() -> Iterator[None]:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--update-goldens",
-        action="store_true",
-        default=False,
-        help="rewrite the golden YAML of the Kubernetes renderer (review the diff before committing)",
-    )
+    # The repository's root conftest adds the same option when the agent is tested from the repo root.
+    try:
+        parser.addoption(
+            "--update-goldens",
+            action="store_true",
+            default=False,
+            help="rewrite the golden YAML of the Kubernetes renderer (review the diff before committing)",
+        )
+    except ValueError:
+        pass
 
 
 @pytest.fixture
