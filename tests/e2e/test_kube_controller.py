@@ -166,3 +166,38 @@ def test_an_accelerated_step_gets_gpu_limits_runtime_class_and_affinity(controll
     assert {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]} in expressions
     assert {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": ["65535"]} in expressions
     assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+
+
+def test_the_gpu_smoke_pipeline_runs_and_its_evaluation_refuses_a_machine_without_a_gpu(
+        controller, cluster, worker, tmp_path):
+    """examples/gpu-smoke through the whole path. The fake kubelet puts a recorded `nvidia-smi -L` first
+    on PATH for the GPU pod, but this machine has no /proc/driver/nvidia: the evaluation step must
+    notice that the tool and the driver disagree and fail the run. Nothing here claims a GPU ran."""
+    import importlib.util
+
+    grove, output = controller
+    fake, kubelet = cluster
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    recorded = ROOT / "agent/tests/recorded/nvidia_smi_L_h100.txt"
+    (stub / "nvidia-smi").write_text(f"#!/bin/sh\n[ \"$1\" = -L ] && exec cat {recorded}\nexit 9\n")
+    (stub / "nvidia-smi").chmod(0o755)
+
+    def gpu_path(pod: dict) -> dict:
+        limits = pod["spec"]["containers"][0]["resources"]["limits"]
+        return {"PATH": f"{stub}:/usr/bin:/bin"} if "nvidia.com/gpu" in limits else {}
+
+    kubelet.extra_env = gpu_path
+    wait_for(lambda: Grove.objects.get(pk=grove.pk).accelerators.exists(), what="the GPU inventory")
+    spec = importlib.util.spec_from_file_location("gpu_smoke_graph", ROOT / "examples/gpu-smoke/graph.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    worker()
+    run = pipeline_run_create(graph=module.graph(grove=grove.slug), kind="compute")
+    prepare, inspect, evaluate = (_terminal(run, name) for name in ("prepare", "inspect", "evaluate"))
+    assert (prepare.status, inspect.status) == ("succeeded", "succeeded"), output()
+    assert inspect.outputs["nonce"] == prepare.outputs["nonce"]
+    assert inspect.outputs["nvidia_smi"] == [recorded.read_text().strip()] and inspect.outputs["proc_gpus"] == []
+    assert evaluate.status == "failed" and evaluate.exit_code == 1
+    assert any("but /proc/driver/nvidia/gpus shows 0" in line for line in evaluate.log_tail), evaluate.log_tail
+    wait_for(lambda: PipelineRun.objects.get(pk=run.pk).status == "failed", what="the run to fail")
