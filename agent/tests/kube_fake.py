@@ -591,7 +591,9 @@ class Kubelet:
                                                      for c in pod["spec"]["containers"]]}, node=self.node)
 
     # -- automatic mode: run what the pod asks, locally -------------------------------------------
-    def auto(self) -> Kubelet:
+    def auto(self, *, run_commands: bool = True) -> Kubelet:
+        """Schedule and run every new Pod; without `run_commands` each exits 0 at once (benchmarks)."""
+        self.run_commands = run_commands
         threading.Thread(target=self._loop, name="fake-kubelet", daemon=True).start()
         return self
 
@@ -608,6 +610,11 @@ class Kubelet:
                     continue
             for pod in fresh:
                 self._started.add(pod["metadata"]["uid"])
+                if not getattr(self, "run_commands", True):
+                    running = self.running(pod)
+                    if running is not None:
+                        self.exit(running, 0)
+                    continue
                 threading.Thread(target=self._run_pod, args=(pod,), daemon=True).start()
 
     def _run_pod(self, pod: Obj) -> None:

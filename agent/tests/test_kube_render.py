@@ -187,3 +187,21 @@ def test_payload_refusals_name_the_field() -> None:
         parse_job(wire_job(trust="maybe"))
     with pytest.raises(MessageInvalid, match="vendor"):
         parse_job(wire_job(accelerators={"count": 1, "vendor": "apple"}))
+
+
+def test_the_cached_validator_agrees_with_kubernetes_validate() -> None:
+    import kubernetes_validate
+
+    from forest_agent.kube.validate import schema_validate
+
+    for case in CASES:
+        for obj in rendered(case):
+            schema_validate(obj)
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    broken = rendered("plain_job")[0]
+    broken["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"containerPort": "http"}]
+    with pytest.raises(kubernetes_validate.ValidationError) as ours:
+        schema_validate(broken)
+    with pytest.raises(kubernetes_validate.ValidationError) as theirs:
+        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+    assert ours.value.message == theirs.value.message
