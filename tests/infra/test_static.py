@@ -178,3 +178,49 @@ def test_every_environment_has_a_policy_row_and_every_row_an_environment():
     folders = {path.name for path in (INFRA / "environments").iterdir() if path.is_dir()}
     assert folders == set(policy.apply_policy)
     assert set(policy.state_authority) <= folders
+
+
+def _grove_calls():
+    for env_dir in sorted(path for path in (INFRA / "environments").iterdir() if path.is_dir()):
+        for path in env_dir.glob("*.tf"):
+            for name, call in blocks(hcl_load(path), "module").items():
+                if call.get("source") == "../../modules/grove":
+                    yield env_dir, path, name, call
+
+
+def test_every_grove_depends_on_its_environments_host_guard():
+    """A `-target` run plans only the targets and their dependencies: the guard must be one of them
+    (the real-engine proof is test_standin.py)."""
+    calls = list(_grove_calls())
+    assert calls, "no environment uses modules/grove"
+    for env_dir, path, name, call in calls:
+        guards = {n for p in env_dir.glob("*.tf") for n, c in blocks(hcl_load(p), "module").items()
+                  if c.get("source") == "../../modules/host-guard"}
+        assert guards, f"{env_dir.name} has no host guard"
+        assert {f"${{module.{guard}}}" for guard in guards} <= set(call.get("depends_on", [])), (
+            f"{path.relative_to(INFRA)}: module {name} must depend on {sorted(guards)}")
+
+
+def test_the_runtime_class_handler_is_nvidia_and_matches_the_controller():
+    """The handler the nvidia-container-toolkit extension registers, the RuntimeClass name the config
+    submodule hands out, and what forest-controller puts in GPU pods must all be `nvidia`."""
+    from forest_agent.kube.controller import ControllerConfig
+
+    runtime_class = resources(hcl_load(GROVE / "accelerators.tf"))["kubernetes_runtime_class_v1.nvidia"]
+    assert runtime_class["handler"] == "nvidia"
+    assert runtime_class["metadata"] == [{"name": "${module.config.runtime_class_name}"}]
+    output = blocks(hcl_load(CONFIG / "outputs.tf"), "output")["runtime_class_name"]
+    assert output["value"] == '${var.accelerators_enabled ? "nvidia" : null}'
+    config_locals = locals_of(hcl_load(CONFIG / "main.tf"))
+    assert '"accelerators.runtime_class" = "nvidia"' in config_locals["controller_config_accelerators"]
+    assert ControllerConfig().runtime_class == "nvidia"
+
+
+def test_gpu_workers_receive_the_nvidia_patches_and_the_operator_its_values():
+    gated = resources(hcl_load(GROVE / "accelerators.tf"))
+    patches = gated["talos_machine_configuration_apply.gpu_worker"]["config_patches"]
+    assert patches.startswith("${concat(module.config.gpu_worker_config_patches, ["), patches
+    assert gated["talos_machine_configuration_apply.gpu_worker"]["for_each"] == "${local.gpu_workers}"
+    assert gated["helm_release.gpu_operator"]["values"] == ["${module.config.gpu_operator_values}"]
+    output = blocks(hcl_load(CONFIG / "outputs.tf"), "output")["gpu_worker_config_patches"]
+    assert output["value"] == "${var.accelerators_enabled ? [yamlencode(local.gpu_worker_config_patch)] : []}"

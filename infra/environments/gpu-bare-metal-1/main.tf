@@ -17,6 +17,10 @@ module "host_guard" {
 module "grove" {
   source = "../../modules/grove"
 
+  # Every resource of the Grove depends on the guard, so `plan/apply -target=module.grove...` pulls the
+  # guard into the graph and fails on the wrong host too (a targeted run otherwise skips it).
+  depends_on = [module.host_guard]
+
   name          = local.environment
   talos_version = "v1.9.5"
   host_url      = var.host_url
