@@ -167,7 +167,8 @@ class Controller:
             spec = parse_job(raw, models=self.models)
             objects = validate_all(render(spec, self.render_config, suspend=True))
         except AgentError as exc:
-            reason = "unsupported_change_kind" if "change_kind" in str(exc) else exc.code
+            wrong_kind = isinstance(exc, MessageInvalid) and exc.field_path == "job.change_kind"
+            reason = "unsupported_change_kind" if wrong_kind else exc.code
             log.warning("job %s: refused before apply: %s", job_id, exc)
             self._refuse(job_id, reason, str(exc))
             return
