@@ -25,15 +25,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "agent" / "tests"))
 
-from kube_fake import FakeKube, Kubelet  # noqa: E402
-from stub_host import StubHost  # noqa: E402
-
 from forest_agent.kube.cluster import Cluster, api_client_from  # noqa: E402
 from forest_agent.kube.controller import Controller, ControllerConfig  # noqa: E402
 from forest_agent.kube.render import RenderConfig, render  # noqa: E402
 from forest_agent.kube.spec import parse_job  # noqa: E402
 from forest_agent.kube.validate import KUBERNETES_VERSION, validate_all  # noqa: E402
 from forest_agent.wire.client import WireClient  # noqa: E402
+from kube_fake import FakeKube, Kubelet  # noqa: E402
+from stub_host import StubHost  # noqa: E402
 
 IMAGE = "registry.example/bench@sha256:" + "be" * 32
 CONFIG = RenderConfig(grove_id="00000000-0000-4000-8000-00000000beef")

@@ -4,6 +4,7 @@ separate package, and these tests run with plain pytest (`cd agent && pytest`) o
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator
 
@@ -35,15 +36,13 @@ def _agent_logs_propagate() -> Iterator[None]:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     # The repository's root conftest adds the same option when the agent is tested from the repo root.
-    try:
+    with contextlib.suppress(ValueError):
         parser.addoption(
             "--update-goldens",
             action="store_true",
             default=False,
             help="rewrite the golden YAML of the Kubernetes renderer (review the diff before committing)",
         )
-    except ValueError:
-        pass
 
 
 @pytest.fixture

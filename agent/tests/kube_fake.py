@@ -57,8 +57,15 @@ RESOURCES = {
     ("/apis/apps/v1", "deployments"): "Deployment",
     ("/apis/networking.k8s.io/v1", "networkpolicies"): "NetworkPolicy",
 }
-API_VERSIONS = {"Pod": "v1", "Node": "v1", "Namespace": "v1", "Service": "v1", "Job": "batch/v1",
-                "Deployment": "apps/v1", "NetworkPolicy": "networking.k8s.io/v1"}
+API_VERSIONS = {
+    "Pod": "v1",
+    "Node": "v1",
+    "Namespace": "v1",
+    "Service": "v1",
+    "Job": "batch/v1",
+    "Deployment": "apps/v1",
+    "NetworkPolicy": "networking.k8s.io/v1",
+}
 CLUSTER_SCOPED = {"Node", "Namespace"}
 
 
@@ -190,8 +197,11 @@ class FakeKube:
 
     def list(self, kind: str, selector: str | None = None) -> list[Obj]:
         with self.lock:
-            return [copy.deepcopy(o) for (k, _, _), o in sorted(self.objects.items())
-                    if k == kind and selector_matches(selector, o["metadata"].get("labels") or {})]
+            return [
+                copy.deepcopy(o)
+                for (k, _, _), o in sorted(self.objects.items())
+                if k == kind and selector_matches(selector, o["metadata"].get("labels") or {})
+            ]
 
     def update(self, kind: str, namespace: str, name: str, mutate: Callable[[Obj], None]) -> Obj | None:
         with self.lock:
@@ -201,18 +211,40 @@ class FakeKube:
             mutate(obj)
             return self.put(kind, obj)
 
-    def add_node(self, name: str, *, cpu: str = "4", memory: str = "16Gi", gpus: int = 0,
-                 labels: dict[str, str] | None = None, ready: bool = True, arch: str = "amd64") -> Obj:
+    def add_node(
+        self,
+        name: str,
+        *,
+        cpu: str = "4",
+        memory: str = "16Gi",
+        gpus: int = 0,
+        labels: dict[str, str] | None = None,
+        ready: bool = True,
+        arch: str = "amd64",
+    ) -> Obj:
         allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
         if gpus:
             allocatable["nvidia.com/gpu"] = str(gpus)
-        return self.put("Node", {
-            "metadata": {"name": name, "labels": {"kubernetes.io/os": "linux", "kubernetes.io/arch": arch,
-                                                   "kubernetes.io/hostname": name, **(labels or {})}},
-            "spec": {},
-            "status": {"allocatable": allocatable, "capacity": dict(allocatable),
-                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
-        })
+        return self.put(
+            "Node",
+            {
+                "metadata": {
+                    "name": name,
+                    "labels": {
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": arch,
+                        "kubernetes.io/hostname": name,
+                        **(labels or {}),
+                    },
+                },
+                "spec": {},
+                "status": {
+                    "allocatable": allocatable,
+                    "capacity": dict(allocatable),
+                    "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                },
+            },
+        )
 
     # -- the fake control plane -----------------------------------------------------------------
     def _control(self, kind: str, obj: Obj) -> None:
@@ -224,8 +256,12 @@ class FakeKube:
             self._deployment_controller(obj)
 
     def _pods_of(self, owner_uid: str) -> list[Obj]:
-        return [o for (k, _, _), o in self.objects.items() if k == "Pod"
-                and any(r.get("uid") == owner_uid for r in o["metadata"].get("ownerReferences") or [])]
+        return [
+            o
+            for (k, _, _), o in self.objects.items()
+            if k == "Pod"
+            and any(r.get("uid") == owner_uid for r in o["metadata"].get("ownerReferences") or [])
+        ]
 
     def _new_pod(self, owner: Obj, extra_labels: dict[str, str]) -> None:
         meta = owner["metadata"]
@@ -236,8 +272,15 @@ class FakeKube:
                 "namespace": meta["namespace"],
                 "labels": {**(template.get("metadata", {}).get("labels") or {}), **extra_labels},
                 "annotations": dict(template.get("metadata", {}).get("annotations") or {}),
-                "ownerReferences": [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
-                                     "name": meta["name"], "uid": meta["uid"], "controller": True}],
+                "ownerReferences": [
+                    {
+                        "apiVersion": owner["apiVersion"],
+                        "kind": owner["kind"],
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                    }
+                ],
             },
             "spec": copy.deepcopy(template["spec"]),
             "status": {"phase": "Pending", "conditions": []},
@@ -249,8 +292,14 @@ class FakeKube:
         if job["spec"].get("suspend") or status.get("conditions") or self._pods_of(job["metadata"]["uid"]):
             return
         meta = job["metadata"]
-        self._new_pod(job, {"batch.kubernetes.io/job-name": meta["name"], "job-name": meta["name"],
-                            "batch.kubernetes.io/controller-uid": meta["uid"]})
+        self._new_pod(
+            job,
+            {
+                "batch.kubernetes.io/job-name": meta["name"],
+                "job-name": meta["name"],
+                "batch.kubernetes.io/controller-uid": meta["uid"],
+            },
+        )
 
     def _deployment_controller(self, deployment: Obj) -> None:
         meta = deployment["metadata"]
@@ -272,27 +321,59 @@ class FakeKube:
                 return
             stamp = now_iso()
             if phase == "Succeeded":
-                conditions = [{"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": stamp},
-                              {"type": "Complete", "status": "True", "lastTransitionTime": stamp}]
-                self.update("Job", namespace, owner["name"], lambda j: j.__setitem__(
-                    "status", {"succeeded": 1, "conditions": conditions, "completionTime": stamp}))
+                conditions = [
+                    {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": stamp},
+                    {"type": "Complete", "status": "True", "lastTransitionTime": stamp},
+                ]
+                self.update(
+                    "Job",
+                    namespace,
+                    owner["name"],
+                    lambda j: j.__setitem__(
+                        "status", {"succeeded": 1, "conditions": conditions, "completionTime": stamp}
+                    ),
+                )
             elif phase == "Failed":
-                reason = pod["status"].get("reason") == "DeadlineExceeded" and "DeadlineExceeded" or "BackoffLimitExceeded"
-                conditions = [{"type": "FailureTarget", "status": "True", "reason": reason},
-                              {"type": "Failed", "status": "True", "reason": reason,
-                               "message": "Job has reached the specified backoff limit"
-                               if reason == "BackoffLimitExceeded" else "Job was active longer than specified deadline",
-                               "lastTransitionTime": stamp}]
-                self.update("Job", namespace, owner["name"], lambda j: j.__setitem__(
-                    "status", {"failed": 1, "conditions": conditions}))
+                reason = (
+                    (pod["status"].get("reason") == "DeadlineExceeded"
+                    and "DeadlineExceeded")
+                    or "BackoffLimitExceeded"
+                )
+                conditions = [
+                    {"type": "FailureTarget", "status": "True", "reason": reason},
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "reason": reason,
+                        "message": "Job has reached the specified backoff limit"
+                        if reason == "BackoffLimitExceeded"
+                        else "Job was active longer than specified deadline",
+                        "lastTransitionTime": stamp,
+                    },
+                ]
+                self.update(
+                    "Job",
+                    namespace,
+                    owner["name"],
+                    lambda j: j.__setitem__("status", {"failed": 1, "conditions": conditions}),
+                )
             elif phase == "Running":
                 self.update("Job", namespace, owner["name"], lambda j: j.__setitem__("status", {"active": 1}))
         elif owner["kind"] == "Deployment" and phase == "Running":
+
             def available(d: Obj) -> None:
-                d["status"] = {"observedGeneration": d["metadata"]["generation"], "replicas": 1,
-                               "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1,
-                               "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
-                                              {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}
+                d["status"] = {
+                    "observedGeneration": d["metadata"]["generation"],
+                    "replicas": 1,
+                    "updatedReplicas": 1,
+                    "readyReplicas": 1,
+                    "availableReplicas": 1,
+                    "conditions": [
+                        {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                        {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"},
+                    ],
+                }
+
             self.update("Deployment", namespace, owner["name"], available)
 
     def compact(self) -> None:
@@ -312,7 +393,9 @@ class FakeKube:
     def start(self) -> FakeKube:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         return self
 
     def stop(self) -> None:
@@ -322,12 +405,18 @@ class FakeKube:
 
     def kubeconfig(self, directory: Path) -> Path:
         path = directory / "kubeconfig"
-        path.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-        }))
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "fake",
+                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                    "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+                }
+            )
+        )
         return path
 
     def requests_of(self, method: str, kind: str | None = None) -> list[Request]:
@@ -336,8 +425,14 @@ class FakeKube:
 
 
 def _status(code: int, reason: str, message: str) -> Obj:
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason,
-            "message": message}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
 
 
 def _route(path: str) -> tuple[str, str, str | None, str | None] | None:
@@ -345,7 +440,7 @@ def _route(path: str) -> tuple[str, str, str | None, str | None] | None:
     for (prefix, plural), kind in RESOURCES.items():
         if not path.startswith(prefix + "/"):
             continue
-        rest = path[len(prefix) + 1:].split("/")
+        rest = path[len(prefix) + 1 :].split("/")
         if rest == [plural]:
             return kind, "", None, None
         if kind == "Namespace" and len(rest) == 2 and rest[0] == "namespaces":
@@ -383,7 +478,9 @@ def _handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
             parts = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
             body = self._body() if method in ("PATCH", "POST", "PUT", "DELETE") else None
-            fake.requests.append(Request(method, parts.path, query, self.headers.get("Content-Type", ""), body))
+            fake.requests.append(
+                Request(method, parts.path, query, self.headers.get("Content-Type", ""), body)
+            )
             route = _route(parts.path)
             if route is None:
                 self._json(404, _status(404, "NotFound", f"the server could not find {parts.path}"))
@@ -401,7 +498,7 @@ def _handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
             (kind, namespace, name, sub), query, _ = begun
             if sub == "log":
                 text = fake.logs.get((namespace, name or ""), "")
-                lines = text.splitlines()[-int(query.get("tailLines", "1000000")):]
+                lines = text.splitlines()[-int(query.get("tailLines", "1000000")) :]
                 data = ("\n".join(lines) + ("\n" if lines else "")).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain")
@@ -421,11 +518,21 @@ def _handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
                 self._watch(kind, namespace, selector, query)
                 return
             with fake.lock:
-                items = [o for o in fake.list(kind, selector)
-                         if not namespace or o["metadata"].get("namespace") == namespace]
+                items = [
+                    o
+                    for o in fake.list(kind, selector)
+                    if not namespace or o["metadata"].get("namespace") == namespace
+                ]
                 rv = str(fake.rv)
-            self._json(200, {"kind": f"{kind}List", "apiVersion": API_VERSIONS[kind],
-                             "metadata": {"resourceVersion": rv}, "items": items})
+            self._json(
+                200,
+                {
+                    "kind": f"{kind}List",
+                    "apiVersion": API_VERSIONS[kind],
+                    "metadata": {"resourceVersion": rv},
+                    "items": items,
+                },
+            )
 
         def _chunk(self, data: bytes) -> None:
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -441,7 +548,10 @@ def _handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             try:
                 if since and since < fake.compacted_below:
-                    line = {"type": "ERROR", "object": _status(410, "Expired", f"too old resource version: {since}")}
+                    line = {
+                        "type": "ERROR",
+                        "object": _status(410, "Expired", f"too old resource version: {since}"),
+                    }
                     self._chunk(json.dumps(line).encode() + b"\n")
                     self._chunk(b"")
                     return
@@ -508,8 +618,15 @@ def _handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
                 if policy in ("Background", "Foreground"):
                     for pod in fake._pods_of(obj["metadata"]["uid"]):
                         fake.remove("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
-            self._json(200, {"kind": "Status", "apiVersion": "v1", "status": "Success",
-                             "details": {"name": name, "kind": kind.lower() + "s", "uid": obj["metadata"]["uid"]}})
+            self._json(
+                200,
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Success",
+                    "details": {"name": name, "kind": kind.lower() + "s", "uid": obj["metadata"]["uid"]},
+                },
+            )
 
     return Handler
 
@@ -553,42 +670,103 @@ class Kubelet:
 
     def running(self, pod: Obj) -> Obj | None:
         started = now_iso()
-        return self._set(pod, {
-            "phase": "Running", "startTime": started,
-            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
-            "containerStatuses": [{"name": c["name"], "ready": True, "restartCount": 0, "image": c.get("image", ""),
-                                   "imageID": "", "state": {"running": {"startedAt": started}}}
-                                  for c in pod["spec"]["containers"]],
-        }, node=self.node)
+        return self._set(
+            pod,
+            {
+                "phase": "Running",
+                "startTime": started,
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "True"},
+                ],
+                "containerStatuses": [
+                    {
+                        "name": c["name"],
+                        "ready": True,
+                        "restartCount": 0,
+                        "image": c.get("image", ""),
+                        "imageID": "",
+                        "state": {"running": {"startedAt": started}},
+                    }
+                    for c in pod["spec"]["containers"]
+                ],
+            },
+            node=self.node,
+        )
 
-    def exit(self, pod: Obj, code: int, *, reason: str | None = None, log: str = "",
-             message: str = "") -> Obj | None:
+    def exit(
+        self, pod: Obj, code: int, *, reason: str | None = None, log: str = "", message: str = ""
+    ) -> Obj | None:
         meta = pod["metadata"]
         if log:
             self.fake.logs[(meta["namespace"], meta["name"])] = log
-        terminated = {"exitCode": code, "reason": reason or ("Completed" if code == 0 else "Error"),
-                      "startedAt": now_iso(), "finishedAt": now_iso()}
+        terminated = {
+            "exitCode": code,
+            "reason": reason or ("Completed" if code == 0 else "Error"),
+            "startedAt": now_iso(),
+            "finishedAt": now_iso(),
+        }
         if message:
             terminated["message"] = message
-        return self._set(pod, {
-            "phase": "Succeeded" if code == 0 else "Failed",
-            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
-            "containerStatuses": [{"name": c["name"], "ready": False, "restartCount": 0, "image": c.get("image", ""),
-                                   "imageID": "", "state": {"terminated": terminated}}
-                                  for c in pod["spec"]["containers"]],
-        }, node=self.node)
+        return self._set(
+            pod,
+            {
+                "phase": "Succeeded" if code == 0 else "Failed",
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "False"},
+                ],
+                "containerStatuses": [
+                    {
+                        "name": c["name"],
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": c.get("image", ""),
+                        "imageID": "",
+                        "state": {"terminated": terminated},
+                    }
+                    for c in pod["spec"]["containers"]
+                ],
+            },
+            node=self.node,
+        )
 
     def unschedulable(self, pod: Obj, message: str) -> Obj | None:
-        return self._set(pod, {"phase": "Pending", "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]})
+        return self._set(
+            pod,
+            {
+                "phase": "Pending",
+                "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+                ],
+            },
+        )
 
     def image_pull_backoff(self, pod: Obj) -> Obj | None:
-        return self._set(pod, {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}],
-                               "containerStatuses": [{"name": c["name"], "ready": False, "restartCount": 0,
-                                                      "image": c.get("image", ""), "imageID": "",
-                                                      "state": {"waiting": {"reason": "ImagePullBackOff",
-                                                                            "message": f'Back-off pulling image "{c.get("image")}"'}}}
-                                                     for c in pod["spec"]["containers"]]}, node=self.node)
+        return self._set(
+            pod,
+            {
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "True"}],
+                "containerStatuses": [
+                    {
+                        "name": c["name"],
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": c.get("image", ""),
+                        "imageID": "",
+                        "state": {
+                            "waiting": {
+                                "reason": "ImagePullBackOff",
+                                "message": f'Back-off pulling image "{c.get("image")}"',
+                            }
+                        },
+                    }
+                    for c in pod["spec"]["containers"]
+                ],
+            },
+            node=self.node,
+        )
 
     # -- automatic mode: run what the pod asks, locally -------------------------------------------
     def auto(self, *, run_commands: bool = True) -> Kubelet:
@@ -603,8 +781,11 @@ class Kubelet:
     def _loop(self) -> None:
         while not self._stop.is_set():
             with self.fake.changed:
-                fresh = [p for p in self.fake.list("Pod") if p["metadata"]["uid"] not in self._started
-                         and p["status"].get("phase") == "Pending"]
+                fresh = [
+                    p
+                    for p in self.fake.list("Pod")
+                    if p["metadata"]["uid"] not in self._started and p["status"].get("phase") == "Pending"
+                ]
                 if not fresh:
                     self.fake.changed.wait(0.2)
                     continue
@@ -620,31 +801,45 @@ class Kubelet:
     def _run_pod(self, pod: Obj) -> None:
         container = pod["spec"]["containers"][0]
         argv = container.get("command") or ["true"]
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-               **{e["name"]: e.get("value", "") for e in container.get("env") or []}}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            **{e["name"]: e.get("value", "") for e in container.get("env") or []},
+        }
         if self.running(pod) is None:
             return
         owner = next(iter(pod["metadata"].get("ownerReferences") or []), {})
         if owner.get("kind") == "Deployment":
-            self.ran.append({"pod": pod["metadata"]["name"], "argv": argv, "env": env, "exit_code": None,
-                             "spec": pod["spec"]})
+            self.ran.append(
+                {
+                    "pod": pod["metadata"]["name"],
+                    "argv": argv,
+                    "env": env,
+                    "exit_code": None,
+                    "spec": pod["spec"],
+                }
+            )
             return  # a server keeps running; its Deployment is Available once the Pod is Running
         message = ""
         with tempfile.TemporaryDirectory() as workspace:
             # The container's termination message file, as the kubelet would mount it.
             termination_log = Path(workspace) / "termination-log"
             termination_log.touch()
-            env = {k: str(termination_log) if v == container.get("terminationMessagePath") else v
-                   for k, v in env.items()}
+            env = {
+                k: str(termination_log) if v == container.get("terminationMessagePath") else v
+                for k, v in env.items()
+            }
             env.update(self.extra_env(pod))
             try:
-                done = subprocess.run(argv, env=env, cwd=workspace, capture_output=True, text=True, timeout=120)
+                done = subprocess.run(
+                    argv, env=env, cwd=workspace, capture_output=True, text=True, timeout=120
+                )
                 code, output = done.returncode, done.stdout + done.stderr
             except (OSError, subprocess.TimeoutExpired) as exc:
                 code, output = 127, str(exc)
             message = termination_log.read_text()[:4096]
             if not message.strip() and code != 0:  # FallbackToLogsOnError
                 message = "\n".join(output.splitlines()[-80:])
-        self.ran.append({"pod": pod["metadata"]["name"], "argv": argv, "env": env, "exit_code": code,
-                         "spec": pod["spec"]})
+        self.ran.append(
+            {"pod": pod["metadata"]["name"], "argv": argv, "env": env, "exit_code": code, "spec": pod["spec"]}
+        )
         self.exit(pod, code, log=output, message=message)

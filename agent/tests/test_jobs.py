@@ -98,8 +98,13 @@ def test_environment_is_clean_and_payload_env_is_passed(host: StubHost, manager,
     env = json.loads(report["log_tail"][-1])
     assert env["GREETING"] == "hi"
     assert "AGENT_ONLY_SECRET" not in env
-    forest_vars = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "FOREST_OUTPUTS_FILE",
-                   "FOREST_NEEDS_OUTPUTS"}
+    forest_vars = {
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "FOREST_OUTPUTS_FILE",
+        "FOREST_NEEDS_OUTPUTS",
+    }
     assert set(env) <= {"PATH", "HOME", "LANG", "GREETING", "PWD", "SHLVL", "_", *forest_vars}
     # No claim, no GPU: CUDA sees no device at all.
     assert (env["CUDA_VISIBLE_DEVICES"], env["NVIDIA_VISIBLE_DEVICES"]) == ("", "void")
@@ -373,8 +378,11 @@ def test_a_malformed_accelerator_claim_is_refused(host: StubHost, manager) -> No
 
 def test_outputs_file_and_needs_outputs(host: StubHost, manager) -> None:
     m = manager()
-    code = ("import json, os; seen = json.loads(os.environ['FOREST_NEEDS_OUTPUTS']);"
-            "open(os.environ['FOREST_OUTPUTS_FILE'], 'w').write(json.dumps({'got': seen['prepare']['nonce']}))")
+    code = (
+        "import json, os; seen = json.loads(os.environ['FOREST_NEEDS_OUTPUTS']);"
+        "open(os.environ['FOREST_OUTPUTS_FILE'], 'w')"
+        ".write(json.dumps({'got': seen['prepare']['nonce']}))"
+    )
     host.add_job(job("out1", code, needs_outputs={"prepare": {"nonce": "n-42"}}))
     m.submit(host.pending_jobs["out1"])
     assert host.terminal_report("out1")["outputs"] == {"got": "n-42"}

@@ -36,11 +36,22 @@ IMAGE = "registry.example/step@sha256:" + "cd" * 32
 
 def k8s_job(n: int, *, change_kind: str = "k8s.job", **payload: Any) -> dict[str, Any]:
     job_id = f"00000000-0000-4000-8000-{n:012d}"
-    body = {"command": [sys.executable, "-c", "print('hi')"], "image": IMAGE, "env": {}, "timeout_s": 120,
-            "resources": {"cpu_milli": 500, "memory_bytes": 256 * 1024**2}}
+    body = {
+        "command": [sys.executable, "-c", "print('hi')"],
+        "image": IMAGE,
+        "env": {},
+        "timeout_s": 120,
+        "resources": {"cpu_milli": 500, "memory_bytes": 256 * 1024**2},
+    }
     body.update(payload)
-    return {"job_id": job_id, "run_id": "run-1", "node": f"step{n}", "change_kind": change_kind,
-            "idempotency_key": f"run-1:step{n}:1", "payload": body}
+    return {
+        "job_id": job_id,
+        "run_id": "run-1",
+        "node": f"step{n}",
+        "change_kind": change_kind,
+        "idempotency_key": f"run-1:step{n}:1",
+        "payload": body,
+    }
 
 
 @pytest.fixture
@@ -69,10 +80,22 @@ class Harness:
         return Cluster(api_client_from(kubeconfig=str(self.kubeconfig)))
 
     def start(self, **overrides: Any) -> Controller:
-        settings = {"heartbeat_interval_s": 1.0, "poll_wait_s": 1, "watch_timeout_s": 2, "resync_s": 30.0,
-                    "pending_grace_s": 0.0, "backoff_initial_s": 0.2, "backoff_max_s": 1.0, **overrides}
-        controller = Controller(wire=WireClient(self.host.url, credential=self.credential, grove_id=self.grove_id),
-                                cluster=self.cluster(), grove_id=self.grove_id, config=ControllerConfig(**settings))
+        settings = {
+            "heartbeat_interval_s": 1.0,
+            "poll_wait_s": 1,
+            "watch_timeout_s": 2,
+            "resync_s": 30.0,
+            "pending_grace_s": 0.0,
+            "backoff_initial_s": 0.2,
+            "backoff_max_s": 1.0,
+            **overrides,
+        }
+        controller = Controller(
+            wire=WireClient(self.host.url, credential=self.credential, grove_id=self.grove_id),
+            cluster=self.cluster(),
+            grove_id=self.grove_id,
+            config=ControllerConfig(**settings),
+        )
         self.running.append((controller, controller.start()))
         return controller
 
@@ -111,9 +134,12 @@ def test_apply_watch_and_success_report(harness: Harness, kubelet: Kubelet, fake
     job = k8s_job(1)
     harness.host.add_job(job)
     pod = _pod_of(kubelet, job)
-    applies = [r for r in fake.requests_of("PATCH", "Job") if r.content_type.startswith("application/apply-patch")]
-    assert applies and all(r.query.get("fieldManager") == names.FIELD_MANAGER and r.query.get("force") == "true"
-                           for r in applies)
+    applies = [
+        r for r in fake.requests_of("PATCH", "Job") if r.content_type.startswith("application/apply-patch")
+    ]
+    assert applies and all(
+        r.query.get("fieldManager") == names.FIELD_MANAGER and r.query.get("force") == "true" for r in applies
+    )
     assert applies[0].body["spec"]["suspend"] is True  # applied before the claim, released after it
     assert job["job_id"] in harness.host.claimed
     kubelet.running(pod)
@@ -124,8 +150,14 @@ def test_apply_watch_and_success_report(harness: Harness, kubelet: Kubelet, fake
     assert report["outputs"] == {"accuracy": 0.93}  # the termination message, a JSON object
     assert report["log_tail"][-1] == "all done"
     (obj,) = harness.job_objects()
-    harness.host.wait_for(lambda: fake.get("Job", "forest", obj["metadata"]["name"])["metadata"]
-                          .get("annotations", {}).get(names.ANNOTATION_REPORTED), what="the reported mark")
+    harness.host.wait_for(
+        lambda: (
+            fake.get("Job", "forest", obj["metadata"]["name"])["metadata"]
+            .get("annotations", {})
+            .get(names.ANNOTATION_REPORTED)
+        ),
+        what="the reported mark",
+    )
     watches = [r for r in fake.requests_of("GET") if r.query.get("watch") == "true"]
     assert {"/apis/batch/v1/jobs", "/api/v1/pods", "/apis/apps/v1/deployments"} <= {r.path for r in watches}
     assert all(r.query.get("timeoutSeconds") == "2" and r.query.get("labelSelector") for r in watches)
@@ -154,7 +186,9 @@ def test_oom_killed_is_its_own_reason(harness: Harness, kubelet: Kubelet) -> Non
     assert (report["state"], report["exit_code"], report["reason"]) == ("failed", 137, "oom_killed")
 
 
-def test_unschedulable_fails_with_the_schedulers_message(harness: Harness, kubelet: Kubelet, fake: FakeKube) -> None:
+def test_unschedulable_fails_with_the_schedulers_message(
+    harness: Harness, kubelet: Kubelet, fake: FakeKube
+) -> None:
     harness.start()
     job = k8s_job(4, accelerators={"count": 8, "vendor": "nvidia"})
     harness.host.add_job(job)
@@ -174,8 +208,9 @@ def test_a_pending_problem_waits_for_its_grace(harness: Harness, kubelet: Kubele
     harness.host.add_job(job)
     pod = _pod_of(kubelet, job)
     kubelet.image_pull_backoff(pod)
-    harness.host.wait_for(lambda: _reports(harness.host, job) == [] and job["job_id"] in harness.host.claimed,
-                          what="the claim")
+    harness.host.wait_for(
+        lambda: _reports(harness.host, job) == [] and job["job_id"] in harness.host.claimed, what="the claim"
+    )
     pod = kubelet.running(pod)  # the registry came back within the grace
     assert pod is not None
     kubelet.exit(pod, 0)
@@ -192,7 +227,9 @@ def test_image_pull_failure_after_the_grace(harness: Harness, kubelet: Kubelet) 
     assert any("ImagePullBackOff" in line for line in report["log_tail"])
 
 
-def test_cancellation_deletes_the_job_with_propagation(harness: Harness, kubelet: Kubelet, fake: FakeKube) -> None:
+def test_cancellation_deletes_the_job_with_propagation(
+    harness: Harness, kubelet: Kubelet, fake: FakeKube
+) -> None:
     harness.start()
     job = k8s_job(7)
     harness.host.add_job(job)
@@ -206,7 +243,9 @@ def test_cancellation_deletes_the_job_with_propagation(harness: Harness, kubelet
     assert not harness.job_objects() and not fake.list("Pod", f"{names.LABEL_JOB_ID}={job['job_id']}")
 
 
-def test_restart_mid_job_resumes_without_a_second_job(harness: Harness, kubelet: Kubelet, fake: FakeKube) -> None:
+def test_restart_mid_job_resumes_without_a_second_job(
+    harness: Harness, kubelet: Kubelet, fake: FakeKube
+) -> None:
     first = harness.start()
     job = k8s_job(8)
     harness.host.add_job(job)
@@ -261,8 +300,9 @@ def test_host_down_then_back_delivers_the_report_once(
     assert len(_reports(harness.host, job, "succeeded")) == 1
 
 
-def test_an_expired_watch_relists(harness: Harness, kubelet: Kubelet, fake: FakeKube,
-                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_an_expired_watch_relists(
+    harness: Harness, kubelet: Kubelet, fake: FakeKube, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, "forest_agent")
     harness.start(resync_s=3600.0)
     job = k8s_job(11)
@@ -302,12 +342,21 @@ def test_bad_payloads_are_refused_without_applying(harness: Harness, fake: FakeK
 
 
 def test_heartbeat_reports_nodes_and_gfd_inventory(harness: Harness, fake: FakeKube) -> None:
-    fake.add_node("gpu-1", cpu="32", memory="256Gi", gpus=4, labels={
-        "nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-        "nvidia.com/gpu.memory": "81559"})
+    fake.add_node(
+        "gpu-1",
+        cpu="32",
+        memory="256Gi",
+        gpus=4,
+        labels={
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+            "nvidia.com/gpu.memory": "81559",
+        },
+    )
     harness.start()
-    beat = harness.host.wait_for(lambda: harness.host.heartbeats and harness.host.heartbeats[-1],
-                                 what="a heartbeat")
+    beat = harness.host.wait_for(
+        lambda: harness.host.heartbeats and harness.host.heartbeats[-1], what="a heartbeat"
+    )
     assert beat["version"].startswith("forest-controller ") and beat["isolation"] == ["container"]
     assert set(beat["change_kinds"]) == {"k8s.job", "k8s.build_job", "k8s.deployment"}
     units = {u["id"]: u for u in beat["capacity"]["placement_units"]}

@@ -42,22 +42,41 @@ def wire_job(change_kind: str = "k8s.job", **payload: Any) -> dict[str, Any]:
         "trust": "trusted",
     }
     body.update(payload)
-    return {"job_id": JOB_ID, "run_id": body["run_id"], "node": body["node"], "change_kind": change_kind,
-            "idempotency_key": f"{body['run_id']}:{body['node']}:2", "payload": body}
+    return {
+        "job_id": JOB_ID,
+        "run_id": body["run_id"],
+        "node": body["node"],
+        "change_kind": change_kind,
+        "idempotency_key": f"{body['run_id']}:{body['node']}:2",
+        "payload": body,
+    }
 
 
 CLAIM = {"unit_id": "gpu-node-1", "devices": [{"inventory_id": "gpu-node-1/nvidia", "count": 1}]}
 CASES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
     "plain_job": (wire_job(), {}),
     "untrusted_job": (wire_job(trust="untrusted"), {}),
-    "deployment": (wire_job("k8s.deployment", node="web", kind="deploy", command=[], timeout_s=600,
-                            ports=[{"name": "http", "port": 8080}],
-                            env_from=[{"config_map": "web-config"}, {"secret": "web-secrets"}]), {}),
+    "deployment": (
+        wire_job(
+            "k8s.deployment",
+            node="web",
+            kind="deploy",
+            command=[],
+            timeout_s=600,
+            ports=[{"name": "http", "port": 8080}],
+            env_from=[{"config_map": "web-config"}, {"secret": "web-secrets"}],
+        ),
+        {},
+    ),
     "gpu_job": (wire_job(accelerators={"count": 1, "vendor": "nvidia"}), {}),
-    "gpu_job_memory_minimum": (wire_job(accelerators={"count": 2, "vendor": "nvidia",
-                                                      "min_memory_bytes": 40 * 1024**3}), {}),
-    "gpu_job_product": (wire_job(accelerators={"count": 1, "vendor": "nvidia"}, accelerator_claim=CLAIM),
-                        {"gpu-node-1/nvidia": A100}),
+    "gpu_job_memory_minimum": (
+        wire_job(accelerators={"count": 2, "vendor": "nvidia", "min_memory_bytes": 40 * 1024**3}),
+        {},
+    ),
+    "gpu_job_product": (
+        wire_job(accelerators={"count": 1, "vendor": "nvidia"}, accelerator_claim=CLAIM),
+        {"gpu-node-1/nvidia": A100},
+    ),
 }
 
 
@@ -95,13 +114,15 @@ def test_gpu_job_limits_runtime_class_affinity_and_tolerations() -> None:
     assert pod["runtimeClassName"] == "nvidia"
     assert pod["containers"][0]["resources"]["limits"][GPU_RESOURCE] == "2"
     expressions = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"][0]["matchExpressions"]
+        "nodeSelectorTerms"
+    ][0]["matchExpressions"]
     assert {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]} in expressions
     # at least 40 GiB = 40960 MiB  <=>  gpu.memory > 40959
     assert {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": ["40959"]} in expressions
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     product = _pod(rendered("gpu_job_product"))["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"]
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]["matchExpressions"]
     assert {"key": "nvidia.com/gpu.product", "operator": "In", "values": [A100]} in product
 
 
@@ -158,10 +179,18 @@ def test_schema_validation_rejects_unknown_fields_and_wrong_types() -> None:
         (lambda j: j["spec"]["template"]["spec"].__setitem__("restartPolicy", "Always"), "restartPolicy"),
         (lambda j: j["metadata"].__setitem__("name", "Bad_Name"), "DNS-1123"),
         (lambda j: j["metadata"]["labels"].__setitem__("forest.dev/node", "ends-with-"), "label value"),
-        (lambda j: j["spec"]["template"]["spec"].__setitem__(
-            "tolerations", [{"key": "k", "operator": "Maybe", "effect": "NoSchedule"}]), "operator"),
-        (lambda j: j["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"].__setitem__(
-            "memory", "lots"), "quantity"),
+        (
+            lambda j: j["spec"]["template"]["spec"].__setitem__(
+                "tolerations", [{"key": "k", "operator": "Maybe", "effect": "NoSchedule"}]
+            ),
+            "operator",
+        ),
+        (
+            lambda j: j["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"].__setitem__(
+                "memory", "lots"
+            ),
+            "quantity",
+        ),
     ],
 )
 def test_own_checks_catch_what_the_schema_cannot(mutate: Any, message: str) -> None:
@@ -174,7 +203,8 @@ def test_own_checks_catch_what_the_schema_cannot(mutate: Any, message: str) -> N
 def test_gt_needs_exactly_one_integer() -> None:
     objects = rendered("gpu_job_memory_minimum")
     expr = _pod(objects)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"][0]["matchExpressions"][-1]
+        "nodeSelectorTerms"
+    ][0]["matchExpressions"][-1]
     expr["values"] = ["forty"]
     with pytest.raises(RenderInvalid, match="Gt needs exactly one integer"):
         validate_object(objects[-1])

@@ -32,8 +32,6 @@ CONTROLLER = ROOT / ".venv/bin/forest-controller"
 sys.path.insert(0, str(ROOT / "agent" / "tests"))
 from kube_fake import FakeKube, Kubelet  # noqa: E402
 
-from tests.pipelines.conftest import celery_queue, worker  # noqa: E402,F401
-
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e, pytest.mark.slow]
 
 IMAGE = "registry.example/forest/python@sha256:" + "e2" * 32
@@ -109,7 +107,7 @@ def test_enrollment_and_inventory_come_from_the_cluster(controller):
 
 def test_container_steps_run_through_the_controller_and_resume_their_nodes(controller, cluster, worker, compute_on):
     grove, output = controller
-    fake, kubelet = cluster
+    fake, _ = cluster
     worker()
     job = compute_job_submit(body={"name": "k8s-e2e", "environment": "prod", "grove": grove.slug, "steps": [
         _step("hello", "print('hello from a Kubernetes Job')"),
@@ -122,7 +120,7 @@ def test_container_steps_run_through_the_controller_and_resume_their_nodes(contr
     wait_for(lambda: PipelineRun.objects.get(pk=job.run_id).status == "failed", what="the run to end")
     assert PipelineNode.objects.get(run=job.run, node_id="hello").status == "succeeded"
     jobs = fake.list("Job")
-    assert {j["metadata"]["name"] for j in jobs} == {f"fj-{first.pk}-{first.attempt}", f"fj-{second.pk}-{second.attempt}"}
+    assert {j["metadata"]["name"] for j in jobs} == {f"fj-{job.pk}-{job.attempt}" for job in (first, second)}
     assert all(j["metadata"]["labels"]["forest.dev/run-id"] == str(job.run_id) for j in jobs)
 
 
@@ -147,7 +145,7 @@ def test_an_untrusted_step_runs_under_the_restricted_profile(controller, cluster
 
 def test_an_accelerated_step_gets_gpu_limits_runtime_class_and_affinity(controller, cluster, worker, compute_on):
     grove, output = controller
-    fake, kubelet = cluster
+    fake, _ = cluster
     wait_for(lambda: Grove.objects.get(pk=grove.pk).accelerators.exists(), what="the GPU inventory")
     worker()
     job = compute_job_submit(body={"name": "gpu", "environment": "prod", "grove": grove.slug, "steps": [
@@ -176,7 +174,7 @@ def test_the_gpu_smoke_pipeline_runs_and_its_evaluation_refuses_a_machine_withou
     import importlib.util
 
     grove, output = controller
-    fake, kubelet = cluster
+    _, kubelet = cluster
     stub = tmp_path / "bin"
     stub.mkdir()
     recorded = ROOT / "agent/tests/recorded/nvidia_smi_L_h100.txt"

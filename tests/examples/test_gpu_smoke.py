@@ -10,18 +10,18 @@ import json
 from pathlib import Path
 
 import pytest
-
-from apps.groves import services as grove_services
-from apps.pipelines import services
-from apps.pipelines.models import GroveJob
-from apps.pipelines.selectors import job_wire
 from forest_agent.kube import inventory
 from forest_agent.kube.cli import to_yaml
 from forest_agent.kube.controller import VERSION
 from forest_agent.kube.render import RenderConfig, render
 from forest_agent.kube.spec import CHANGE_KINDS, parse_job
 from forest_agent.kube.validate import validate_all
-from tests.pipelines.conftest import execute_queued, wire  # noqa: F401 (fixture)
+
+from apps.groves import services as grove_services
+from apps.pipelines import services
+from apps.pipelines.models import GroveJob
+from apps.pipelines.selectors import job_wire
+from tests.pipelines.conftest import execute_queued
 
 pytestmark = pytest.mark.django_db
 

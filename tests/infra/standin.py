@@ -80,7 +80,8 @@ def write_standin(destination: Path) -> Path:
             lines.append("}")
         for kind in ("resource", "data"):
             for address, body in resources(document, kind).items():
-                lines.append(f'resource "terraform_data" "{standin_address(address, data=kind == "data").split(".", 1)[1]}" {{')
+                standin_name = standin_address(address, data=kind == "data").split(".", 1)[1]
+                lines.append(f'resource "terraform_data" "{standin_name}" {{')
                 for meta in ("count", "for_each"):
                     if meta in body:
                         lines.append(f"  {meta} = {expression(body[meta])}")

@@ -55,8 +55,12 @@ def _positive(kind: type) -> Any:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--state-dir", type=Path, default=None,
-                        help=f"identity directory; default ${STATE_DIR_ENV} or {default_state_dir()}")
+    common.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help=f"identity directory; default ${STATE_DIR_ENV} or {default_state_dir()}",
+    )
     common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     kube = argparse.ArgumentParser(add_help=False)
     group = kube.add_argument_group("Kubernetes API")
@@ -69,56 +73,111 @@ def build_parser() -> argparse.ArgumentParser:
         description="Forest's Kubernetes Grove controller: reports the cluster's capacity (Nodes, GPU "
         "Feature Discovery labels) to Host and runs the container jobs Host places on it as Jobs and "
         "Deployments (server-side apply, watched until they end).",
-        epilog="Start with `forest-controller enroll --host URL --token TOKEN`, then `forest-controller run`.",
+        epilog="Start with `forest-controller enroll --host URL --token TOKEN`, "
+        "then `forest-controller run`.",
     )
     parser.add_argument("--version", action="version", version=VERSION)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    enroll = sub.add_parser("enroll", parents=[common, kube], help="enroll this cluster as a Grove",
-                            description="Exchange a one-time token (substrate kubernetes) for a Grove id "
-                            "and credential, stored 0600 in the state directory. Platforms come from the "
-                            "Nodes' kubernetes.io/os and /arch labels unless --platform is given.")
+    enroll = sub.add_parser(
+        "enroll",
+        parents=[common, kube],
+        help="enroll this cluster as a Grove",
+        description="Exchange a one-time token (substrate kubernetes) for a Grove id "
+        "and credential, stored 0600 in the state directory. Platforms come from the "
+        "Nodes' kubernetes.io/os and /arch labels unless --platform is given.",
+    )
     enroll.add_argument("--host", required=True, help="Host URL, e.g. https://forest.example")
     enroll.add_argument("--token", help=f"one-time enrollment token (or ${TOKEN_ENV})")
     enroll.add_argument("--name", required=True, help="Grove name")
-    enroll.add_argument("--platform", action="append", default=[], metavar="OS/ARCH",
-                        help="platform this cluster runs (repeatable; order is preference)")
+    enroll.add_argument(
+        "--platform",
+        action="append",
+        default=[],
+        metavar="OS/ARCH",
+        help="platform this cluster runs (repeatable; order is preference)",
+    )
     enroll.add_argument("--force", action="store_true", help="replace an existing identity")
 
-    run = sub.add_parser("run", parents=[common, kube], help="run the reconcile loop until SIGTERM/SIGINT",
-                         description="Heartbeat the cluster's capacity, long-poll Host, apply Jobs and "
-                         "Deployments, watch them and report their outcome.")
+    run = sub.add_parser(
+        "run",
+        parents=[common, kube],
+        help="run the reconcile loop until SIGTERM/SIGINT",
+        description="Heartbeat the cluster's capacity, long-poll Host, apply Jobs and "
+        "Deployments, watch them and report their outcome.",
+    )
     placement = run.add_argument_group("placement")
     placement.add_argument("--namespace", default="forest", help="namespace of trusted work (default forest)")
-    placement.add_argument("--untrusted-namespace", default="forest-untrusted",
-                           help="namespace of untrusted work, Pod Security 'restricted' (default forest-untrusted)")
-    placement.add_argument("--runtime-class", default="nvidia", help="RuntimeClass of GPU pods (default nvidia)")
-    placement.add_argument("--gpu-taint", action="append", default=None, metavar="KEY",
-                           help="taint key GPU pods tolerate (repeatable; default nvidia.com/gpu)")
+    placement.add_argument(
+        "--untrusted-namespace",
+        default="forest-untrusted",
+        help="namespace of untrusted work, Pod Security 'restricted' (default forest-untrusted)",
+    )
+    placement.add_argument(
+        "--runtime-class", default="nvidia", help="RuntimeClass of GPU pods (default nvidia)"
+    )
+    placement.add_argument(
+        "--gpu-taint",
+        action="append",
+        default=None,
+        metavar="KEY",
+        help="taint key GPU pods tolerate (repeatable; default nvidia.com/gpu)",
+    )
     timing = run.add_argument_group("timing")
     timing.add_argument("--heartbeat-interval", type=_positive(float), default=15.0, metavar="SECONDS")
-    timing.add_argument("--poll-wait", type=int, default=20, choices=range(0, 31), metavar="SECONDS",
-                        help="long-poll wait, 0..30 (default 20)")
-    timing.add_argument("--watch-timeout", type=_positive(int), default=60, metavar="SECONDS",
-                        help="server-side timeout of each watch (the client waits 10 s longer)")
-    timing.add_argument("--resync", type=_positive(float), default=30.0, metavar="SECONDS",
-                        help="reconcile every tracked job this often, whatever the watches said")
-    timing.add_argument("--pending-grace", type=float, default=120.0, metavar="SECONDS",
-                        help="how long a pod may stay unschedulable or fail to pull before the job fails")
+    timing.add_argument(
+        "--poll-wait",
+        type=int,
+        default=20,
+        choices=range(0, 31),
+        metavar="SECONDS",
+        help="long-poll wait, 0..30 (default 20)",
+    )
+    timing.add_argument(
+        "--watch-timeout",
+        type=_positive(int),
+        default=60,
+        metavar="SECONDS",
+        help="server-side timeout of each watch (the client waits 10 s longer)",
+    )
+    timing.add_argument(
+        "--resync",
+        type=_positive(float),
+        default=30.0,
+        metavar="SECONDS",
+        help="reconcile every tracked job this often, whatever the watches said",
+    )
+    timing.add_argument(
+        "--pending-grace",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long a pod may stay unschedulable or fail to pull before the job fails",
+    )
     timing.add_argument("--backoff-max", type=_positive(float), default=60.0, metavar="SECONDS")
 
-    rend = sub.add_parser("render", parents=[common], help="render and validate one job (JSON) as YAML",
-                          description=f"Print the objects a Grove job becomes, validated against the "
-                          f"Kubernetes {KUBERNETES_VERSION} schemas; no cluster or Host needed.")
+    rend = sub.add_parser(
+        "render",
+        parents=[common],
+        help="render and validate one job (JSON) as YAML",
+        description=f"Print the objects a Grove job becomes, validated against the "
+        f"Kubernetes {KUBERNETES_VERSION} schemas; no cluster or Host needed.",
+    )
     rend.add_argument("job", type=Path, help="a job as Host sends it in `changes` (JSON file, - for stdin)")
     rend.add_argument("--grove-id", default="grove", help="Grove id for the labels")
     rend.add_argument("--namespace", default="forest")
     rend.add_argument("--untrusted-namespace", default="forest-untrusted")
-    rend.add_argument("--model", action="append", default=[], metavar="INVENTORY_ID=PRODUCT",
-                      help="GFD product of a claimed inventory id (for the product constraint)")
+    rend.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="INVENTORY_ID=PRODUCT",
+        help="GFD product of a claimed inventory id (for the product constraint)",
+    )
 
-    sub.add_parser("inventory", parents=[common, kube],
-                   help="print the capacity report this cluster would send")
+    sub.add_parser(
+        "inventory", parents=[common, kube], help="print the capacity report this cluster would send"
+    )
     return parser
 
 
@@ -128,8 +187,11 @@ def _state(args: argparse.Namespace) -> StateDir:
 
 
 def _cluster(args: argparse.Namespace) -> Cluster:
-    return Cluster(api_client_from(kubeconfig=args.kubeconfig, context=args.context,
-                                   in_cluster=True if args.in_cluster else None))
+    return Cluster(
+        api_client_from(
+            kubeconfig=args.kubeconfig, context=args.context, in_cluster=True if args.in_cluster else None
+        )
+    )
 
 
 def cmd_enroll(args: argparse.Namespace, redactor: Redactor) -> int:
@@ -154,14 +216,23 @@ def cmd_enroll(args: argparse.Namespace, redactor: Redactor) -> int:
     state.acquire_lock()
     try:
         if state.identity_path.exists() and not args.force:
-            raise ConfigError(f"{state.path} is already enrolled as Grove {state.load_identity().grove_id}; "
-                              "pass --force to enroll again")
+            raise ConfigError(
+                f"{state.path} is already enrolled as Grove {state.load_identity().grove_id}; "
+                "pass --force to enroll again"
+            )
         print(f"enrolling {args.name} ({', '.join(platforms)}) with {api} ...", flush=True)
         with WireClient(args.host) as wire:
-            answer = wire.enroll(token=token, name=args.name, platforms=platforms, version=VERSION,
-                                 substrate="kubernetes")
-        state.save_identity(Identity(grove_id=answer["grove_id"], credential=answer["credential"],
-                                     host_url=args.host, name=args.name))
+            answer = wire.enroll(
+                token=token, name=args.name, platforms=platforms, version=VERSION, substrate="kubernetes"
+            )
+        state.save_identity(
+            Identity(
+                grove_id=answer["grove_id"],
+                credential=answer["credential"],
+                host_url=args.host,
+                name=args.name,
+            )
+        )
         print(f"enrolled as Grove {answer['grove_id']}; identity saved to {state.identity_path}", flush=True)
         return 0
     finally:
@@ -175,15 +246,21 @@ def cmd_run(args: argparse.Namespace, ring: LogRing) -> int:
         identity = state.load_identity()
         ring.redactor.add([identity.credential])
         config = ControllerConfig(
-            namespace=args.namespace, untrusted_namespace=args.untrusted_namespace,
-            runtime_class=args.runtime_class, gpu_taint_keys=tuple(args.gpu_taint or ("nvidia.com/gpu",)),
-            heartbeat_interval_s=args.heartbeat_interval, poll_wait_s=args.poll_wait,
-            watch_timeout_s=args.watch_timeout, resync_s=args.resync, pending_grace_s=max(0.0, args.pending_grace),
+            namespace=args.namespace,
+            untrusted_namespace=args.untrusted_namespace,
+            runtime_class=args.runtime_class,
+            gpu_taint_keys=tuple(args.gpu_taint or ("nvidia.com/gpu",)),
+            heartbeat_interval_s=args.heartbeat_interval,
+            poll_wait_s=args.poll_wait,
+            watch_timeout_s=args.watch_timeout,
+            resync_s=args.resync,
+            pending_grace_s=max(0.0, args.pending_grace),
             backoff_max_s=max(args.backoff_max, 1.0),
         )
         wire = WireClient(identity.host_url, credential=identity.credential, grove_id=identity.grove_id)
-        controller = Controller(wire=wire, cluster=_cluster(args), grove_id=identity.grove_id, config=config,
-                                ring=ring)
+        controller = Controller(
+            wire=wire, cluster=_cluster(args), grove_id=identity.grove_id, config=config, ring=ring
+        )
 
         def _stop(signum: int, _frame: Any) -> None:
             signal.signal(signum, signal.SIG_DFL)
@@ -204,8 +281,9 @@ def cmd_render(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.job} is not JSON: {exc}") from None
     models = dict(item.split("=", 1) for item in args.model if "=" in item)
     spec = parse_job(raw, models=models)
-    config = RenderConfig(grove_id=args.grove_id, namespace=args.namespace,
-                          untrusted_namespace=args.untrusted_namespace)
+    config = RenderConfig(
+        grove_id=args.grove_id, namespace=args.namespace, untrusted_namespace=args.untrusted_namespace
+    )
     objects = validate_all(render(spec, config))
     print(to_yaml(objects), end="")
     return 0
@@ -213,15 +291,24 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def to_yaml(objects: list[dict[str, Any]]) -> str:
     """The golden form: one YAML document per object, keys in rendered order."""
-    return "".join("---\n" + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False) for obj in objects)
+    return "".join(
+        "---\n" + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False) for obj in objects
+    )
 
 
 def cmd_inventory(args: argparse.Namespace) -> int:
     cluster = _cluster(args)
     nodes, _ = cluster.list("Node")
     pods, _ = cluster.list("Pod")
-    print(json.dumps({"platforms": sorted({p for n in nodes if (p := inventory.node_platform(n))}),
-                      "capacity": inventory.capacity(nodes, pods)}, indent=2))
+    print(
+        json.dumps(
+            {
+                "platforms": sorted({p for n in nodes if (p := inventory.node_platform(n))}),
+                "capacity": inventory.capacity(nodes, pods),
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

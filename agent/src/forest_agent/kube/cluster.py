@@ -56,8 +56,9 @@ class ClusterError(AgentError):
         return self.status == 410
 
 
-def api_client_from(*, kubeconfig: str | None = None, context: str | None = None,
-                    in_cluster: bool | None = None) -> client.ApiClient:
+def api_client_from(
+    *, kubeconfig: str | None = None, context: str | None = None, in_cluster: bool | None = None
+) -> client.ApiClient:
     """In-cluster config when asked (or when no kubeconfig is given and we run in a Pod), else the
     kubeconfig file (`--kubeconfig`, $KUBECONFIG, ~/.kube/config)."""
     try:
@@ -119,8 +120,13 @@ KINDS: dict[str, Kind] = {
 
 
 class Cluster:
-    def __init__(self, api_client: client.ApiClient, *, field_manager: str = names.FIELD_MANAGER,
-                 request_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        field_manager: str = names.FIELD_MANAGER,
+        request_timeout_s: float = 30.0,
+    ) -> None:
         self.api_client = api_client
         self.field_manager = field_manager
         self.request_timeout = (CONNECT_TIMEOUT_S, request_timeout_s)
@@ -132,7 +138,9 @@ class Cluster:
             self._apis[spec.api] = getattr(client, spec.api)(self.api_client)
         return self._apis[spec.api], spec
 
-    def _method(self, verb: str, kind: str, *, all_namespaces: bool = False) -> tuple[Callable[..., Any], Kind]:
+    def _method(
+        self, verb: str, kind: str, *, all_namespaces: bool = False
+    ) -> tuple[Callable[..., Any], Kind]:
         api, spec = self._api(kind)
         if all_namespaces:
             return getattr(api, f"{verb}_{spec.plural}_for_all_namespaces"), spec
@@ -146,22 +154,43 @@ class Cluster:
         kind, meta = obj["kind"], obj["metadata"]
         method, spec = self._method("patch", kind)
         args = (meta["name"], meta["namespace"]) if spec.namespaced else (meta["name"],)
-        return _call(f"apply {kind} {meta['name']}", method, *args, body=obj, field_manager=self.field_manager,
-                     force=True, _content_type=APPLY, _request_timeout=self.request_timeout)
+        return _call(
+            f"apply {kind} {meta['name']}",
+            method,
+            *args,
+            body=obj,
+            field_manager=self.field_manager,
+            force=True,
+            _content_type=APPLY,
+            _request_timeout=self.request_timeout,
+        )
 
     def merge_patch(self, kind: str, name: str, namespace: str, body: Obj) -> Obj:
         """A JSON merge patch of fields the controller flips after applying (suspend, the reported
         mark); applying them would make them part of the rendered intent."""
         method, _ = self._method("patch", kind)
-        return _call(f"patch {kind} {name}", method, name, namespace, body=body,
-                     _content_type=MERGE, _request_timeout=self.request_timeout)
+        return _call(
+            f"patch {kind} {name}",
+            method,
+            name,
+            namespace,
+            body=body,
+            _content_type=MERGE,
+            _request_timeout=self.request_timeout,
+        )
 
     def delete(self, kind: str, name: str, namespace: str, *, propagation: str = "Background") -> bool:
         """Delete with propagation (the Job's Pods go with it). False when it was already gone."""
         method, _ = self._method("delete", kind)
         try:
-            _call(f"delete {kind} {name}", method, name, namespace, propagation_policy=propagation,
-                  _request_timeout=self.request_timeout)
+            _call(
+                f"delete {kind} {name}",
+                method,
+                name,
+                namespace,
+                propagation_policy=propagation,
+                _request_timeout=self.request_timeout,
+            )
         except ClusterError as exc:
             if exc.not_found:
                 return False
@@ -172,7 +201,9 @@ class Cluster:
     def get(self, kind: str, name: str, namespace: str) -> Obj | None:
         method, _ = self._method("read", kind)
         try:
-            return _call(f"read {kind} {name}", method, name, namespace, _request_timeout=self.request_timeout)
+            return _call(
+                f"read {kind} {name}", method, name, namespace, _request_timeout=self.request_timeout
+            )
         except ClusterError as exc:
             if exc.not_found:
                 return None
@@ -188,8 +219,15 @@ class Cluster:
         data = _call(f"list {kind}", method, **kwargs)
         return list(data.get("items") or []), str((data.get("metadata") or {}).get("resourceVersion") or "")
 
-    def watch(self, kind: str, *, label_selector: str | None, resource_version: str, timeout_s: int,
-              stopper: Callable[[], bool]) -> Iterator[tuple[str, Obj]]:
+    def watch(
+        self,
+        kind: str,
+        *,
+        label_selector: str | None,
+        resource_version: str,
+        timeout_s: int,
+        stopper: Callable[[], bool],
+    ) -> Iterator[tuple[str, Obj]]:
         """Events after `resource_version` until the server ends the watch (`timeout_s`) or `stopper()`.
         A 410 Gone (history compacted) raises ClusterError with `gone` so the caller re-lists."""
         spec = KINDS[kind]
@@ -213,8 +251,9 @@ class Cluster:
                 obj = event.get("object") or event.get("raw_object") or {}
                 if kind_of_event == "ERROR":
                     code = obj.get("code")
-                    raise ClusterError(f"watch {kind}: {obj.get('message', '')}", status=code,
-                                       reason=obj.get("reason", ""))
+                    raise ClusterError(
+                        f"watch {kind}: {obj.get('message', '')}", status=code, reason=obj.get("reason", "")
+                    )
                 yield kind_of_event, obj
         except ApiException as exc:
             raise ClusterError(f"watch {kind}: {exc.status} {exc.reason}", status=exc.status) from None
@@ -226,8 +265,9 @@ class Cluster:
             # kubernetes 37's Watch reads `raw_object` of an ERROR event, which only exists when it
             # deserializes; with `deserialize=False` an ERROR event (410 Gone after compaction, or any
             # other) surfaces as this KeyError. Either way the answer is the same: list again.
-            raise ClusterError(f"watch {kind}: the server ended the watch with an error event", status=410,
-                               reason="Expired") from None
+            raise ClusterError(
+                f"watch {kind}: the server ended the watch with an error event", status=410, reason="Expired"
+            ) from None
         except Exception as exc:  # read timeout, connection reset: the caller re-lists
             raise ClusterError(f"watch {kind}: {type(exc).__name__}: {exc}") from None
         finally:
@@ -236,8 +276,13 @@ class Cluster:
     def pod_log_tail(self, name: str, namespace: str, *, lines: int) -> list[str]:
         api, _ = self._api("Pod")
         try:
-            response = api.read_namespaced_pod_log(name, namespace, tail_lines=lines, _preload_content=False,
-                                                   _request_timeout=self.request_timeout)
+            response = api.read_namespaced_pod_log(
+                name,
+                namespace,
+                tail_lines=lines,
+                _preload_content=False,
+                _request_timeout=self.request_timeout,
+            )
             try:
                 text = (response.data or b"").decode("utf-8", "replace")
             finally:

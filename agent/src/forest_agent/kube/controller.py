@@ -81,16 +81,25 @@ def owner_selector(grove_id: str) -> str:
 
 
 class Controller:
-    def __init__(self, *, wire: WireClient, cluster: Cluster, grove_id: str,
-                 config: ControllerConfig | None = None, ring: LogRing | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        wire: WireClient,
+        cluster: Cluster,
+        grove_id: str,
+        config: ControllerConfig | None = None,
+        ring: LogRing | None = None,
+    ) -> None:
         self.wire = wire
         self.cluster = cluster
         self.grove_id = grove_id
         self.config = config or ControllerConfig()
         self.ring = ring or LogRing(500, Redactor())
         self.render_config = RenderConfig(
-            grove_id=grove_id, namespace=self.config.namespace,
-            untrusted_namespace=self.config.untrusted_namespace, runtime_class=self.config.runtime_class,
+            grove_id=grove_id,
+            namespace=self.config.namespace,
+            untrusted_namespace=self.config.untrusted_namespace,
+            runtime_class=self.config.runtime_class,
             gpu_taint_keys=self.config.gpu_taint_keys,
         )
         self.selector = owner_selector(grove_id)
@@ -162,8 +171,10 @@ class Controller:
                 return
         try:
             if raw.get("change_kind") not in CHANGE_KINDS:
-                raise MessageInvalid(f"{raw.get('change_kind')!r} is not run by forest-controller",
-                                     field_path="job.change_kind")
+                raise MessageInvalid(
+                    f"{raw.get('change_kind')!r} is not run by forest-controller",
+                    field_path="job.change_kind",
+                )
             spec = parse_job(raw, models=self.models)
             objects = validate_all(render(spec, self.render_config, suspend=True))
         except AgentError as exc:
@@ -172,10 +183,17 @@ class Controller:
             log.warning("job %s: refused before apply: %s", job_id, exc)
             self._refuse(job_id, reason, str(exc))
             return
-        owner = objects[-1] if spec.change_kind != DEPLOYMENT_KIND else next(
-            o for o in objects if o["kind"] == "Deployment")
-        tracked = Tracked(job_id=job_id, kind=owner["kind"], name=owner["metadata"]["name"],
-                          namespace=owner["metadata"]["namespace"])
+        owner = (
+            objects[-1]
+            if spec.change_kind != DEPLOYMENT_KIND
+            else next(o for o in objects if o["kind"] == "Deployment")
+        )
+        tracked = Tracked(
+            job_id=job_id,
+            kind=owner["kind"],
+            name=owner["metadata"]["name"],
+            namespace=owner["metadata"]["namespace"],
+        )
         if spec.change_kind == DEPLOYMENT_KIND:
             # A Deployment cannot wait suspended: claim first, then apply (see docs/decisions.md).
             tracked.objects = objects
@@ -198,8 +216,14 @@ class Controller:
         """Claim a job this controller will not run and report it failed, so Host stops offering it."""
         try:
             self.wire.claim(job_id)
-            self.wire.report(job_id, {"state": "failed", "reason": reason,
-                                      "log_tail": [f"[forest-controller] {message}"[:observe.MAX_LOG_LINE]]})
+            self.wire.report(
+                job_id,
+                {
+                    "state": "failed",
+                    "reason": reason,
+                    "log_tail": [f"[forest-controller] {message}"[: observe.MAX_LOG_LINE]],
+                },
+            )
         except WireError as exc:
             log.warning("job %s: could not refuse it (%s); Host will offer it again", job_id, exc.code)
 
@@ -245,14 +269,25 @@ class Controller:
             return
         obj = self.cluster.get(tracked.kind, tracked.name, tracked.namespace)
         if obj is None:
-            self._decide(tracked, {"state": "failed", "reason": "kubernetes_object_deleted",
-                               "log_tail": [f"[forest-controller] {tracked.kind} {tracked.namespace}/"
-                                            f"{tracked.name} was deleted outside Forest"]})
+            self._decide(
+                tracked,
+                {
+                    "state": "failed",
+                    "reason": "kubernetes_object_deleted",
+                    "log_tail": [
+                        f"[forest-controller] {tracked.kind} {tracked.namespace}/"
+                        f"{tracked.name} was deleted outside Forest"
+                    ],
+                },
+            )
             self._deliver(tracked)
             return
         pods, _ = self.cluster.list("Pod", label_selector=f"{names.LABEL_JOB_ID}={job_id}")
-        seen = (observe.observe_deployment(obj, pods) if tracked.kind == "Deployment"
-                else observe.observe_job(obj, pods))
+        seen = (
+            observe.observe_deployment(obj, pods)
+            if tracked.kind == "Deployment"
+            else observe.observe_job(obj, pods)
+        )
         if seen.terminal:
             self._decide(tracked, observe.report_body(seen, self._log_tail(pods)))
             self._deliver(tracked)
@@ -289,8 +324,9 @@ class Controller:
             return []
         pod = max(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
         meta = pod.get("metadata") or {}
-        lines = self.cluster.pod_log_tail(meta.get("name", ""), meta.get("namespace", ""),
-                                          lines=self.config.log_tail_lines)
+        lines = self.cluster.pod_log_tail(
+            meta.get("name", ""), meta.get("namespace", ""), lines=self.config.log_tail_lines
+        )
         return [self.ring.redactor.redact(line)[: observe.MAX_LOG_LINE] for line in lines]
 
     def _deliver(self, tracked: Tracked) -> None:
@@ -302,18 +338,25 @@ class Controller:
         except WireError as exc:
             if exc.retryable:
                 delay = tracked.report_backoff.next_delay()
-                log.warning("job %s: terminal report failed (%s); retrying in %.1fs", tracked.job_id, exc.code, delay)
+                log.warning(
+                    "job %s: terminal report failed (%s); retrying in %.1fs", tracked.job_id, exc.code, delay
+                )
                 self.enqueue(tracked.job_id, delay)
                 return
             log.error("job %s: Host refused the terminal report: %s", tracked.job_id, exc)
         else:
-            log.info("job %s: reported %s%s", tracked.job_id, tracked.outcome["state"],
-                     "" if answer.get("accepted", True) else " (Host had already ended it)")
+            log.info(
+                "job %s: reported %s%s",
+                tracked.job_id,
+                tracked.outcome["state"],
+                "" if answer.get("accepted", True) else " (Host had already ended it)",
+            )
         try:
             annotation = {names.ANNOTATION_REPORTED: f"{tracked.job_id} {tracked.outcome['state']}"}
             if tracked.name:
-                self.cluster.merge_patch(tracked.kind, tracked.name, tracked.namespace,
-                                         {"metadata": {"annotations": annotation}})
+                self.cluster.merge_patch(
+                    tracked.kind, tracked.name, tracked.namespace, {"metadata": {"annotations": annotation}}
+                )
         except ClusterError as exc:
             if not exc.not_found:
                 log.warning("job %s: could not mark it reported (%s)", tracked.job_id, exc.message)
@@ -335,7 +378,9 @@ class Controller:
                 self.cluster.delete("Job", tracked.name, tracked.namespace)
             # A Deployment is desired state: cancelling its rollout job ends the wait, not the service.
         else:
-            jobs, _ = self.cluster.list("Job", label_selector=f"{self.selector},{names.LABEL_JOB_ID}={job_id}")
+            jobs, _ = self.cluster.list(
+                "Job", label_selector=f"{self.selector},{names.LABEL_JOB_ID}={job_id}"
+            )
             for obj in jobs:
                 self.cluster.delete("Job", obj["metadata"]["name"], obj["metadata"]["namespace"])
         log.info("job %s: cancelled by Host", job_id)
@@ -356,8 +401,15 @@ class Controller:
                 if reported.split(" ")[0] == job_id:
                     continue
                 suspended = kind == "Job" and bool((obj.get("spec") or {}).get("suspend"))
-                self._track(Tracked(job_id=job_id, kind=kind, name=meta["name"], namespace=meta["namespace"],
-                                    needs_claim=suspended))
+                self._track(
+                    Tracked(
+                        job_id=job_id,
+                        kind=kind,
+                        name=meta["name"],
+                        namespace=meta["namespace"],
+                        needs_claim=suspended,
+                    )
+                )
                 count += 1
         log.info("re-listed owned objects: %d job(s) to resume", count)
         self.recovered.set()
@@ -378,7 +430,9 @@ class Controller:
             self.last_capacity = inventory.capacity(nodes, pods)
             self.models = inventory.models_by_inventory_id(self.last_capacity)
         except ClusterError as exc:
-            log.warning("cannot read Nodes/Pods for the capacity report (%s); sending the last one", exc.message)
+            log.warning(
+                "cannot read Nodes/Pods for the capacity report (%s); sending the last one", exc.message
+            )
         return {
             "version": VERSION,
             "change_kinds": list(CHANGE_KINDS),
@@ -447,9 +501,13 @@ class Controller:
                 for obj in items:
                     self._enqueue_owned(obj)
                 while not self.stop_event.is_set():
-                    for _, obj in self.cluster.watch(kind, label_selector=self.selector, resource_version=version,
-                                                     timeout_s=self.config.watch_timeout_s,
-                                                     stopper=self.stop_event.is_set):
+                    for _, obj in self.cluster.watch(
+                        kind,
+                        label_selector=self.selector,
+                        resource_version=version,
+                        timeout_s=self.config.watch_timeout_s,
+                        stopper=self.stop_event.is_set,
+                    ):
                         version = (obj.get("metadata") or {}).get("resourceVersion") or version
                         self._enqueue_owned(obj)
                 backoff.reset()
@@ -478,12 +536,16 @@ class Controller:
 
     def start(self) -> list[threading.Thread]:
         log.info("%s running as Grove %s against %s", VERSION, self.grove_id, self.wire.base_url)
-        threads = [threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True),
-                   threading.Thread(target=self._recover_then_poll, name="poll", daemon=True),
-                   threading.Thread(target=self._worker_loop, name="worker", daemon=True),
-                   threading.Thread(target=self._resync_loop, name="resync", daemon=True)]
-        threads += [threading.Thread(target=self._watch_loop, args=(kind,), name=f"watch-{kind}", daemon=True)
-                    for kind in ("Job", "Pod", "Deployment")]
+        threads = [
+            threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True),
+            threading.Thread(target=self._recover_then_poll, name="poll", daemon=True),
+            threading.Thread(target=self._worker_loop, name="worker", daemon=True),
+            threading.Thread(target=self._resync_loop, name="resync", daemon=True),
+        ]
+        threads += [
+            threading.Thread(target=self._watch_loop, args=(kind,), name=f"watch-{kind}", daemon=True)
+            for kind in ("Job", "Pod", "Deployment")
+        ]
         for thread in threads:
             thread.start()
         return threads

@@ -119,8 +119,13 @@ def capacity(nodes: list[Obj], pods: list[Obj]) -> dict[str, Any]:
         ready = _ready(node)
         taken = used.get(name, {})
 
-        def amounts(resource: str, scale: int, node_alloc: Obj = allocatable, node_taken: dict = taken,
-                    schedulable: bool = ready) -> dict[str, int]:
+        def amounts(
+            resource: str,
+            scale: int,
+            node_alloc: Obj = allocatable,
+            node_taken: dict = taken,
+            schedulable: bool = ready,
+        ) -> dict[str, int]:
             total = int(_quantity(node_alloc.get(resource)) * scale)
             free = max(0, total - int(node_taken.get(resource, Decimal(0)) * scale)) if schedulable else 0
             return {"allocatable": total, "free": free}

@@ -101,9 +101,17 @@ def pod_problem(pod: Obj) -> Observation | None:
         waiting = (container.get("state") or {}).get("waiting") or {}
         reason = waiting.get("reason") or ""
         if reason in IMAGE_PULL_REASONS:
-            return Observation(PENDING, reason="image_pull_failed", message=f"{reason}: {waiting.get('message') or ''}".strip())
+            return Observation(
+                PENDING,
+                reason="image_pull_failed",
+                message=f"{reason}: {waiting.get('message') or ''}".strip(),
+            )
         if reason in CONFIG_REASONS:
-            return Observation(PENDING, reason="container_config_invalid", message=f"{reason}: {waiting.get('message') or ''}".strip())
+            return Observation(
+                PENDING,
+                reason="container_config_invalid",
+                message=f"{reason}: {waiting.get('message') or ''}".strip(),
+            )
     return None
 
 
@@ -117,10 +125,16 @@ def observe_job(job: Obj, pods: list[Obj]) -> Observation:
     failed = _condition(job, "Failed") or _condition(job, "FailureTarget")
     if failed:
         if failed.get("reason") == "DeadlineExceeded":
-            return Observation(TIMED_OUT, exit_code=exit_code, reason="timeout", message=failed.get("message") or "")
+            return Observation(
+                TIMED_OUT, exit_code=exit_code, reason="timeout", message=failed.get("message") or ""
+            )
         if terminated and terminated.get("reason") == "OOMKilled":
-            return Observation(FAILED, exit_code=exit_code, reason="oom_killed",
-                               message="the container exceeded its memory limit and was killed")
+            return Observation(
+                FAILED,
+                exit_code=exit_code,
+                reason="oom_killed",
+                message="the container exceeded its memory limit and was killed",
+            )
         own = "" if outputs is not None else ((terminated or {}).get("message") or "").strip()
         # A one-line termination message is the step's own sentence; several lines are the log
         # fallback (FallbackToLogsOnError), already in the report's log tail.
@@ -152,7 +166,9 @@ def observe_deployment(deployment: Obj, pods: list[Obj]) -> Observation:
     )
     if rolled_out:
         return Observation(SUCCEEDED, exit_code=0)
-    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "", reverse=True):
+    for pod in sorted(
+        pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "", reverse=True
+    ):
         problem = pod_problem(pod)
         if problem is not None:
             return problem
@@ -163,8 +179,10 @@ def observe_deployment(deployment: Obj, pods: list[Obj]) -> Observation:
 
 def report_body(observation: Observation, log_tail: list[str]) -> dict[str, Any]:
     """The wire report for an observation (docs/wire.md: state, exit_code, log_tail, reason)."""
-    body: dict[str, Any] = {"state": observation.state if observation.state != PENDING else FAILED,
-                            "log_tail": list(log_tail)}
+    body: dict[str, Any] = {
+        "state": observation.state if observation.state != PENDING else FAILED,
+        "log_tail": list(log_tail),
+    }
     if observation.exit_code is not None:
         body["exit_code"] = observation.exit_code
     if observation.reason:

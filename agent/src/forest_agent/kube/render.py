@@ -89,7 +89,9 @@ def _gpu_affinity(spec: JobSpec) -> Obj:
         expressions.append({"key": GFD_PRODUCT, "operator": "In", "values": [spec.gpu.product]})
     if spec.gpu.min_memory_mib is not None:
         # `Gt` is strict; "at least N MiB" is "greater than N-1".
-        expressions.append({"key": GFD_MEMORY, "operator": "Gt", "values": [str(spec.gpu.min_memory_mib - 1)]})
+        expressions.append(
+            {"key": GFD_MEMORY, "operator": "Gt", "values": [str(spec.gpu.min_memory_mib - 1)]}
+        )
     return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -133,7 +135,9 @@ def _container(spec: JobSpec) -> Obj:
     if spec.command:
         container["command"] = list(spec.command)
     if spec.ports:
-        container["ports"] = [{"name": p.name, "containerPort": p.port, "protocol": "TCP"} for p in spec.ports]
+        container["ports"] = [
+            {"name": p.name, "containerPort": p.port, "protocol": "TCP"} for p in spec.ports
+        ]
     if spec.env_from:
         container["envFrom"] = [
             {"configMapRef": {"name": ref}} if kind == "config_map" else {"secretRef": {"name": ref}}
@@ -245,7 +249,9 @@ def render_service(spec: JobSpec, config: RenderConfig) -> Obj | None:
 def render_untrusted_namespace(config: RenderConfig) -> Obj:
     """The namespace untrusted pods run in: Pod Security Admission enforces `restricted` there."""
     labels = {names.MANAGED_BY: names.CONTROLLER, "pod-security.kubernetes.io/enforce-version": "latest"}
-    labels.update({f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "audit", "warn")})
+    labels.update(
+        {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "audit", "warn")}
+    )
     return {
         "apiVersion": "v1",
         "kind": "Namespace",

@@ -90,7 +90,9 @@ def parse_job(data: Any, *, models: dict[str, str] | None = None) -> JobSpec:
     payload: dict[str, Any] = job.raw["payload"]
     where = "job.payload"
     if job.change_kind not in CHANGE_KINDS:
-        raise MessageInvalid(f"{job.change_kind!r} is not a Kubernetes change kind", field_path="job.change_kind")
+        raise MessageInvalid(
+            f"{job.change_kind!r} is not a Kubernetes change kind", field_path="job.change_kind"
+        )
     if not job.image:
         raise MessageInvalid("a container job needs an image", field_path=f"{where}.image")
     resources = _obj(payload.get("resources") or {}, f"{where}.resources")
@@ -103,7 +105,9 @@ def parse_job(data: Any, *, models: dict[str, str] | None = None) -> JobSpec:
         acc = _obj(payload["accelerators"], f"{where}.accelerators")
         vendor = acc.get("vendor")
         if vendor not in (None, "nvidia"):
-            raise MessageInvalid("a Kubernetes Grove runs NVIDIA accelerators only", field_path=f"{where}.accelerators.vendor")
+            raise MessageInvalid(
+                "a Kubernetes Grove runs NVIDIA accelerators only", field_path=f"{where}.accelerators.vendor"
+            )
         minimum = acc.get("min_memory_bytes")
         min_mib = None
         if minimum is not None:
@@ -119,7 +123,9 @@ def parse_job(data: Any, *, models: dict[str, str] | None = None) -> JobSpec:
         raw = _obj(raw, f"{where}.ports[{index}]")
         name = raw.get("name")
         if not isinstance(name, str) or not names.dns_label(name) or len(name) > 15:
-            raise MessageInvalid("must be a DNS label of at most 15 characters", field_path=f"{where}.ports[{index}].name")
+            raise MessageInvalid(
+                "must be a DNS label of at most 15 characters", field_path=f"{where}.ports[{index}].name"
+            )
         port = _int(raw.get("port"), f"{where}.ports[{index}].port", minimum=1)
         if port > 65535:
             raise MessageInvalid("must be a TCP port 1..65535", field_path=f"{where}.ports[{index}].port")
@@ -128,10 +134,14 @@ def parse_job(data: Any, *, models: dict[str, str] | None = None) -> JobSpec:
     for index, raw in enumerate(payload.get("env_from") or []):
         raw = _obj(raw, f"{where}.env_from[{index}]")
         if len(raw) != 1 or next(iter(raw)) not in ("config_map", "secret"):
-            raise MessageInvalid("must be {\"config_map\": NAME} or {\"secret\": NAME}", field_path=f"{where}.env_from[{index}]")
+            raise MessageInvalid(
+                'must be {"config_map": NAME} or {"secret": NAME}', field_path=f"{where}.env_from[{index}]"
+            )
         kind, ref = next(iter(raw.items()))
         if not isinstance(ref, str) or not names.dns_subdomain(ref):
-            raise MessageInvalid("must be a DNS-1123 subdomain", field_path=f"{where}.env_from[{index}].{kind}")
+            raise MessageInvalid(
+                "must be a DNS-1123 subdomain", field_path=f"{where}.env_from[{index}].{kind}"
+            )
         env_from.append((kind, ref))
     return JobSpec(
         job_id=job.job_id,
@@ -144,7 +154,9 @@ def parse_job(data: Any, *, models: dict[str, str] | None = None) -> JobSpec:
         command=tuple(job.command),
         env=tuple(sorted(job.env.items())),
         timeout_s=job.timeout_s,
-        cpu_milli=_int(resources.get("cpu_milli", DEFAULT_CPU_MILLI), f"{where}.resources.cpu_milli", minimum=1),
+        cpu_milli=_int(
+            resources.get("cpu_milli", DEFAULT_CPU_MILLI), f"{where}.resources.cpu_milli", minimum=1
+        ),
         memory_bytes=_int(
             resources.get("memory_bytes", DEFAULT_MEMORY_BYTES), f"{where}.resources.memory_bytes", minimum=1
         ),

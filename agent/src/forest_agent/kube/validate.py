@@ -66,13 +66,17 @@ def _validator(version: str, kind: str, api_version: str) -> jsonschema.Validato
     (about 40 ms per object); caching the compiled validator makes validation cheap enough to run on
     every object before every apply. Same files, same registry, same Draft 2020-12 validator; a test
     checks both agree."""
-    schema_version = [v for v in kv_utils.all_versions() if kv_utils.major_minor(v) <= kv_utils.major_minor(version)][-1]
+    schema_version = [
+        v for v in kv_utils.all_versions() if kv_utils.major_minor(v) <= kv_utils.major_minor(version)
+    ][-1]
     group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
     directory = f"kubernetes-json-schema/v{schema_version}-local-strict"
     try:
         schema = kv_utils.schema_contents(f"{directory}/{kind.lower()}-{group}.json", version)
     except FileNotFoundError:
-        raise kubernetes_validate.SchemaNotFoundError(version=version, kind=kind, api_version=api_version) from None
+        raise kubernetes_validate.SchemaNotFoundError(
+            version=version, kind=kind, api_version=api_version
+        ) from None
     definitions = kv_utils.schema_contents(f"{directory}/_definitions.json", version)
     registry = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
     return jsonschema.validators.Draft202012Validator(schema, registry=registry)
@@ -142,7 +146,9 @@ def _labels(labels: dict[str, str], path: str) -> Iterable[str]:
 
 
 def _selector_terms(affinity: dict[str, Any], path: str) -> Iterable[str]:
-    required = (affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    required = (affinity.get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     for t, term in enumerate(required.get("nodeSelectorTerms") or []):
         for e, expr in enumerate(term.get("matchExpressions") or []):
             where = f"{path}.nodeSelectorTerms[{t}].matchExpressions[{e}]"
@@ -159,8 +165,11 @@ def _selector_terms(affinity: dict[str, Any], path: str) -> Iterable[str]:
 
 
 def _pod(pod: dict[str, Any], kind: str, path: str) -> Iterable[str]:
-    yield from _enum(pod.get("restartPolicy"), RESTART_POLICIES.get(kind, {"Always", "OnFailure", "Never"}),
-                     f"{path}.restartPolicy")
+    yield from _enum(
+        pod.get("restartPolicy"),
+        RESTART_POLICIES.get(kind, {"Always", "OnFailure", "Never"}),
+        f"{path}.restartPolicy",
+    )
     seccomp = (pod.get("securityContext") or {}).get("seccompProfile") or {}
     yield from _enum(seccomp.get("type"), SECCOMP_TYPES, f"{path}.securityContext.seccompProfile.type")
     runtime_class = pod.get("runtimeClassName")
@@ -179,8 +188,11 @@ def _pod(pod: dict[str, Any], kind: str, path: str) -> Iterable[str]:
         if not names.dns_label(container.get("name", "")):
             yield f"{where}.name: {container.get('name')!r} is not a DNS-1123 label"
         yield from _enum(container.get("imagePullPolicy"), PULL_POLICIES, f"{where}.imagePullPolicy")
-        yield from _enum(container.get("terminationMessagePolicy"), TERMINATION_MESSAGE_POLICIES,
-                         f"{where}.terminationMessagePolicy")
+        yield from _enum(
+            container.get("terminationMessagePolicy"),
+            TERMINATION_MESSAGE_POLICIES,
+            f"{where}.terminationMessagePolicy",
+        )
         if not (container.get("image") or "").strip():
             yield f"{where}.image: must not be blank"
         for e in container.get("env") or []:
@@ -192,7 +204,9 @@ def _pod(pod: dict[str, Any], kind: str, path: str) -> Iterable[str]:
                     yield f"{where}.resources.{section}.{resource}: {amount!r} is not a quantity"
         for p, port in enumerate(container.get("ports") or []):
             yield from _enum(port.get("protocol"), PROTOCOLS, f"{where}.ports[{p}].protocol")
-            if port.get("name") is not None and not (len(port["name"]) <= 15 and IANA_SVC_NAME.match(port["name"])):
+            if port.get("name") is not None and not (
+                len(port["name"]) <= 15 and IANA_SVC_NAME.match(port["name"])
+            ):
                 yield f"{where}.ports[{p}].name: {port['name']!r} is not an IANA service name (≤15)"
         for m in container.get("volumeMounts") or []:
             if m.get("name") not in volumes:
@@ -205,7 +219,9 @@ def semantic_problems(data: dict[str, Any]) -> Iterable[str]:
     spec = data.get("spec") or {}
     template = spec.get("template") or {}
     if template:
-        yield from _labels((template.get("metadata") or {}).get("labels") or {}, "spec.template.metadata.labels")
+        yield from _labels(
+            (template.get("metadata") or {}).get("labels") or {}, "spec.template.metadata.labels"
+        )
         yield from _pod(template.get("spec") or {}, kind, "spec.template.spec")
     if kind == "Deployment":
         yield from _enum((spec.get("strategy") or {}).get("type"), STRATEGIES, "spec.strategy.type")

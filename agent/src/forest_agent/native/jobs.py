@@ -21,10 +21,10 @@ from forest_agent.backoff import Backoff
 from forest_agent.lifecycle import Lifecycle, TransitionEvent
 from forest_agent.native import processes
 from forest_agent.native.devices import nvidia_device_env
-from forest_agent.outputs import MAX_OUTPUTS_BYTES, OUTPUTS_FILE_ENV, needs_outputs_env, parse_outputs
 from forest_agent.native.job_states import ALLOWED, TERMINAL, JobState
 from forest_agent.native.journal import JobJournal, JournalEntry, Outcome
 from forest_agent.oskit import Clock
+from forest_agent.outputs import MAX_OUTPUTS_BYTES, OUTPUTS_FILE_ENV, needs_outputs_env, parse_outputs
 from forest_agent.wire.client import WireClient, WireError
 from forest_agent.wire.messages import Job, MessageInvalid
 
