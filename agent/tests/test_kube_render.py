@@ -235,3 +235,22 @@ def test_the_cached_validator_agrees_with_kubernetes_validate() -> None:
     with pytest.raises(kubernetes_validate.ValidationError) as theirs:
         kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
     assert ours.value.message == theirs.value.message
+
+
+def test_the_render_command_prints_the_golden(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from forest_agent.kube.cli import main
+
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps(CASES["gpu_job_product"][0]))
+    code = main(["render", str(job), "--grove-id", CONFIG.grove_id, "--model", f"gpu-node-1/nvidia={A100}"])
+    assert code == 0
+    assert capsys.readouterr().out == (GOLDENS / "gpu_job_product.yaml").read_text()
+    job.write_text("{not json")
+    assert main(["render", str(job)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("forest-controller: error: agent_misconfigured:")
+    job.write_text(json.dumps(wire_job(image=None)))
+    assert main(["render", str(job)]) == 3
+    assert "payload_invalid" in capsys.readouterr().err
