@@ -364,3 +364,27 @@ def test_heartbeat_reports_nodes_and_gfd_inventory(harness: Harness, fake: FakeK
     assert units["node-1"]["accelerators"] == []
     (item,) = beat["capacity"]["accelerators"]
     assert item["model"] == "NVIDIA-H100-80GB-HBM3" and item["memory_bytes"] == 81559 * 1024**2
+
+
+def test_every_watch_has_a_server_and_a_client_timeout(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server ends each watch after `timeoutSeconds`; the client gives up reading 10 s after that,
+    so a silent connection can never hang a watch thread."""
+    from kubernetes import watch
+
+    seen: list[dict[str, Any]] = []
+    real_stream = watch.Watch.stream
+
+    def recording_stream(self: watch.Watch, func: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(dict(kwargs))
+        return real_stream(self, func, *args, **kwargs)
+
+    monkeypatch.setattr(watch.Watch, "stream", recording_stream)
+    stopped = threading.Event()
+    events = list(
+        harness.cluster().watch(
+            "Job", label_selector="a=b", resource_version="0", timeout_s=1, stopper=stopped.is_set
+        )
+    )
+    assert events == []
+    (kwargs,) = seen
+    assert kwargs["timeout_seconds"] == 1 and kwargs["_request_timeout"] == (5.0, 11)
