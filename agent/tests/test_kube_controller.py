@@ -366,7 +366,9 @@ def test_heartbeat_reports_nodes_and_gfd_inventory(harness: Harness, fake: FakeK
     assert item["model"] == "NVIDIA-H100-80GB-HBM3" and item["memory_bytes"] == 81559 * 1024**2
 
 
-def test_every_watch_has_a_server_and_a_client_timeout(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_watch_has_a_server_and_a_client_timeout(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The server ends each watch after `timeoutSeconds`; the client gives up reading 10 s after that,
     so a silent connection can never hang a watch thread."""
     from kubernetes import watch
