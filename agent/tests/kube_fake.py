@@ -140,6 +140,7 @@ class FakeKube:
         self._rv = itertools.count(1)
         self.rv = 0
         self.event_rvs: list[int] = []
+        self.by_kind: dict[str, dict[tuple[str, str, str], Obj]] = {}  # the same objects, by kind
         self._server: ThreadingHTTPServer | None = None
 
     # -- the store ------------------------------------------------------------------------------
@@ -175,6 +176,7 @@ class FakeKube:
             old = self.objects.get(key)
             obj = self._stamp(kind, copy.deepcopy(obj), old)
             self.objects[key] = obj
+            self.by_kind.setdefault(kind, {})[key] = obj
             self._event(Event(self.rv, "ADDED" if old is None else "MODIFIED", kind, copy.deepcopy(obj)))
             self._control(kind, obj)
             self.changed.notify_all()
@@ -183,6 +185,7 @@ class FakeKube:
     def remove(self, kind: str, namespace: str, name: str) -> Obj | None:
         with self.lock:
             obj = self.objects.pop((kind, namespace, name), None)
+            self.by_kind.get(kind, {}).pop((kind, namespace, name), None)
             if obj is not None:
                 self.rv = next(self._rv)
                 obj["metadata"]["resourceVersion"] = str(self.rv)
@@ -199,8 +202,8 @@ class FakeKube:
         with self.lock:
             return [
                 copy.deepcopy(o)
-                for (k, _, _), o in sorted(self.objects.items())
-                if k == kind and selector_matches(selector, o["metadata"].get("labels") or {})
+                for _, o in sorted(self.by_kind.get(kind, {}).items())
+                if selector_matches(selector, o["metadata"].get("labels") or {})
             ]
 
     def update(self, kind: str, namespace: str, name: str, mutate: Callable[[Obj], None]) -> Obj | None:
@@ -258,9 +261,8 @@ class FakeKube:
     def _pods_of(self, owner_uid: str) -> list[Obj]:
         return [
             o
-            for (k, _, _), o in self.objects.items()
-            if k == "Pod"
-            and any(r.get("uid") == owner_uid for r in o["metadata"].get("ownerReferences") or [])
+            for o in self.by_kind.get("Pod", {}).values()
+            if any(r.get("uid") == owner_uid for r in o["metadata"].get("ownerReferences") or [])
         ]
 
     def _new_pod(self, owner: Obj, extra_labels: dict[str, str]) -> None:
