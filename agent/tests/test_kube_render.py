@@ -210,6 +210,14 @@ def test_gt_needs_exactly_one_integer() -> None:
         validate_object(objects[-1])
 
 
+def test_a_build_job_without_a_command_runs_the_image_entrypoint() -> None:
+    (job,) = render(parse_job(wire_job("k8s.build_job", command=[])), CONFIG)
+    assert "command" not in job["spec"]["template"]["spec"]["containers"][0]
+    validate_all([job])
+    with pytest.raises(MessageInvalid, match="command"):
+        parse_job(wire_job("k8s.job", command=[]))
+
+
 def test_payload_refusals_name_the_field() -> None:
     with pytest.raises(MessageInvalid, match="image"):
         parse_job(wire_job(image=None))

@@ -85,8 +85,9 @@ def _obj(value: Any, where: str) -> dict[str, Any]:
 
 def parse_job(data: Any, *, models: dict[str, str] | None = None) -> JobSpec:
     """Parse a claimed job; `models` maps this Grove's inventory ids to their GFD product."""
-    deployment = isinstance(data, dict) and data.get("change_kind") == DEPLOYMENT_KIND
-    job = Job.parse(data, command_required=not deployment)
+    # A workload or a build_image node may leave the command out: the image's entrypoint runs.
+    entrypoint_ok = isinstance(data, dict) and data.get("change_kind") in (DEPLOYMENT_KIND, "k8s.build_job")
+    job = Job.parse(data, command_required=not entrypoint_ok)
     payload: dict[str, Any] = job.raw["payload"]
     where = "job.payload"
     if job.change_kind not in CHANGE_KINDS:
