@@ -154,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long a pod may stay unschedulable or fail to pull before the job fails",
     )
+    timing.add_argument(
+        "--workers",
+        type=_positive(int),
+        default=4,
+        help="jobs reconciled in parallel (one worker per job at a time; default 4)",
+    )
     timing.add_argument("--backoff-max", type=_positive(float), default=60.0, metavar="SECONDS")
 
     rend = sub.add_parser(
@@ -256,6 +262,7 @@ def cmd_run(args: argparse.Namespace, ring: LogRing) -> int:
             resync_s=args.resync,
             pending_grace_s=max(0.0, args.pending_grace),
             backoff_max_s=max(args.backoff_max, 1.0),
+            workers=args.workers,
         )
         wire = WireClient(identity.host_url, credential=identity.credential, grove_id=identity.grove_id)
         controller = Controller(

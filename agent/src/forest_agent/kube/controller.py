@@ -58,6 +58,7 @@ class ControllerConfig:
     backoff_initial_s: float = 1.0
     backoff_max_s: float = 60.0
     log_tail_lines: int = observe.MAX_LOG_LINES
+    workers: int = 4
 
 
 @dataclass
@@ -110,6 +111,7 @@ class Controller:
         self.tracked: dict[str, Tracked] = {}
         self._lock = threading.Lock()
         self._due: dict[str, float] = {}
+        self._busy: set[str] = set()  # job ids a worker is reconciling: one worker per job at a time
         self._wake = threading.Condition()
         self._applied_once: set[tuple[str, str, str]] = set()
         self.recovered = threading.Event()
@@ -123,18 +125,26 @@ class Controller:
             self._wake.notify_all()
 
     def _next_due(self) -> str | None:
+        """The earliest due job id no other worker holds; marks it held (see `_release`)."""
         with self._wake:
             while not self.stop_event.is_set():
                 now = time.monotonic()
-                if self._due:
-                    job_id, due = min(self._due.items(), key=lambda kv: kv[1])
+                ready = [(due, job_id) for job_id, due in self._due.items() if job_id not in self._busy]
+                if ready:
+                    due, job_id = min(ready)
                     if due <= now:
                         del self._due[job_id]
+                        self._busy.add(job_id)
                         return job_id
                     self._wake.wait(min(due - now, 1.0))
                 else:
                     self._wake.wait(1.0)
         return None
+
+    def _release(self, job_id: str) -> None:
+        with self._wake:
+            self._busy.discard(job_id)
+            self._wake.notify_all()  # it may have been queued again while held
 
     def _worker_loop(self) -> None:
         while not self.stop_event.is_set():
@@ -149,6 +159,8 @@ class Controller:
             except Exception:
                 log.exception("job %s: unexpected error while reconciling", job_id)
                 self.enqueue(job_id, self.config.resync_s)
+            finally:
+                self._release(job_id)
 
     # -- start, claim, reconcile, report ------------------------------------------------------
     def _track(self, tracked: Tracked) -> None:
@@ -194,12 +206,9 @@ class Controller:
             name=owner["metadata"]["name"],
             namespace=owner["metadata"]["namespace"],
         )
-        if spec.change_kind == DEPLOYMENT_KIND:
-            # A Deployment cannot wait suspended: claim first, then apply (see docs/decisions.md).
-            tracked.objects = objects
-        else:
-            for obj in objects:
-                self._apply(obj)
+        # A worker applies them: a Job suspended before its claim, a Deployment (which cannot wait
+        # suspended) after it (docs/decisions.md).
+        tracked.objects = objects
         self._track(tracked)
 
     def _apply(self, obj: dict[str, Any]) -> None:
@@ -229,6 +238,10 @@ class Controller:
 
     def _claim(self, tracked: Tracked) -> bool:
         """True when the job is ours to run now; False when it was dropped or must wait."""
+        if tracked.kind == "Job" and tracked.objects:
+            for obj in tracked.objects:
+                self._apply(obj)  # suspended: the cluster holds the job before Host hands it over
+            tracked.objects = []
         try:
             self.wire.claim(tracked.job_id)
         except WireError as exc:
@@ -539,8 +552,11 @@ class Controller:
         threads = [
             threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True),
             threading.Thread(target=self._recover_then_poll, name="poll", daemon=True),
-            threading.Thread(target=self._worker_loop, name="worker", daemon=True),
             threading.Thread(target=self._resync_loop, name="resync", daemon=True),
+        ]
+        threads += [
+            threading.Thread(target=self._worker_loop, name=f"worker-{n}", daemon=True)
+            for n in range(max(1, self.config.workers))
         ]
         threads += [
             threading.Thread(target=self._watch_loop, args=(kind,), name=f"watch-{kind}", daemon=True)
