@@ -311,9 +311,9 @@ class Controller:
                 tracked.problem_since = now
                 log.warning("job %s: %s: %s", job_id, seen.reason, seen.message)
             if now - tracked.problem_since >= self.config.pending_grace_s:
-                if tracked.kind == "Job":
-                    self.cluster.delete("Job", tracked.name, tracked.namespace)
                 self._decide(tracked, observe.report_body(seen, self._log_tail(pods)))
+                if tracked.kind == "Job":  # a Deployment stays: it is desired state, only its rollout failed
+                    self.cluster.delete("Job", tracked.name, tracked.namespace)
                 self._deliver(tracked)
                 return
             self.enqueue(job_id, max(0.0, tracked.problem_since + self.config.pending_grace_s - now))
