@@ -141,6 +141,7 @@ class FakeKube:
         self.rv = 0
         self.event_rvs: list[int] = []
         self.by_kind: dict[str, dict[tuple[str, str, str], Obj]] = {}  # the same objects, by kind
+        self.by_label: dict[tuple[str, str, str], set[tuple[str, str, str]]] = {}  # (kind, key, value)
         self._server: ThreadingHTTPServer | None = None
 
     # -- the store ------------------------------------------------------------------------------
@@ -175,8 +176,12 @@ class FakeKube:
             key = (kind, "" if kind in CLUSTER_SCOPED else meta.get("namespace", "default"), meta["name"])
             old = self.objects.get(key)
             obj = self._stamp(kind, copy.deepcopy(obj), old)
+            if old is not None:
+                self._unindex(kind, key, old)
             self.objects[key] = obj
             self.by_kind.setdefault(kind, {})[key] = obj
+            for label in (obj["metadata"].get("labels") or {}).items():
+                self.by_label.setdefault((kind, *label), set()).add(key)
             self._event(Event(self.rv, "ADDED" if old is None else "MODIFIED", kind, copy.deepcopy(obj)))
             self._control(kind, obj)
             self.changed.notify_all()
@@ -186,6 +191,8 @@ class FakeKube:
         with self.lock:
             obj = self.objects.pop((kind, namespace, name), None)
             self.by_kind.get(kind, {}).pop((kind, namespace, name), None)
+            if obj is not None:
+                self._unindex(kind, (kind, namespace, name), obj)
             if obj is not None:
                 self.rv = next(self._rv)
                 obj["metadata"]["resourceVersion"] = str(self.rv)
@@ -198,11 +205,22 @@ class FakeKube:
             obj = self.objects.get((kind, "" if kind in CLUSTER_SCOPED else namespace, name))
             return copy.deepcopy(obj) if obj else None
 
+    def _unindex(self, kind: str, key: tuple[str, str, str], obj: Obj) -> None:
+        for label in (obj["metadata"].get("labels") or {}).items():
+            self.by_label.get((kind, *label), set()).discard(key)
+
     def list(self, kind: str, selector: str | None = None) -> list[Obj]:
         with self.lock:
+            candidates = self.by_kind.get(kind, {})
+            first = (selector or "").split(",")[0]
+            if "=" in first and "!=" not in first:
+                # Narrow by the first equality term through the label index, then check them all.
+                label_key, _, value = first.replace("==", "=").partition("=")
+                keys = self.by_label.get((kind, label_key.strip(), value.strip()), set())
+                candidates = {k: candidates[k] for k in keys if k in candidates}
             return [
                 copy.deepcopy(o)
-                for _, o in sorted(self.by_kind.get(kind, {}).items())
+                for _, o in sorted(candidates.items())
                 if selector_matches(selector, o["metadata"].get("labels") or {})
             ]
 

@@ -390,3 +390,21 @@ def test_every_watch_has_a_server_and_a_client_timeout(
     assert events == []
     (kwargs,) = seen
     assert kwargs["timeout_seconds"] == 1 and kwargs["_request_timeout"] == (5.0, 11)
+
+
+def test_the_work_queue_coalesces_and_never_hands_one_job_to_two_workers() -> None:
+    controller = Controller(wire=None, cluster=None, grove_id="g")  # type: ignore[arg-type]
+    controller.enqueue("a")
+    controller.enqueue("b")
+    controller.enqueue("a")  # coalesced with the first
+    assert controller._next_due() == "a"
+    controller.enqueue("a")  # queued again while a worker holds it
+    assert controller._next_due() == "b"
+    controller.enqueue("c", delay_s=3600)
+    taken: list[str | None] = []
+    worker = threading.Thread(target=lambda: taken.append(controller._next_due()))
+    worker.start()
+    controller._release("a")  # only now may "a" go to a worker again
+    worker.join(10)
+    assert taken == ["a"]
+    controller.stop_event.set()

@@ -18,6 +18,7 @@ answers; only then is the object marked reported: Host down and back gets each r
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -111,6 +112,7 @@ class Controller:
         self.tracked: dict[str, Tracked] = {}
         self._lock = threading.Lock()
         self._due: dict[str, float] = {}
+        self._heap: list[tuple[float, str]] = []  # (due, job id); entries not matching _due are stale
         self._busy: set[str] = set()  # job ids a worker is reconciling: one worker per job at a time
         self._wake = threading.Condition()
         self._applied_once: set[tuple[str, str, str]] = set()
@@ -118,27 +120,39 @@ class Controller:
 
     # -- the work queue -----------------------------------------------------------------------
     def enqueue(self, job_id: str, delay_s: float = 0.0) -> None:
+        """Queue a reconcile of `job_id` (coalesced: one entry per id, the earliest due time wins)."""
         with self._wake:
             due = time.monotonic() + delay_s
             if job_id not in self._due or due < self._due[job_id]:
                 self._due[job_id] = due
+                heapq.heappush(self._heap, (due, job_id))
             self._wake.notify_all()
 
     def _next_due(self) -> str | None:
         """The earliest due job id no other worker holds; marks it held (see `_release`)."""
         with self._wake:
             while not self.stop_event.is_set():
+                held: list[tuple[float, str]] = []
+                candidate: tuple[float, str] | None = None
+                while self._heap:
+                    due, job_id = self._heap[0]
+                    if self._due.get(job_id) != due:
+                        heapq.heappop(self._heap)  # superseded by an earlier entry, or already taken
+                    elif job_id in self._busy:
+                        held.append(heapq.heappop(self._heap))  # a worker has it; look past it
+                    else:
+                        candidate = self._heap[0]
+                        break
                 now = time.monotonic()
-                ready = [(due, job_id) for job_id, due in self._due.items() if job_id not in self._busy]
-                if ready:
-                    due, job_id = min(ready)
-                    if due <= now:
-                        del self._due[job_id]
-                        self._busy.add(job_id)
-                        return job_id
-                    self._wake.wait(min(due - now, 1.0))
-                else:
-                    self._wake.wait(1.0)
+                if candidate is not None and candidate[0] <= now:
+                    heapq.heappop(self._heap)
+                    del self._due[candidate[1]]
+                    self._busy.add(candidate[1])
+                for entry in held:
+                    heapq.heappush(self._heap, entry)
+                if candidate is not None and candidate[1] in self._busy:
+                    return candidate[1]
+                self._wake.wait(min(candidate[0] - now, 1.0) if candidate is not None else 1.0)
         return None
 
     def _release(self, job_id: str) -> None:
