@@ -395,16 +395,17 @@ def test_every_watch_has_a_server_and_a_client_timeout(
 def test_the_work_queue_coalesces_and_never_hands_one_job_to_two_workers() -> None:
     controller = Controller(wire=None, cluster=None, grove_id="g")  # type: ignore[arg-type]
     controller.enqueue("a")
-    controller.enqueue("b")
+    controller.enqueue("b", delay_s=0.001)
     controller.enqueue("a")  # coalesced with the first
     assert controller._next_due() == "a"
-    controller.enqueue("a")  # queued again while a worker holds it
     assert controller._next_due() == "b"
-    controller.enqueue("c", delay_s=3600)
+    controller.enqueue("a")  # queued again while a worker still holds it
     taken: list[str | None] = []
     worker = threading.Thread(target=lambda: taken.append(controller._next_due()))
     worker.start()
-    controller._release("a")  # only now may "a" go to a worker again
+    worker.join(1.5)
+    assert worker.is_alive() and taken == []  # "a" is due, but held: nobody else gets it
+    controller._release("a")
     worker.join(10)
     assert taken == ["a"]
     controller.stop_event.set()
