@@ -142,6 +142,7 @@ class FakeKube:
         self.event_rvs: list[int] = []
         self.by_kind: dict[str, dict[tuple[str, str, str], Obj]] = {}  # the same objects, by kind
         self.by_label: dict[tuple[str, str, str], set[tuple[str, str, str]]] = {}  # (kind, key, value)
+        self.pods_by_owner: dict[str, set[tuple[str, str, str]]] = {}  # owner uid -> its objects
         self._server: ThreadingHTTPServer | None = None
 
     # -- the store ------------------------------------------------------------------------------
@@ -182,6 +183,8 @@ class FakeKube:
             self.by_kind.setdefault(kind, {})[key] = obj
             for label in (obj["metadata"].get("labels") or {}).items():
                 self.by_label.setdefault((kind, *label), set()).add(key)
+            for owner in obj["metadata"].get("ownerReferences") or []:
+                self.pods_by_owner.setdefault(owner.get("uid"), set()).add(key)
             self._event(Event(self.rv, "ADDED" if old is None else "MODIFIED", kind, copy.deepcopy(obj)))
             self._control(kind, obj)
             self.changed.notify_all()
@@ -208,6 +211,8 @@ class FakeKube:
     def _unindex(self, kind: str, key: tuple[str, str, str], obj: Obj) -> None:
         for label in (obj["metadata"].get("labels") or {}).items():
             self.by_label.get((kind, *label), set()).discard(key)
+        for owner in obj["metadata"].get("ownerReferences") or []:
+            self.pods_by_owner.get(owner.get("uid"), set()).discard(key)
 
     def list(self, kind: str, selector: str | None = None) -> list[Obj]:
         with self.lock:
@@ -277,11 +282,8 @@ class FakeKube:
             self._deployment_controller(obj)
 
     def _pods_of(self, owner_uid: str) -> list[Obj]:
-        return [
-            o
-            for o in self.by_kind.get("Pod", {}).values()
-            if any(r.get("uid") == owner_uid for r in o["metadata"].get("ownerReferences") or [])
-        ]
+        pods = self.by_kind.get("Pod", {})
+        return [pods[key] for key in self.pods_by_owner.get(owner_uid, set()) if key in pods]
 
     def _new_pod(self, owner: Obj, extra_labels: dict[str, str]) -> None:
         meta = owner["metadata"]
@@ -355,10 +357,8 @@ class FakeKube:
                 )
             elif phase == "Failed":
                 reason = (
-                    (pod["status"].get("reason") == "DeadlineExceeded"
-                    and "DeadlineExceeded")
-                    or "BackoffLimitExceeded"
-                )
+                    pod["status"].get("reason") == "DeadlineExceeded" and "DeadlineExceeded"
+                ) or "BackoffLimitExceeded"
                 conditions = [
                     {"type": "FailureTarget", "status": "True", "reason": reason},
                     {
@@ -799,11 +799,20 @@ class Kubelet:
         self._stop.set()
 
     def _loop(self) -> None:
+        cursor: int | None = None  # the first pass looks at every Pod, later ones only at new ones
         while not self._stop.is_set():
             with self.fake.changed:
+                if cursor is None:
+                    candidates = self.fake.list("Pod")
+                else:
+                    added = [
+                        e.obj["metadata"] for e in self.fake.events_after(cursor, "Pod") if e.type == "ADDED"
+                    ]
+                    candidates = [p for m in added if (p := self.fake.get("Pod", m["namespace"], m["name"]))]
+                cursor = self.fake.rv
                 fresh = [
                     p
-                    for p in self.fake.list("Pod")
+                    for p in candidates
                     if p["metadata"]["uid"] not in self._started and p["status"].get("phase") == "Pending"
                 ]
                 if not fresh:
