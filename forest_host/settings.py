@@ -44,12 +44,15 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.humanize",
     "django_prometheus",
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_filters",
     "django_htmx",
+    "django_tables2",
     "apps.core",
     "apps.flags",
     "apps.groves",
@@ -68,6 +71,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "apps.core.middleware.ApiErrorShapeMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -171,6 +175,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "COMPONENT_SPLIT_REQUEST": True,
+    # Served from drf-spectacular-sidecar's static files: the docs work with no internet access.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Celery -------------------------------------------------------------------------------------
@@ -220,6 +228,9 @@ FOREST_PUBLIC_URL = os.environ.get("FOREST_PUBLIC_URL", "http://127.0.0.1:8000")
 FOREST_CAS_ROOT = Path(os.environ.get("FOREST_CAS_ROOT", VAR_DIR / "cas"))
 FOREST_MAX_BLOB_BYTES = int(os.environ.get("FOREST_MAX_BLOB_BYTES", str(4 * 1024**3)))
 PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS = env_list("PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS")
+# /metrics answers a staff session, or a scraper sending "Authorization: Bearer <this token>"; unset = staff only.
+FOREST_METRICS_TOKEN = os.environ.get("FOREST_METRICS_TOKEN", "")
+DJANGO_TABLES2_TEMPLATE = "staff/_table.html"
 
 # --- logging: structlog renders JSON in production, console lines in DEBUG --------------------
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")

@@ -5,11 +5,12 @@ from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, status
-from rest_framework.permissions import AllowAny, IsAuthenticated
+from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core.errors import Forbidden
+from apps.core.permissions import IsStaff
 from apps.groves import services
 from apps.groves.api import serializers as s
 from apps.groves.api.authentication import GroveCredentialAuthentication, IsOwnGrove, bearer_credential
@@ -63,7 +64,7 @@ class HeartbeatView(APIView):
 
 class GroveListView(generics.ListAPIView):
     serializer_class = s.GroveSerializer
-    permission_classes = [IsAuthenticated]
+    permission_classes = [IsStaff]
     filterset_class = GroveFilterSet
 
     def get_queryset(self):
@@ -76,7 +77,7 @@ class GroveListView(generics.ListAPIView):
 
 class GroveDetailView(generics.RetrieveAPIView):
     serializer_class = s.GroveDetailSerializer
-    permission_classes = [IsAuthenticated]
+    permission_classes = [IsStaff]
     lookup_url_kwarg = "grove_id"
 
     def get_queryset(self):

@@ -1,0 +1,39 @@
+"""Filter parts shared by every app's filtersets (API and staff pages use the same ones).
+
+django-filter's ``BooleanFilter`` reads an unrecognised value ("bogus") as "no filter" and offers
+"Unknown" as its empty choice; ``YesNoFilter`` refuses the value with a visible error instead, and
+offers "any / yes / no".
+"""
+from __future__ import annotations
+
+import django_filters
+from django import forms
+from django.core.exceptions import ValidationError
+
+TRUE = {"true", "1", "yes", "on"}
+FALSE = {"false", "0", "no", "off"}
+YES_NO_CHOICES = [("", "any"), ("true", "yes"), ("false", "no")]
+
+
+class YesNoField(forms.Field):
+    widget = forms.Select(choices=YES_NO_CHOICES)
+
+    def to_python(self, value):
+        if value in (None, ""):
+            return None
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in TRUE:
+            return True
+        if text in FALSE:
+            return False
+        raise ValidationError(f"'{value}' is not a yes/no value: use true or false.", code="invalid_choice")
+
+    def validate(self, value):
+        if value is None and self.required:
+            raise ValidationError(self.error_messages["required"], code="required")
+
+
+class YesNoFilter(django_filters.BooleanFilter):
+    field_class = YesNoField
