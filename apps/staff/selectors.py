@@ -283,7 +283,8 @@ def refusal_report(*, since: datetime, until: datetime, limit: int = 20) -> Refu
     per_day = dict(window.annotate(day=TruncDay("created_at")).values("day").annotate(n=Count("id"))
                    .values_list("day", "n"))
     counts = {(d.date() if isinstance(d, datetime) else d): n for d, n in per_day.items()}
-    days = (until.date() - since.date()).days + 1
+    last_day = (until - timedelta(microseconds=1)).date()  # ``until`` is exclusive
+    days = (last_day - since.date()).days + 1
     trend = [(since.date() + timedelta(days=i), counts.get(since.date() + timedelta(days=i), 0))
              for i in range(max(1, days))]
     nodes = list(PipelineNode.objects.filter(status=NodeStatus.FAILED, reason__in=NODE_REFUSAL_REASONS,

@@ -39,7 +39,6 @@ class GroveTable(tables.Table):
         model = Grove
         fields = ("slug", "substrate", "roles", "platforms", "change_kinds")
         attrs = {"id": "groves-table"}
-        order_by = ("slug",)
         empty_text = "No Grove matches these filters."
 
     def render_roles(self, value):

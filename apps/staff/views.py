@@ -80,7 +80,8 @@ def _table_page(request: HttpRequest, *, queryset, filterset_class, table_class,
     else:
         rows = filterset.qs
     if request.GET.get("_export") == "csv" and status == 200:
-        return _csv(table_class(rows[:EXPORT_MAX_ROWS]), export_name, describe)
+        ordered = table_class(rows, order_by=request.GET.get("sort") or None).data.data
+        return _csv(table_class(list(ordered[:EXPORT_MAX_ROWS])), export_name, describe)
     table = table_class(rows)
     # LazyPaginator: no COUNT(*) over a million rows; "next" is known by reading one row more.
     RequestConfig(request, paginate={"per_page": _per_page(request), "paginator_class": LazyPaginator}).configure(table)
@@ -240,7 +241,7 @@ def refusal_report_view(request: HttpRequest) -> HttpResponse:
     report = selectors.refusal_report(since=since, until=until)
     listing = selectors.refused_placements().filter(created_at__gte=since, created_at__lt=until)
     if request.GET.get("_export") == "csv":
-        return _csv(PlacementTable(listing[:EXPORT_MAX_ROWS]), "refusals", _describe_placements)
+        return _csv(PlacementTable(list(listing[:EXPORT_MAX_ROWS])), "refusals", _describe_placements)
     table = PlacementTable(listing, orderable=False)
     RequestConfig(request, paginate={"per_page": _per_page(request), "paginator_class": LazyPaginator}).configure(table)
     _describe_placements(table, [row.record for row in table.page.object_list])

@@ -121,7 +121,8 @@ def test_admin_lists_default_and_effective_and_toggles_with_audit(client, django
     page = client.get("/admin/flags/flag/")
     assert page.status_code == 200
     assert b"effective (global)" in page.content.lower() and b"host.deploy.forest_compatibility" in page.content
-    response = client.post("/admin/flags/flag/", {"action": "turn_on", "_selected_action": [COMPAT]})
+    response = client.post("/admin/flags/flag/", {"action": "turn_on", "_selected_action": [COMPAT],
+                                                  "reason": "pilot agreed in the admin review"})
     assert response.status_code == 302
     assert is_enabled(COMPAT) is True
     audit = FlagAudit.objects.get()
