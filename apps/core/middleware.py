@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import uuid
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import Resolver404, resolve
 
@@ -59,11 +61,26 @@ def error_body(request: HttpRequest, status: int) -> dict:
 
 
 class ApiErrorShapeMiddleware:
+    """Sync and async capable: under ASGI the long-poll must not be pushed into a thread by us."""
+
+    sync_capable = True
+    async_capable = True
+
     def __init__(self, get_response):
         self.get_response = get_response
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        response = self.get_response(request)
+    def __call__(self, request: HttpRequest):
+        if self.async_mode:
+            return self._acall(request)
+        return self._shape(request, self.get_response(request))
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        return self._shape(request, await self.get_response(request))
+
+    def _shape(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
         if not request.path.startswith(API_PREFIX) or response.status_code < 400:
             return response
         if response.get("Content-Type", "").startswith("application/json") and _is_shaped(response):

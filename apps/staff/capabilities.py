@@ -57,7 +57,8 @@ CAPABILITIES: tuple[Capability, ...] = (
                "tests/flags, tests/e2e/test_admin_browser.py (Chromium)"),
     Capability("Infrastructure plans and apply policy (OpenTofu modules)", TESTED,
                "tests/infra (real HCL parser and engine)"),
-    Capability("Metrics on /metrics and structured logs", TESTED, "tests/staff/test_metrics.py"),
+    Capability("Metrics on /metrics and structured logs", TESTED,
+               "tests/staff/test_metrics.py, tests/core/test_api_errors.py"),
     Capability("Kubernetes Groves driven by forest-controller", HARDWARE,
                "a real Kubernetes cluster; no forest-controller is in this repository yet, so Kubernetes "
                "Groves are enrolled records whose jobs nothing here executes"),
