@@ -10,7 +10,6 @@ import json
 import uuid
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
-
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import Resolver404, resolve
 
