@@ -41,3 +41,14 @@ def compute_job_view(job: ComputeJob) -> dict:
                    "reason": n.reason, "log_tail": n.current_job.log_tail[-20:] if n.current_job_id else []}
                   for n in nodes],
     }
+
+
+def compute_job_logs(job: ComputeJob) -> list[dict]:
+    """Every Grove job of the compute job's run, step by step and attempt by attempt, with the full log
+    tail its Grove reported (``GET compute/jobs/{id}/logs``, ``forest compute logs``)."""
+    return [
+        {"step": grove_job.node.node_id, "job_id": str(grove_job.id), "attempt": grove_job.attempt,
+         "grove": grove_job.grove.slug, "status": grove_job.status, "exit_code": grove_job.exit_code,
+         "log_tail": list(grove_job.log_tail or [])}
+        for grove_job in job.run.jobs.select_related("node", "grove").order_by("node__position", "attempt")
+    ]

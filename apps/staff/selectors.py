@@ -247,18 +247,6 @@ def run_detail(*, run_id) -> tuple[PipelineRun, list[PipelineNode], dict[str, Ex
     return run, nodes, placements
 
 
-def run_job_logs(*, run_id) -> list[dict]:
-    """Every Grove job of a run with its reported log tail, in node order (``forest compute logs``)."""
-    run = PipelineRun.objects.filter(pk=run_id).first()
-    if run is None:
-        return []
-    return [
-        {"node": job.node.node_id, "job_id": str(job.id), "attempt": job.attempt, "grove": job.grove.slug,
-         "status": job.status, "exit_code": job.exit_code, "log_tail": list(job.log_tail or [])}
-        for job in run.jobs.select_related("node", "grove").order_by("node__position", "attempt")
-    ]
-
-
 # --- the "would have refused" report ----------------------------------------------------------------
 
 @dataclass

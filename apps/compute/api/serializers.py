@@ -41,3 +41,13 @@ class ComputeJobSerializer(serializers.Serializer):
     reason = serializers.CharField()
     created_at = serializers.DateTimeField()
     steps = StepSerializer(many=True)
+
+
+class ComputeJobLogSerializer(serializers.Serializer):
+    step = serializers.CharField()
+    job_id = serializers.UUIDField()
+    attempt = serializers.IntegerField()
+    grove = serializers.CharField()
+    status = serializers.CharField()
+    exit_code = serializers.IntegerField(allow_null=True)
+    log_tail = serializers.ListField(child=serializers.CharField())

@@ -50,3 +50,13 @@ class ComputeJobCancelView(APIView):
         selectors.compute_enabled_or_refuse()
         job = services.compute_job_cancel(job=selectors.compute_job_get(job_id=job_id))
         return Response(selectors.compute_job_view(job))
+
+
+class ComputeJobLogsView(APIView):
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(responses={200: s.ComputeJobLogSerializer(many=True), **ERRORS}, tags=["compute"],
+                   summary="The output (log tail) of every Grove job of a compute job, step by step")
+    def get(self, request, job_id):
+        selectors.compute_enabled_or_refuse()
+        return Response(selectors.compute_job_logs(selectors.compute_job_get(job_id=job_id)))
