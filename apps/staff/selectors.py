@@ -228,12 +228,18 @@ def refused_placements() -> QuerySet[ExecutionPlacement]:
 # --- runs -------------------------------------------------------------------------------------------
 
 def run_rows() -> QuerySet[PipelineRun]:
-    """Runs newest first with their node counts by state (one grouped subquery, not one per row)."""
-    return PipelineRun.objects.annotate(
-        nodes_total=Count("nodes"),
-        nodes_failed=Count("nodes", filter=Q(nodes__status__in=[NodeStatus.FAILED, NodeStatus.TIMED_OUT])),
-        nodes_done=Count("nodes", filter=Q(nodes__status=NodeStatus.SUCCEEDED)),
-    ).only("id", "kind", "status", "environment", "team", "reason", "created_at", "finished_at").order_by("-created_at")
+    return PipelineRun.objects.only("id", "kind", "status", "environment", "team", "reason", "created_at",
+                                    "finished_at").order_by("-created_at")
+
+
+def run_node_counts(run_ids) -> dict:
+    """run id → {"total", "done", "failed"} for one page of runs, in one grouped query. Counting per page
+    (not as an annotation on the list) keeps the list an index scan: an aggregate over every run's nodes
+    would have to finish before the LIMIT could apply."""
+    rows = (PipelineNode.objects.filter(run_id__in=list(run_ids)).values("run_id").annotate(
+        total=Count("id"), done=Count("id", filter=Q(status=NodeStatus.SUCCEEDED)),
+        failed=Count("id", filter=Q(status__in=[NodeStatus.FAILED, NodeStatus.TIMED_OUT]))))
+    return {row["run_id"]: row for row in rows}
 
 
 def run_detail(*, run_id) -> tuple[PipelineRun, list[PipelineNode], dict[str, ExecutionPlacement]] | None:

@@ -86,11 +86,11 @@ class GroveTable(tables.Table):
 class PlacementTable(tables.Table):
     """Placements; ``subjects`` (from ``selectors.subjects_describe``) names the job behind each row."""
 
-    subject = tables.Column(verbose_name="Subject", empty_values=(), order_by=("subject_type", "subject_id"))
+    subject = tables.Column(verbose_name="Subject", empty_values=(), orderable=False)
     status = tables.Column(verbose_name="Status", empty_values=(), orderable=False)
     grove_slug = tables.Column(verbose_name="Grove")
     selected_platform = tables.Column(verbose_name="Platform")
-    chooser = tables.Column()
+    chooser = tables.Column(orderable=False)
     verdict = tables.Column(verbose_name="Verdict", empty_values=(), order_by=("would_refuse",))
     team = tables.Column()
     created_at = tables.Column(verbose_name="When")
@@ -165,7 +165,7 @@ class RunTable(tables.Table):
     status = tables.Column()
     nodes = tables.Column(verbose_name="Nodes (done / failed / all)", empty_values=(), orderable=False)
     environment = tables.Column()
-    team = tables.Column()
+    team = tables.Column(orderable=False)
     reason = tables.Column(orderable=False)
     created_at = tables.Column(verbose_name="Started")
     finished_at = tables.Column(verbose_name="Finished", orderable=False)
@@ -176,6 +176,13 @@ class RunTable(tables.Table):
         attrs = {"id": "runs-table"}
         empty_text = "No run matches these filters."
 
+    def __init__(self, *args, counts=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.counts = counts if counts is not None else {}
+
+    def _counts(self, record) -> dict:
+        return self.counts.get(record.pk) or {"total": 0, "done": 0, "failed": 0}
+
     def render_id(self, value):
         return str(value)[:8]
 
@@ -184,10 +191,12 @@ class RunTable(tables.Table):
         return _badge(value, kind)
 
     def render_nodes(self, record):
-        return f"{record.nodes_done} / {record.nodes_failed} / {record.nodes_total}"
+        counts = self._counts(record)
+        return f"{counts['done']} / {counts['failed']} / {counts['total']}"
 
     def value_nodes(self, record):
-        return f"{record.nodes_done}/{record.nodes_failed}/{record.nodes_total}"
+        counts = self._counts(record)
+        return f"{counts['done']}/{counts['failed']}/{counts['total']}"
 
     def render_created_at(self, value):
         return format_html('<time datetime="{}">{}</time>', value.isoformat(), formatting.age(value))

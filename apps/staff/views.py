@@ -111,6 +111,10 @@ def _describe_placements(table, records) -> None:
     table.subjects = selectors.subjects_describe(records)
 
 
+def _describe_runs(table, records) -> None:
+    table.counts = selectors.run_node_counts(record.pk for record in records)
+
+
 # --- Groves ---------------------------------------------------------------------------------------
 
 @observability_page
@@ -169,7 +173,7 @@ def placement_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
 @observability_page
 def run_list_view(request: HttpRequest) -> HttpResponse:
     return _table_page(request, queryset=selectors.run_rows(), filterset_class=RunFilterSet, table_class=RunTable,
-                       template="staff/runs.html", export_name="runs")
+                       template="staff/runs.html", describe=_describe_runs, export_name="runs")
 
 
 @observability_page

@@ -135,7 +135,7 @@ def test_runs_list_filters_and_detail_shows_nodes(staff_browser, observability_o
     run = dispatched_run()
     with django_assert_max_num_queries(6):
         listing = staff_browser.get("/staff/runs/?kind=compute&status=running", HTTP_HX_REQUEST="true")
-    assert str(run.id)[:8].encode() in listing.content
+    assert str(run.id)[:8].encode() in listing.content and b"0 / 0 / 2" in listing.content
     assert str(run.id)[:8].encode() not in staff_browser.get("/staff/runs/?kind=build", HTTP_HX_REQUEST="true").content
     assert staff_browser.get("/staff/runs/?status=bogus").status_code == 400
     detail = staff_browser.get(f"/staff/runs/{run.id}/").content.decode()
