@@ -137,7 +137,7 @@ def seed(*, groves: int, placements: int, runs: int) -> float:
 
 def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def timed(fn, repeat: int) -> tuple[float, float]:

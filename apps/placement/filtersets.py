@@ -9,7 +9,7 @@ from apps.placement.models import ExecutionPlacement
 
 
 class ExecutionPlacementFilterSet(django_filters.FilterSet):
-    grove = django_filters.UUIDFilter(field_name="grove_id")
+    grove = django_filters.UUIDFilter(field_name="grove_id", label="Grove id")
     grove_slug = django_filters.CharFilter(label="Grove")
     subject_type = django_filters.ChoiceFilter(choices=SubjectType.choices, empty_label="any")
     subject_id = django_filters.CharFilter()

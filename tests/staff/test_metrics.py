@@ -39,3 +39,17 @@ def test_forest_metrics_describe_groves_placements_queue_and_outbox(staff_browse
     assert _value(text, "forest_outbox_backlog") == 0
     assert "forest_resume_lag_seconds" in text and "forest_placement_incompatibilities_recent{code=" in text
     assert "django_http_requests" in text  # django-prometheus's process metrics are still there
+
+
+def test_the_grafana_dashboard_queries_only_metrics_we_serve(staff_browser):
+    import json
+    import re
+    from pathlib import Path
+
+    from django.conf import settings
+
+    dashboard = json.loads((Path(settings.BASE_DIR) / "docs/grafana-dashboard.json").read_text())
+    served = staff_browser.get("/metrics").content.decode()
+    for panel in dashboard["panels"]:
+        for name in re.findall(r"\b(forest_[a-z_]+)", panel["targets"][0]["expr"]):
+            assert f"# TYPE {name} " in served, name
