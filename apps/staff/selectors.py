@@ -33,7 +33,10 @@ NODE_REFUSAL_REASONS = (
     "accelerator_budget_exhausted", "accelerator_concurrency_exceeded", "accelerator_not_entitled",
 )
 LIVE_JOBS = (JobStatus.ASSIGNED, JobStatus.CLAIMED, JobStatus.RUNNING)
-REFUSED = Q(would_refuse=True) | Q(enforced=True, decision__incompatibilities__0__isnull=False)
+# Refused or would-refuse. Its SQL is the predicate of the partial index in staff migration 0002 (keep
+# them in step: PostgreSQL uses that index only when the query implies its predicate).
+REFUSED = Q(would_refuse=True) | Q(decision__incompatibilities__0__isnull=False, enforced=True)
+REFUSED_SQL = "(p.would_refuse OR ((p.decision #> '{incompatibilities,0}') IS NOT NULL AND p.enforced))"
 
 
 # --- Groves -------------------------------------------------------------------------------------
@@ -294,11 +297,13 @@ def _codes(since: datetime, until: datetime, limit: int) -> list[tuple[str, int]
     if connection.vendor == "postgresql":
         elements = "jsonb_array_elements(p.decision -> 'incompatibilities') AS e"
         code = "e ->> 'code'"
+        refused = REFUSED_SQL
     else:
         elements = "json_each(p.decision, '$.incompatibilities') AS e"
         code = "json_extract(e.value, '$.code')"
+        refused = "(p.would_refuse OR p.enforced)"  # rows without incompatibilities add no element anyway
     sql = (f"SELECT {code} AS code, COUNT(*) AS n FROM {table} p, {elements} "
-           "WHERE (p.would_refuse OR p.enforced) AND p.created_at >= %s AND p.created_at < %s "
+           f"WHERE {refused} AND p.created_at >= %s AND p.created_at < %s "
            f"GROUP BY {code} ORDER BY n DESC, code LIMIT %s")
     with connection.cursor() as cursor:
         cursor.execute(sql, [since, until, limit])
