@@ -10,10 +10,10 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from apps.core import formatting
 from apps.groves.models import Grove
 from apps.pipelines.models import PipelineRun
 from apps.placement.models import ExecutionPlacement
-from apps.staff import formatting
 
 
 def _badge(text: str, kind: str = "") -> str:

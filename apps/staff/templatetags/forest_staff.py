@@ -6,7 +6,7 @@ import json
 from django import template
 from django.utils import timezone
 
-from apps.staff import formatting
+from apps.core import formatting
 
 register = template.Library()
 
@@ -55,3 +55,8 @@ def query_with(context, **changes) -> str:
         if value not in (None, ""):
             query[key] = value
     return query.urlencode()
+
+
+@register.simple_tag
+def device_name(vendor, model) -> str:
+    return formatting.device_name(vendor or "", model or "")

@@ -1,5 +1,5 @@
-"""The one formatter for sizes, CPU, ages and accelerator summaries on every staff surface (pages, CSV
-stays raw). Pure: takes plain values or model-like objects with the named attributes."""
+"""The one formatter for sizes, CPU, ages and accelerator summaries on every human-facing surface (staff pages,
+Django admin; CSV and the API stay raw). Pure: takes plain values or model-like objects with the named attributes."""
 from __future__ import annotations
 
 from collections import defaultdict
