@@ -79,17 +79,28 @@ def _table_page(request: HttpRequest, *, queryset, filterset_class, table_class,
         rows = queryset.none()
     else:
         rows = filterset.qs
+    exclude = _excluded_columns(request, table_class)
     if request.GET.get("_export") == "csv" and status == 200:
         ordered = table_class(rows, order_by=request.GET.get("sort") or None).data.data
-        return _csv(table_class(list(ordered[:EXPORT_MAX_ROWS])), export_name, describe)
-    table = table_class(rows)
+        return _csv(table_class(list(ordered[:EXPORT_MAX_ROWS]), exclude=exclude), export_name, describe)
+    table = table_class(rows, exclude=exclude)
     # LazyPaginator: no COUNT(*) over a million rows; "next" is known by reading one row more.
     RequestConfig(request, paginate={"per_page": _per_page(request), "paginator_class": LazyPaginator}).configure(table)
     if describe is not None:
         describe(table, [row.record for row in table.page.object_list])
     context = {"filter": filterset, "table": table, "per_page_choices": PER_PAGE_CHOICES,
-               "per_page": _per_page(request), **(extra or {})}
+               "per_page": _per_page(request), "column_choices": [
+                   (name, column.verbose_name or name, name not in exclude)
+                   for name, column in table_class.base_columns.items()], **(extra or {})}
     return render(request, "staff/_results.html" if request.htmx else template, context, status=status)
+
+
+def _excluded_columns(request: HttpRequest, table_class) -> list[str]:
+    """Column choice: ``?col=a&col=b`` shows only those (unknown names are ignored); none given: all."""
+    chosen = [name for name in request.GET.getlist("col") if name in table_class.base_columns]
+    if not chosen:
+        return []
+    return [name for name in table_class.base_columns if name not in chosen]
 
 
 def _csv(table, name: str, describe=None) -> StreamingHttpResponse:

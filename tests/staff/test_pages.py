@@ -45,6 +45,14 @@ def test_groves_are_sortable_paged_and_exported(staff_browser, observability_on,
     assert "2x NVIDIA H100 80GB HBM3 (cuda) · 80 GiB dedicated · exclusive · 2/2 slots free" in rows[1]
 
 
+def test_column_choice_on_the_page_and_in_csv(staff_browser, observability_on, estate):
+    page = staff_browser.get("/staff/groves/?col=slug&col=substrate&col=nonsense", HTTP_HX_REQUEST="true")
+    assert b"Substrate" in page.content and b"Platforms" not in page.content and b"k8s-compute" in page.content
+    export = staff_browser.get("/staff/groves/?col=slug&col=substrate&_export=csv")
+    rows = list(csv.reader(io.StringIO(b"".join(export.streaming_content).decode())))
+    assert rows[0] == ["Grove", "Substrate"]
+
+
 @pytest.mark.parametrize("query", ["substrate=bogus", "stale=perhaps", "role=wizard"])
 def test_an_invalid_filter_value_is_an_error_not_an_unfiltered_list(staff_browser, observability_on, estate, query):
     response = staff_browser.get(f"/staff/groves/?{query}")
