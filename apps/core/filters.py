@@ -6,9 +6,12 @@ offers "any / yes / no".
 """
 from __future__ import annotations
 
+from datetime import UTC
+
 import django_filters
 from django import forms
 from django.core.exceptions import ValidationError
+from django_filters.fields import IsoDateTimeField
 
 TRUE = {"true", "1", "yes", "on"}
 FALSE = {"false", "0", "no", "off"}
@@ -37,3 +40,20 @@ class YesNoField(forms.Field):
 
 class YesNoFilter(django_filters.BooleanFilter):
     field_class = YesNoField
+
+
+class UtcIsoDateTimeField(IsoDateTimeField):
+    """An ISO 8601 moment normalised to UTC: PostgreSQL refuses offsets beyond ±15:59, which Python allows."""
+
+    def to_python(self, value):
+        moment = super().to_python(value)
+        if moment is None:
+            return None
+        try:
+            return moment.astimezone(UTC)
+        except OverflowError:
+            raise ValidationError(f"'{value}' is out of range.", code="invalid") from None
+
+
+class UtcIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UtcIsoDateTimeField

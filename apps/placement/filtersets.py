@@ -3,7 +3,7 @@ import django_filters
 from django.db import connection
 from django.db.models import Q
 
-from apps.core.filters import YesNoFilter
+from apps.core.filters import UtcIsoDateTimeFilter, YesNoFilter
 from apps.placement.choices import Chooser, SubjectType
 from apps.placement.models import ExecutionPlacement
 
@@ -19,8 +19,8 @@ class ExecutionPlacementFilterSet(django_filters.FilterSet):
     chooser = django_filters.ChoiceFilter(choices=Chooser.choices, empty_label="any")
     code = django_filters.CharFilter(method="filter_code", label="Code")
     team = django_filters.CharFilter()
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte", label="Since")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt", label="Before")
+    created_after = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte", label="Since")
+    created_before = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt", label="Before")
 
     class Meta:
         model = ExecutionPlacement

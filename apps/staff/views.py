@@ -242,8 +242,11 @@ def _window(request: HttpRequest) -> tuple[datetime, datetime, list[str]]:
     elif (until_day - since_day).days > REPORT_MAX_DAYS:
         errors.append(f"The window is at most {REPORT_MAX_DAYS} days.")
     tz = timezone.get_current_timezone()
-    since = timezone.make_aware(datetime.combine(since_day, time.min), tz)
-    until = timezone.make_aware(datetime.combine(until_day + timedelta(days=1), time.min), tz)
+    try:
+        since = timezone.make_aware(datetime.combine(since_day, time.min), tz)
+        until = timezone.make_aware(datetime.combine(until_day + timedelta(days=1), time.min), tz)
+    except OverflowError:
+        return timezone.now(), timezone.now(), [*errors, "The window is out of range."]
     return since, until, errors
 
 

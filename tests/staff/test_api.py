@@ -52,6 +52,10 @@ def test_staff_placements_describe_subjects_and_list_refusals(staff_client, obse
     code = refused["results"][0]["decision"]["incompatibilities"][0]["code"]
     assert staff_client.get(f"{V1}/staff/placements", {"code": code}).json()["count"] == 1
     assert staff_client.get(f"{V1}/staff/placements", {"would_refuse": "maybe"}).json()["code"] == "invalid_choice"
+    # Offsets PostgreSQL cannot store (beyond ±15:59) are compared in UTC, not sent to the database.
+    late = staff_client.get(f"{V1}/staff/placements", {"created_before": "2000-01-01T00:00:00-22:58"})
+    assert late.status_code == 200 and late.json()["count"] == 0
+    assert staff_client.get(f"{V1}/staff/refusals", {"since": "2000-01-01T00:00:00+23:00"}).status_code == 200
 
 
 def test_refusal_report_over_a_relative_window(staff_client, observability_on, dispatched_run):

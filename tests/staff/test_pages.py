@@ -181,6 +181,7 @@ def test_refusal_report_counts_trend_and_csv(staff_browser, observability_on, di
     assert len(rows) == 3 and all("would_refuse" in " ".join(row) for row in rows[1:])
     assert staff_browser.get("/staff/refusals/?since=last-week").status_code == 400
     assert staff_browser.get("/staff/refusals/?since=2030-01-02&until=2030-01-01").status_code == 400
+    assert staff_browser.get("/staff/refusals/?since=9999-12-30&until=9999-12-31").status_code == 400
     empty = staff_browser.get("/staff/refusals/?since=2001-01-01&until=2001-01-03").content.decode()
     assert '<strong id="refusal-total">0</strong>' in empty
 

@@ -6,7 +6,7 @@ the pages' filtersets, so a filter means the same thing on every surface.
 """
 from __future__ import annotations
 
-from datetime import datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -110,20 +110,25 @@ class StaffInventoryView(StaffAPIView):
 
 
 def parse_since(value: str | None, *, field: str, default: datetime) -> datetime:
-    """A moment from ``2026-01-31``, an ISO timestamp, or a relative ``7d`` / ``12h`` / ``30m``."""
+    """A moment (in UTC) from ``2026-01-31``, an ISO timestamp, or a relative ``7d`` / ``12h`` / ``30m``."""
     if not value:
         return default
     text = value.strip()
     units = {"d": "days", "h": "hours", "m": "minutes"}
-    if text[:-1].isdigit() and text[-1:] in units:
-        return timezone.now() - timedelta(**{units[text[-1]]: int(text[:-1])})
-    moment = parse_datetime(text)
-    if moment is None and (day := parse_date(text)) is not None:
-        moment = datetime.combine(day, time.min)
-    if moment is None:
-        raise ValidationFailed("invalid_value", f"'{value}' is not a date, a timestamp or a duration like 7d.",
+    invalid = ValidationFailed("invalid_value", f"'{value}' is not a date, a timestamp or a duration like 7d.",
                                field=field)
-    return timezone.make_aware(moment) if timezone.is_naive(moment) else moment
+    try:
+        if text[:-1].isdigit() and text[-1:] in units:
+            return timezone.now() - timedelta(**{units[text[-1]]: int(text[:-1])})
+        moment = parse_datetime(text)
+        if moment is None and (day := parse_date(text)) is not None:
+            moment = datetime.combine(day, time.min)
+        if moment is None:
+            raise invalid
+        # PostgreSQL refuses offsets beyond ±15:59, which Python accepts: compare in UTC.
+        return (timezone.make_aware(moment, UTC) if timezone.is_naive(moment) else moment).astimezone(UTC)
+    except (ValueError, OverflowError):
+        raise invalid from None
 
 
 class StaffRefusalReportView(StaffAPIView):
