@@ -1,7 +1,10 @@
 """The staff read API: staff + flag gates in the error shape, the pages' filtersets, refused listing."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from apps.placement.models import ExecutionPlacement
 
@@ -55,7 +58,8 @@ def test_staff_placements_describe_subjects_and_list_refusals(staff_client, obse
     # Offsets PostgreSQL cannot store (beyond ±15:59) are compared in UTC, not sent to the database.
     late = staff_client.get(f"{V1}/staff/placements", {"created_before": "2000-01-01T00:00:00-22:58"})
     assert late.status_code == 200 and late.json()["count"] == 0
-    assert staff_client.get(f"{V1}/staff/refusals", {"since": "2000-01-01T00:00:00+23:00"}).status_code == 200
+    since = (timezone.now() - timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%S+23:00")
+    assert staff_client.get(f"{V1}/staff/refusals", {"since": since}).status_code == 200
 
 
 def test_refusal_report_over_a_relative_window(staff_client, observability_on, dispatched_run):
