@@ -19,7 +19,7 @@ from apps.groves.models import Grove
 from apps.pipelines.choices import NodeStatus
 from apps.pipelines.models import GroveJob, PipelineNode, PipelineOutbox
 from apps.placement.models import ExecutionPlacement
-from apps.staff.selectors import LIVE_JOBS
+from apps.staff.selectors import LIVE_JOBS, refusal_codes
 
 RECENT = timedelta(hours=1)
 
@@ -60,12 +60,9 @@ class ForestCollector(Collector):
             family.add_metric(["would_refuse" if row["would_refuse"] else "placed", row["chooser"]], row["n"])
         yield family
         codes = GaugeMetricFamily("forest_placement_incompatibilities_recent",
-                                  "Incompatibility codes in placements of the last hour.", labels=["code"])
-        counts: dict[str, int] = {}
-        for decision in recent.filter(would_refuse=True).values_list("decision", flat=True)[:10_000]:
-            for item in (decision or {}).get("incompatibilities", []):
-                counts[item.get("code", "")] = counts.get(item.get("code", ""), 0) + 1
-        for code, n in sorted(counts.items()):
+                                  "Incompatibility codes of refused / would-refuse placements in the last hour.",
+                                  labels=["code"])
+        for code, n in refusal_codes(since=now - RECENT, until=now + timedelta(seconds=1)):
             codes.add_metric([code], n)
         yield codes
 
