@@ -287,7 +287,8 @@ def refusal_report(*, since: datetime, until: datetime, limit: int = 20) -> Refu
     nodes = list(PipelineNode.objects.filter(status=NodeStatus.FAILED, reason__in=NODE_REFUSAL_REASONS,
                                              finished_at__gte=since, finished_at__lt=until)
                  .values("reason").annotate(n=Count("id")).order_by("-n").values_list("reason", "n"))
-    return RefusalReport(since=since, until=until, total=total, by_code=refusal_codes(since=since, until=until, limit=limit),
+    return RefusalReport(since=since, until=until, total=total,
+                         by_code=refusal_codes(since=since, until=until, limit=limit),
                          by_grove=by_grove, by_team=by_team, trend=trend, node_refusals=nodes)
 
 
