@@ -34,3 +34,34 @@ def test_trend_chart_is_accessible_svg():
     assert svg.startswith("<svg") and 'role="img"' in svg and "&lt;test&gt;" in svg
     assert svg.count('class="bar"') == 3 and "2026-01-02: 5" in svg
     assert 'aria-label="95% used"' in bar_fraction_svg(0.95) and bar_fraction_svg(None) == ""
+
+
+def test_cached_table_signatures_match_the_library():
+    """apps.staff caches django-tables2's per-cell signature inspection; answers must not change."""
+    from django_tables2 import utils
+
+    from apps.staff.apps import _cached_signature
+
+    class Column:
+        def render(self, value, record):
+            return value
+
+        def other(self, **kwargs):
+            return kwargs
+
+    def plain(value, *args, table=None):
+        return value
+
+    cached = _cached_signature(_reference)
+    for fn in (Column().render, Column().render, Column().other, plain):
+        assert cached(fn) == _reference(fn)
+    assert utils.signature.forest_cached is True
+    assert utils.signature(Column().render) == (("value", "record"), None)
+
+
+def _reference(fn):
+    import inspect
+
+    parameters = inspect.signature(fn).parameters.values()
+    args = tuple(p.name for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL))
+    return args, next((p.name for p in parameters if p.kind == p.VAR_KEYWORD), None)
