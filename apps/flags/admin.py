@@ -106,7 +106,7 @@ def _latest_audit(field: str):
 
 @admin.register(Flag)
 class FlagAdmin(admin.ModelAdmin):
-    list_display = ("name", "default_display", "effective_display", "source", "last_change", "stage",
+    list_display = ("name", "default_display", "effective_display", "source", "scoped", "last_change", "stage",
                     "description")
     readonly_fields = ("name", "default", "effective", "stage", "description")
     fields = readonly_fields
@@ -117,10 +117,15 @@ class FlagAdmin(admin.ModelAdmin):
     change_form_template = "admin/flags/flag/change_form.html"
 
     def get_queryset(self, request):
-        return super().get_queryset(request).annotate(
+        return super().get_queryset(request).prefetch_related("overrides").annotate(
             last_at=_latest_audit("created_at"), last_by=_latest_audit("actor_label"),
             last_reason=_latest_audit("reason"), last_new=_latest_audit("new_value"),
             last_scope=_latest_audit("scope"))
+
+    @admin.display(description="scoped overrides")
+    def scoped(self, obj: Flag) -> str:
+        return ", ".join(f"{o.scope}={o.scope_value}: {'on' if o.enabled else 'off'}"
+                         for o in obj.overrides.all() if o.scope != FlagScope.GLOBAL) or "—"
 
     @admin.display(description="last change")
     def last_change(self, obj: Flag) -> str:

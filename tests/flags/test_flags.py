@@ -187,7 +187,7 @@ def test_flag_page_has_no_save_button_toggles_with_reason_and_shows_audit(client
     page = done.content.decode()
     assert "audit history" in page.lower() and "ml pilot week" in page
     listing = client.get("/admin/flags/flag/").content.decode()
-    assert "team on by root" in listing and "ml pilot week" in listing
+    assert "team on by root" in listing and "ml pilot week" in listing and "team=ml: on" in listing
     client.post(toggle, {"value": "default", "scope": "team", "scope_value": "ml", "reason": "pilot over"})
     assert is_enabled(COMPAT, team="ml") is False
     assert list(FlagAudit.objects.values_list("reason", flat=True)) == ["pilot over", "ml pilot week"]
