@@ -47,7 +47,15 @@ class GroveTable(tables.Table):
     render_platforms = render_change_kinds = render_roles
 
     def _units(self, record):
-        return list(record.placement_units.all())
+        # Three cells read the prefetched units; building the related manager each time is not free.
+        if not hasattr(record, "_table_units"):
+            record._table_units = list(record.placement_units.all())
+        return record._table_units
+
+    def _items(self, record):
+        if not hasattr(record, "_table_items"):
+            record._table_items = list(record.accelerators.all())
+        return record._table_items
 
     def render_cpu(self, record):
         units = self._units(record)
@@ -67,13 +75,13 @@ class GroveTable(tables.Table):
         return sum(u.memory_bytes_free for u in self._units(record))
 
     def render_accelerators(self, record):
-        summary = formatting.accelerator_summary(record.accelerators.all(), self._units(record))
+        summary = formatting.accelerator_summary(self._items(record), self._units(record))
         if not summary:
             return mark_safe('<span class="muted">none</span>')
         return format_html_join(mark_safe("<br>"), '<span class="badge">{}</span>', ((line,) for line in summary))
 
     def value_accelerators(self, record):
-        return "; ".join(formatting.accelerator_summary(record.accelerators.all(), self._units(record)))
+        return "; ".join(formatting.accelerator_summary(self._items(record), self._units(record)))
 
     def render_last_heartbeat_at(self, record):
         badge = _badge("stale", "bad") if record.stale else _badge("fresh", "good")
