@@ -70,6 +70,11 @@ def test_inventory_filters_swap_the_table_and_push_the_url(live_server, browser_
     page.screenshot(path=os.environ.get("FOREST_SCREENSHOT_STAFF", str(shots / "groves.png")), full_page=True)
     page.reload()  # the pushed URL is shareable: the filter survives a reload
     assert page.locator("#groves-table tbody tr").count() == 2
+    page.focus("select[name=role]")  # keyboard only: a labelled control, changed with the arrow key
+    page.keyboard.press("ArrowDown")
+    page.wait_for_url("**role=build**")
+    assert page.locator("#groves-table tbody").inner_text().count("mac-studio-1") == 1
+    page.goto(f"{live_server.url}/staff/groves/?substrate=native")
     page.click("text=mac-studio-1")
     page.wait_for_selector("text=Accelerator inventory")
     assert page.locator("text=Apple M2 Ultra").count() >= 1
@@ -109,6 +114,11 @@ def test_placements_filter_sort_and_why_not(live_server, browser_page, django_us
     for name, url in (("accelerators", "/staff/inventory/"), ("status", "/staff/status/"), ("runs", "/staff/runs/")):
         page.goto(f"{live_server.url}{url}")
         page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+    # Legible in a narrow window: the page itself never scrolls sideways (wide tables scroll in their box).
+    page.set_viewport_size({"width": 420, "height": 900})
+    for url in ("/staff/placements/", "/staff/groves/", "/staff/refusals/", "/staff/runs/"):
+        page.goto(f"{live_server.url}{url}")
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), url
 
 
 def test_cancel_a_run_with_confirmation(live_server, browser_page, django_user_model, shots):
