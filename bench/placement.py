@@ -135,7 +135,7 @@ def load(n: int) -> None:
 
 
 def requirements():
-    from apps.placement import derivation
+    from apps.pipelines.rules import node_requirement
 
     image = "registry.example/app@sha256:" + "a" * 64
     nodes = [
@@ -151,7 +151,7 @@ def requirements():
           "resources": {"cpu_milli": 16000, "memory_bytes": 32 * GIB}}, "compute"),
         ({"id": "nowhere", "kind": "exec", "image": image, "platform": ["windows/amd64"]}, "build"),
     ]
-    return [derivation.requirement_for_node(node, run_kind=kind) for node, kind in nodes]
+    return [node_requirement(node, run_kind=kind) for node, kind in nodes]
 
 
 def refresh_costs(n: int) -> dict:

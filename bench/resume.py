@@ -115,10 +115,11 @@ def measure_resume(n: int, concurrency: int, base_url: str) -> dict:
     import httpx
     from django.db import transaction
 
+    from apps.dispatch.models import GroveJob
     from apps.flags.services import flag_override_set
     from apps.groves import services as groves
     from apps.pipelines import services as pipelines
-    from apps.pipelines.models import GroveJob, PipelineNode
+    from apps.pipelines.models import PipelineNode
     from tests.factories import heartbeat_body
 
     flag_override_set(name="host.pipeline_detached_wait", enabled=True, reason="bench")

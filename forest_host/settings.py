@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "apps.placement",
     "apps.accelerators",
     "apps.artifacts",
+    "apps.dispatch",
     "apps.workloads",
     "apps.pipelines",
     "apps.compute",

@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from apps.core import views as core_views
 
 api_v1 = [
+    path("", include("apps.dispatch.api.urls")),
     path("", include("apps.groves.api.urls")),
     path("", include("apps.placement.api.urls")),
     path("", include("apps.artifacts.api.urls")),

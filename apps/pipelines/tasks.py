@@ -3,7 +3,7 @@ from celery import shared_task
 
 from apps.flags.selectors import pinned_snapshot
 from apps.pipelines import services
-from apps.pipelines.choices import WaitMode
+from apps.pipelines.vocabulary import WaitMode
 
 
 @shared_task(name="pipelines.node_execute")
@@ -24,14 +24,3 @@ def node_resume(node_id: int) -> bool:
 @shared_task(name="pipelines.sweep")
 def sweep() -> dict:
     return services.pipeline_sweep()
-
-
-@shared_task(name="pipelines.ping")
-def ping(reply_key: str) -> None:
-    """An empty round trip for bench/resume.py's floor: record when it ran, on the broker's Redis."""
-    import time
-
-    import redis
-    from django.conf import settings
-
-    redis.Redis.from_url(settings.REDIS_URL).rpush(reply_key, repr(time.time()))

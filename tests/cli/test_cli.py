@@ -10,8 +10,9 @@ from django.db import connection
 from rest_framework.authtoken.models import Token
 from typer.testing import CliRunner
 
+from apps.dispatch.models import GroveJob
 from apps.pipelines import services as pipelines
-from apps.pipelines.models import GroveJob, PipelineNode
+from apps.pipelines.models import PipelineNode
 from forest_cli.main import app
 from tests.pipelines.graphs import IMAGE
 

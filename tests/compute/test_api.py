@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from apps.compute.models import ComputeJob
+from apps.dispatch.models import GroveJob
 from apps.pipelines import services as pipelines
-from apps.pipelines.models import GroveJob, PipelineNode
+from apps.pipelines.models import PipelineNode
 from apps.placement.models import ExecutionPlacement
 from tests.pipelines.conftest import WireGrove
 from tests.pipelines.graphs import IMAGE
@@ -86,14 +87,14 @@ def test_a_compute_run_dispatches_end_to_end_without_a_build(staff_client, compu
     job = ComputeJob.objects.get(pk=body["id"])
     kube, mac = (WireGrove(grove_client(cred), grove) for grove, cred in (k8s_grove, native_grove))
     _dispatch(job)
-    prep = GroveJob.objects.get(run=job.run, node__node_id="prep")
+    prep = GroveJob.objects.get(node_id=PipelineNode.objects.get(run=job.run, node_id="prep").pk)
     assert prep.grove_id == kube.grove.id and prep.build_id is None and prep.change_kind == "k8s.job"
     polled = kube.client.get(kube.url("changes?wait=0")).json()["jobs"]
     assert [j["job_id"] for j in polled] == [str(prep.id)]
     kube.run_job(prep.id)
     pipelines.pipeline_node_resume(node_id=prep.node_id)
     _dispatch(job)
-    train = GroveJob.objects.get(run=job.run, node__node_id="train")
+    train = GroveJob.objects.get(node_id=PipelineNode.objects.get(run=job.run, node_id="train").pk)
     assert train.grove_id == mac.grove.id and train.change_kind == "native.job" and "image" not in train.payload
     mac.run_job(train.id, outputs={"loss": 0.1})
     pipelines.pipeline_node_resume(node_id=train.node_id)
@@ -113,7 +114,7 @@ def test_grove_pin_is_validated_and_stored_before_the_run_starts(staff_client, c
     placement = ExecutionPlacement.objects.get(subject_type="pipeline_node", subject_id=str(node.pk))
     assert placement.grove_id == other[0].id
     pipelines.pipeline_node_execute(node_id=node.pk)
-    assert GroveJob.objects.get(node=node).grove_id == other[0].id
+    assert GroveJob.objects.get(node_id=node.pk).grove_id == other[0].id
     missing = staff_client.post(URL, {**body, "grove": "nowhere"}, format="json")
     assert missing.status_code == 404 and missing.json()["code"] == "grove_not_found"
     assert ComputeJob.objects.count() == 1

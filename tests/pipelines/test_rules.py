@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from apps.core.errors import ValidationFailed
+from apps.core.lifecycle import IllegalTransition
+from apps.dispatch.states import JOB
 from apps.pipelines import rules
+from apps.pipelines.states import NODE, run_outcome
 from tests.pipelines.graphs import IMAGE, exec_node, graph
 
 
@@ -104,35 +107,12 @@ def test_detached_wait_eligibility(node, code):
 
 
 def test_state_machines_refuse_illegal_transitions():
-    rules.check_transition("node", rules.NODE_TRANSITIONS, "awaiting", "succeeded")
-    with pytest.raises(rules.IllegalTransition) as info:
-        rules.check_transition("node", rules.NODE_TRANSITIONS, "cancelled", "succeeded")
+    NODE.check("awaiting", "succeeded")
+    with pytest.raises(IllegalTransition) as info:
+        NODE.check("cancelled", "succeeded")
     assert info.value.code == "illegal_transition"
-    with pytest.raises(rules.IllegalTransition):
-        rules.check_transition("job", rules.JOB_TRANSITIONS, "assigned", "succeeded")
-    assert rules.run_outcome(["succeeded", "skipped"]) == "failed"
-    assert rules.run_outcome(["succeeded", "succeeded"]) == "succeeded"
-    assert rules.run_outcome(["succeeded", "awaiting"]) is None
-
-
-@pytest.mark.parametrize(("body", "code", "field"), [
-    ({}, "field_required", "state"),
-    ({"state": "exploded"}, "invalid_choice", "state"),
-    ({"state": "failed", "exit_code": "1"}, "invalid_type", "exit_code"),
-    ({"state": "failed", "outputs": []}, "invalid_type", "outputs"),
-    ({"state": "failed", "reason": "Not A Code"}, "invalid_reason", "reason"),
-    ({"state": "running", "extra": 1}, "unknown_field", "extra"),
-])
-def test_report_body_validation(body, code, field):
-    with pytest.raises(ValidationFailed) as info:
-        rules.job_report(body)
-    assert (info.value.code, info.value.field) == (code, field)
-
-
-def test_changes_wait_bounds():
-    assert rules.changes_wait(None) == 20
-    assert rules.changes_wait("0") == 0
-    for bad in ("31", "-1", "soon"):
-        with pytest.raises(ValidationFailed) as info:
-            rules.changes_wait(bad)
-        assert info.value.code == "invalid_wait"
+    with pytest.raises(IllegalTransition):
+        JOB.check("assigned", "succeeded")
+    assert run_outcome(["succeeded", "skipped"]) == "failed"
+    assert run_outcome(["succeeded", "succeeded"]) == "succeeded"
+    assert run_outcome(["succeeded", "awaiting"]) is None

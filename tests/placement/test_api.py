@@ -6,7 +6,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from apps.flags import services as flags
-from apps.placement import derivation, services
+from apps.pipelines.rules import node_requirement
+from apps.placement import services
 from apps.placement.models import ExecutionPlacement
 from tests.factories import UserFactory
 
@@ -18,7 +19,7 @@ BODY = {"family": "build", "compatibility": {"platform": {"allowed": ["linux/amd
 
 
 def node(platform="linux/amd64"):
-    return derivation.requirement_for_node({"id": "n", "kind": "exec", "platform": [platform]}, run_kind="build")
+    return node_requirement({"id": "n", "kind": "exec", "platform": [platform]}, run_kind="build")
 
 
 def test_preview_explains_and_stores_nothing(staff_client, make_grove):

@@ -14,7 +14,8 @@ from apps.accelerators import services as accelerator_services
 from apps.core.errors import ForestError
 from apps.groves import services as grove_services
 from apps.groves.models import AcceleratorInventoryItem, Grove, GroveCapability, PlacementUnit
-from apps.placement import derivation, fleet, selectors, services
+from apps.pipelines.rules import node_requirement
+from apps.placement import fleet, selectors, services
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import (
     AcceleratorRequest,
@@ -34,7 +35,7 @@ GIB = 1 << 30
 
 
 def container(platform=("linux/amd64",)) -> ExecutionRequirement:
-    return derivation.requirement_for_node({"id": "n", "kind": "exec", "image": IMAGE, "platform": list(platform)},
+    return node_requirement({"id": "n", "kind": "exec", "image": IMAGE, "platform": list(platform)},
                                            run_kind="build")
 
 

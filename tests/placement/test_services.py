@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from apps.core.errors import ForestError
 from apps.flags import services as flags
 from apps.groves.models import Grove
-from apps.placement import derivation, rules, selectors, services
+from apps.pipelines.rules import node_requirement
+from apps.placement import rules, selectors, services
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import ExecutionRequirement
 from tests.factories import UserFactory, unit
@@ -26,7 +27,7 @@ def flag(name: str, on: bool, **scope) -> None:
 
 
 def container(platform=("linux/amd64",), family="build", **extra) -> ExecutionRequirement:
-    return derivation.requirement_for_node({"id": "n", "kind": "exec", "image": IMAGE, "platform": list(platform),
+    return node_requirement({"id": "n", "kind": "exec", "image": IMAGE, "platform": list(platform),
                                             **extra}, run_kind={"build": "build", "runtime": "deploy",
                                                                 "compute": "compute"}[family])
 
@@ -255,7 +256,7 @@ def test_unknown_subject_type_is_refused(make_grove):
 def test_plan_check_reports_never_placeable(make_grove, enforced, caplog):
     flag(COMPAT, enforced)
     make_grove("k8s-arm", platforms=("linux/arm64",))
-    native = derivation.requirement_for_node({"id": "sign", "kind": "exec", "runtime": "native",
+    native = node_requirement({"id": "sign", "kind": "exec", "runtime": "native",
                                               "platform": ["darwin/arm64"]}, run_kind="build")
     assert services.placement_plan_check(requirement=container(platform=("linux/arm64",))).never_placeable is False
     if enforced:
@@ -299,7 +300,7 @@ def test_enforced_placement_never_picks_a_grove_the_checker_rejects(db, specs, n
     node = {"id": "n", **node}
     if "grove" in node:
         node["grove"] = made[node["grove"] % len(made)].slug
-    requirement = derivation.requirement_for_node(node, run_kind=run_kind)
+    requirement = node_requirement(node, run_kind=run_kind)
     try:
         result = place(requirement)
     except ForestError as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from apps.flags.services import flag_override_set
-from apps.placement.derivation import requirement_for_node
+from apps.pipelines.rules import node_requirement
 from apps.placement.services import place_execution
 
 pytestmark = pytest.mark.django_db
@@ -33,7 +33,7 @@ def _place(subject_id: str, target: str | None = None):
     node = {"id": subject_id, "kind": "exec", "runtime": "container", "image": "repo/app@sha256:" + "a" * 64,
             "command": ["true"], "platform": ["linux/amd64"]}
     return place_execution(subject_type="pipeline_node", subject_id=subject_id,
-                           requirement=requirement_for_node(node, run_kind="compute"), target=target)
+                           requirement=node_requirement(node, run_kind="compute"), target=target)
 
 
 def test_pages_are_404_with_an_explanation_while_the_flag_is_off(staff_browser):

@@ -9,7 +9,7 @@ from rest_framework.views import APIView
 
 from apps.compute import selectors, services
 from apps.compute.api import serializers as s
-from apps.groves.api.serializers import ErrorSerializer
+from apps.core.api.serializers import ErrorSerializer
 
 ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404, 409)}
 

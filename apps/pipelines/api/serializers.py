@@ -1,50 +1,10 @@
-"""Shapes of the pipelines API and the job half of the wire API. Output serializers render; request
-serializers only describe bodies for the OpenAPI schema (bodies are validated by ``apps.pipelines.rules``)."""
+"""Shapes of the pipelines API. Output serializers render; request serializers only describe bodies for the
+OpenAPI schema (bodies are validated by ``apps.pipelines.rules``)."""
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from apps.pipelines.models import GroveJob, PipelineNode, PipelineRun
-from apps.pipelines.rules import REPORT_STATES, RUN_KINDS
-
-
-class JobPayloadSerializer(serializers.Serializer):
-    command = serializers.ListField(child=serializers.CharField())
-    image = serializers.CharField(required=False)
-    env = serializers.DictField(child=serializers.CharField())
-    timeout_s = serializers.IntegerField()
-
-
-class WireJobSerializer(serializers.Serializer):
-    job_id = serializers.UUIDField()
-    run_id = serializers.UUIDField()
-    node = serializers.CharField()
-    change_kind = serializers.CharField()
-    idempotency_key = serializers.CharField(help_text="run:node:attempt")
-    payload = JobPayloadSerializer()
-
-
-class ChangesSerializer(serializers.Serializer):
-    jobs = WireJobSerializer(many=True)
-    workloads = serializers.ListField(child=serializers.DictField())
-    cancel = serializers.ListField(child=serializers.UUIDField())
-
-
-class ClaimResponseSerializer(serializers.Serializer):
-    job = WireJobSerializer()
-
-
-class ReportRequestSerializer(serializers.Serializer):
-    state = serializers.ChoiceField(choices=REPORT_STATES)
-    exit_code = serializers.IntegerField(required=False, min_value=-255, max_value=255)
-    log_tail = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)
-    outputs = serializers.DictField(required=False)
-    reason = serializers.CharField(required=False)
-
-
-class ReportResponseSerializer(serializers.Serializer):
-    job_id = serializers.UUIDField()
-    status = serializers.CharField()
-    accepted = serializers.BooleanField()
+from apps.pipelines.models import PipelineNode, PipelineRun
+from apps.pipelines.rules import RUN_KINDS
 
 
 class RunCreateSerializer(serializers.Serializer):
@@ -53,13 +13,6 @@ class RunCreateSerializer(serializers.Serializer):
     environment = serializers.CharField(required=False)
     team = serializers.CharField(required=False)
     build_id = serializers.CharField(required=False)
-
-
-class GroveJobSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = GroveJob
-        fields = ["id", "grove", "idempotency_key", "attempt", "status", "reason", "exit_code", "outputs",
-                  "log_tail", "late_report", "build_id", "created_at", "claimed_at", "finished_at", "deadline_at"]
 
 
 class NodeSerializer(serializers.ModelSerializer):

@@ -1,51 +1,18 @@
-"""Pipelines API (staff/CI: token auth) and the job half of the Grove wire API. Thin: services do the work."""
+"""Pipelines API (staff/CI: token auth). Thin: services do the work."""
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, status
-from rest_framework.exceptions import MethodNotAllowed
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.groves.api.serializers import ErrorSerializer
-from apps.groves.api.views import GroveWireView
+from apps.core.api.serializers import ErrorSerializer
 from apps.pipelines import rules, selectors, services
 from apps.pipelines.api import serializers as s
 from apps.pipelines.filtersets import RunFilterSet
 
 ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404, 409)}
-
-
-class JobClaimView(GroveWireView):
-    @extend_schema(request=None, responses={200: s.ClaimResponseSerializer, **ERRORS}, tags=["wire"],
-                   summary="Claim an assigned job: exactly one claimer wins, the rest get 409 already_claimed")
-    def post(self, request, grove_id, job_id):
-        job = services.grove_job_claim(grove=self.grove, job_id=job_id)
-        return Response({"job": selectors.job_wire(job)})
-
-
-class JobReportView(GroveWireView):
-    @extend_schema(request=s.ReportRequestSerializer, responses={200: s.ReportResponseSerializer, **ERRORS},
-                   tags=["wire"], summary="Report progress or a terminal state (idempotent)")
-    def post(self, request, grove_id, job_id):
-        return Response(services.grove_job_report(grove=self.grove, job_id=job_id, body=request.data))
-
-
-class ChangesSchemaView(GroveWireView):
-    """Describes ``GET groves/{id}/changes`` in the OpenAPI schema. Requests are served by the async
-    ``apps.pipelines.api.wire.changes_view``; this class is only its documentation stand-in."""
-
-    @extend_schema(
-        parameters=[OpenApiParameter("wait", int, description="seconds to wait for work, 0..30 (default 20)")],
-        responses={200: s.ChangesSerializer, **ERRORS}, tags=["wire-long-poll"],
-        summary="Long-poll for this Grove's assigned jobs, workload generations and cancellations",
-        description="Returns at once when the Grove has unclaimed jobs, unacknowledged cancellations or a "
-                    "workload generation it has not reported on; otherwise waits up to `wait` seconds, woken "
-                    "when work is assigned. `workloads` always carries the whole desired workload state.",
-    )
-    def get(self, request, grove_id):  # pragma: no cover - never routed; see the docstring
-        raise MethodNotAllowed("GET", detail="Served by the async changes view, not this schema stand-in.")
 
 
 class RunListCreateView(generics.ListAPIView):

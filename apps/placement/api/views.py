@@ -9,9 +9,9 @@ from rest_framework.permissions import BasePermission, IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.api.serializers import ErrorSerializer
 from apps.core.errors import NotAuthenticated
 from apps.flags.selectors import is_enabled
-from apps.groves.api.serializers import ErrorSerializer
 from apps.placement import services
 from apps.placement.api import serializers as s
 from apps.placement.choices import COMPATIBILITY_FLAG

@@ -6,8 +6,8 @@ from rest_framework import generics, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.groves.api.serializers import ErrorSerializer
-from apps.groves.api.views import GroveWireView
+from apps.core.api.serializers import ErrorSerializer
+from apps.dispatch.api.views import GroveWireView
 from apps.workloads import services
 from apps.workloads.api import serializers as s
 from apps.workloads.models import NativeWorkload

@@ -1,0 +1,65 @@
+"""Resuming a node when its Grove job ends: the outbox row written in the job's terminal transaction (a
+``dispatch.hooks`` handler), and the node's ordinary success/failure tail that consumes it."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.dispatch import hooks
+from apps.dispatch.hooks import JobEnded
+from apps.dispatch.models import GroveJob
+from apps.dispatch.states import JOB_TERMINAL
+from apps.pipelines.models import PipelineNode, PipelineOutbox, PipelineRun
+from apps.pipelines.services.outbox import resume_resend_after_s, send_after_commit
+from apps.pipelines.services.runs import run_advance
+from apps.pipelines.services.transitions import node_transition
+from apps.pipelines.states import node_outcome_for_job
+from apps.pipelines.vocabulary import NodeStatus, OutboxKind
+
+
+def write_resume(job: GroveJob, *, now: datetime) -> PipelineOutbox | None:
+    """In the transaction that makes the job terminal: a resume row for the node awaiting it, if any."""
+    awaited = PipelineNode.objects.filter(pk=job.node_id, status=NodeStatus.AWAITING, current_job_id=job.id).exists()
+    if not awaited:
+        return None
+    row = PipelineOutbox.objects.create(kind=OutboxKind.NODE_RESUME, node_id=job.node_id, job=job,
+                                        next_send_at=now + timedelta(seconds=resume_resend_after_s()), sends=1)
+    send_after_commit("node_resume", job.node_id)
+    return row
+
+
+def on_job_ended(event: JobEnded) -> None:
+    """``dispatch.hooks`` handler (registered in ``PipelinesConfig.ready``)."""
+    write_resume(event.job, now=event.at)
+
+
+def pipeline_node_resume(*, node_id: int) -> bool:
+    """The node's ordinary success/failure tail, from the persisted job outcome; then its successors.
+
+    Idempotent: under the run and node row locks it acts only on a node still awaiting a terminal job,
+    and marks its outbox rows done in the same transaction. True when this call ran the tail.
+    """
+    with transaction.atomic():
+        run_id = PipelineNode.objects.filter(pk=node_id).values_list("run_id", flat=True).first()
+        if run_id is None:
+            return False
+        run = PipelineRun.objects.select_for_update(no_key=True).get(pk=run_id)
+        node = PipelineNode.objects.select_for_update(no_key=True).get(pk=node_id)
+        pending = PipelineOutbox.objects.filter(node=node, done_at__isnull=True)
+        if node.status != NodeStatus.AWAITING:
+            pending.update(done_at=timezone.now())
+            return False
+        job = GroveJob.objects.filter(pk=node.current_job_id).first()
+        if job is None or job.status not in JOB_TERMINAL:
+            return False
+        node.exit_code, node.outputs = job.exit_code, job.outputs
+        node.save(update_fields=["exit_code", "outputs"])
+        node_transition(node=node, to=node_outcome_for_job(job.status), reason=job.reason or f"job_{job.status}")
+        pending.update(done_at=timezone.now())
+        run_advance(run)
+    return True
+
+
+hooks.on_job_ended(on_job_ended)

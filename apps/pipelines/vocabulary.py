@@ -1,0 +1,70 @@
+"""The pipeline domain's vocabulary (DESIGN.md §2) and the limits of a graph: one value each. Pure: stdlib only.
+String values are stored and are API/wire contract."""
+from __future__ import annotations
+
+from enum import StrEnum
+
+from apps.groves.vocabulary import Role
+
+
+class RunKind(StrEnum):
+    BUILD = "build"
+    DEPLOY = "deploy"
+    COMPUTE = "compute"
+
+
+class RunStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class NodeKind(StrEnum):
+    EXEC = "exec"
+    BUILD_IMAGE = "build_image"
+    DEPLOY = "deploy"
+
+
+class NodeRuntime(StrEnum):
+    CONTAINER = "container"
+    NATIVE = "native"
+
+
+class NodeStatus(StrEnum):
+    PENDING = "pending"  # waiting for its needs
+    QUEUED = "queued"  # needs met; the exec driver has been asked to dispatch it
+    AWAITING = "awaiting"  # its Grove job is dispatched; waiting for the outcome
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"  # a need did not succeed
+
+
+class WaitMode(StrEnum):
+    DETACHED = "detached"  # the runner slot was released; resumed from the outbox
+    IN_PLACE = "in_place"  # the runner holds its slot and polls the job
+
+
+class Reuse(StrEnum):
+    GRAPH_DEDUP = "graph_dedup"
+    NEVER = "never"
+
+
+class OutboxKind(StrEnum):
+    NODE_RESUME = "pipeline.node_resume"
+
+
+# The Grove role a run's nodes need by default.
+RUN_KIND_FAMILY = {RunKind.BUILD: Role.BUILD, RunKind.DEPLOY: Role.RUNTIME, RunKind.COMPUTE: Role.COMPUTE}
+
+DETACHED_WAIT_FLAG = "host.pipeline_detached_wait"
+
+MAX_NODES = 500
+MAX_ARGV = 256
+MAX_ARG = 8192
+MAX_ENV = 256
+MAX_INPUTS = 64
+MAX_TIMEOUT_S = 7 * 24 * 3600
