@@ -37,12 +37,14 @@ run: $(STAMP)  ## Migrate, load the demo and serve Host (web :8000 + worker + be
 	@echo "Forest Host on http://127.0.0.1:8000/  (admin: /admin/, API schema: /api/schema/)"
 	$(RUN_ENV) $(BIN)/honcho start -f Procfile
 
-test: $(STAMP)  ## Run the whole suite against real PostgreSQL and Redis
+test: $(STAMP)  ## Architecture contracts, then the whole suite against real PostgreSQL and Redis
+	$(BIN)/lint-imports
 	@scripts/services-up.sh
 	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP)  ## ruff
+lint: $(STAMP)  ## ruff and the import-linter contracts
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 clean:  ## Remove the venv and local state
 	rm -rf $(VENV) var staticfiles

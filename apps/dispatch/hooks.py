@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from apps.dispatch.models import GroveJob
-    from apps.groves.models import Grove
+from apps.dispatch.models import GroveJob
+from apps.groves.models import Grove
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class JobEnded:
 
 JobEndedHandler = Callable[[JobEnded], None]
 # (grove) -> (its entries for the ``changes`` answer, whether any of them is news that ends a long-poll)
-ChangesSource = Callable[["Grove"], tuple[list[dict[str, Any]], bool]]
+ChangesSource = Callable[[Grove], tuple[list[dict[str, Any]], bool]]
 
 _job_ended: list[JobEndedHandler] = []
 _changes_sources: dict[str, ChangesSource] = {}

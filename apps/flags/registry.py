@@ -1,4 +1,4 @@
-"""Every feature flag Forest knows, declared in code (DESIGN.md §3). Pure: no Django.
+"""Every feature flag Forest knows, declared in code (docs/design.md §3). Pure: no Django.
 
 A flag name not declared here is a programming error, so reading it raises ``UnknownFlag`` at once:
 a typo must never read as "off".

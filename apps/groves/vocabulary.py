@@ -1,4 +1,4 @@
-"""The Grove domain's vocabulary (DESIGN.md §2) and the limits of what a Grove may report: one value each.
+"""The Grove domain's vocabulary (docs/design.md §2) and the limits of what a Grove may report: one value each.
 Pure: stdlib only. The string values are wire contract.
 
 The resource ceilings bound both a Grove's capacity report and the work that asks for capacity: a

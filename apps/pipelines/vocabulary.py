@@ -1,4 +1,4 @@
-"""The pipeline domain's vocabulary (DESIGN.md §2) and the limits of a graph: one value each. Pure: stdlib only.
+"""The pipeline domain's vocabulary (docs/design.md §2) and the limits of a graph: one value each. Pure: stdlib only.
 String values are stored and are API/wire contract."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``ExecutionRequirement``: what one unit of work needs from a Grove (DESIGN.md §2). Pure: no Django.
+"""``ExecutionRequirement``: what one unit of work needs from a Grove (docs/design.md §2). Pure: no Django.
 
 A requirement is a frozen value with one JSON form (``to_json``), one strict parser (``from_json``,
 raising ``ValidationFailed`` with a stable code and the exact field path) and a published JSON Schema
