@@ -52,17 +52,17 @@ def compute_request(body: Any) -> dict:
     if not steps:
         raise v.fail("compute_steps_empty", "A compute job needs at least one step.", "steps")
     nodes: list[dict] = []
-    seen: dict[str, int] = {}
     for index, raw in enumerate(steps):
         node = _step(raw, f"steps[{index}]")
-        if node["id"] in seen:
-            raise v.fail("duplicate_step_name", f"Step name '{node['id']}' is used twice (steps[{seen[node['id']]}] "
-                         f"and steps[{index}]).", f"steps[{index}].name")
-        seen[node["id"]] = index
         # Steps run one after another, in the order given.
         node["needs"] = [nodes[-1]["id"]] if nodes else []
         if out["grove"]:
             node["grove"] = out["grove"]
         nodes.append(node)
+    repeat = v.first_repeat([node["id"] for node in nodes])
+    if repeat:
+        first, index = repeat
+        raise v.fail("duplicate_step_name", f"Step name '{nodes[index]['id']}' is used twice (steps[{first}] "
+                     f"and steps[{index}]).", f"steps[{index}].name")
     out["graph"] = {"nodes": nodes}
     return out

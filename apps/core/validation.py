@@ -80,6 +80,16 @@ def choices_list(value: Any, field: str, *, choices: set[str] | list[str], max_i
     return out
 
 
+def first_repeat(values: list[str]) -> tuple[int, int] | None:
+    """(index of the first occurrence, index of the repeat) of the first value listed twice, or None."""
+    seen: dict[str, int] = {}
+    for index, value in enumerate(values):
+        if value in seen:
+            return seen[value], index
+        seen[value] = index
+    return None
+
+
 def lines(value: Any, field: str, *, max_items: int, max_length: int) -> list[str]:
     """A log tail: a bounded list of bounded strings (empty lines allowed)."""
     return [string(line, f"{field}[{i}]", max_length=max_length, allow_empty=True)

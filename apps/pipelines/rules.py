@@ -165,15 +165,13 @@ def graph_validate(graph: Any, *, field: str = "graph") -> dict:
     items = v.array(graph["nodes"], f"{field}.nodes", max_items=MAX_NODES)
     if not items:
         raise v.fail("graph_empty", "A graph needs at least one node.", f"{field}.nodes")
-    nodes: list[dict] = []
-    seen: dict[str, int] = {}
-    for index, item in enumerate(items):
-        node = node_validate(item, f"{field}.nodes[{index}]")
-        if node["id"] in seen:
-            raise v.fail("duplicate_node_id", f"Node id '{node['id']}' is used twice (nodes[{seen[node['id']]}] "
-                         f"and nodes[{index}]).", f"{field}.nodes[{index}].id")
-        seen[node["id"]] = index
-        nodes.append(node)
+    nodes = [node_validate(item, f"{field}.nodes[{index}]") for index, item in enumerate(items)]
+    repeat = v.first_repeat([node["id"] for node in nodes])
+    if repeat:
+        first, index = repeat
+        raise v.fail("duplicate_node_id", f"Node id '{nodes[index]['id']}' is used twice (nodes[{first}] "
+                     f"and nodes[{index}]).", f"{field}.nodes[{index}].id")
+    seen = {node["id"]: index for index, node in enumerate(nodes)}
     for node in nodes:
         index = seen[node["id"]]
         for need in node["needs"]:

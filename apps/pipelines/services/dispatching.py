@@ -18,7 +18,7 @@ from apps.flags.selectors import is_enabled
 from apps.pipelines import rules
 from apps.pipelines.models import PipelineNode, PipelineRun
 from apps.pipelines.services.resume import pipeline_node_resume
-from apps.pipelines.services.runs import run_advance
+from apps.pipelines.services.runs import run_advance, run_and_node_locked
 from apps.pipelines.services.transitions import node_transition
 from apps.pipelines.states import RUN_TERMINAL
 from apps.pipelines.vocabulary import DETACHED_WAIT_FLAG, NodeStatus, WaitMode
@@ -57,11 +57,10 @@ def pipeline_node_execute(*, node_id: int) -> str | None:
     """Place one queued node and create its Grove job on the placed Grove. Returns the wait mode, or None
     when there was nothing to do (already dispatched, cancelled, or refused). Safe to run twice."""
     with transaction.atomic():
-        run_id = PipelineNode.objects.filter(pk=node_id).values_list("run_id", flat=True).first()
-        if run_id is None:
+        locked = run_and_node_locked(node_id)
+        if locked is None:
             return None
-        run = PipelineRun.objects.select_for_update(no_key=True).get(pk=run_id)
-        node = PipelineNode.objects.select_for_update(no_key=True).get(pk=node_id)
+        run, node = locked
         if node.status != NodeStatus.QUEUED or run.status in RUN_TERMINAL:
             return None
         requirement = ExecutionRequirement.from_json(node.requirement)

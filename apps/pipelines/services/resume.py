@@ -11,9 +11,9 @@ from apps.dispatch import hooks
 from apps.dispatch.hooks import JobEnded
 from apps.dispatch.models import GroveJob
 from apps.dispatch.states import JOB_TERMINAL
-from apps.pipelines.models import PipelineNode, PipelineOutbox, PipelineRun
+from apps.pipelines.models import PipelineNode, PipelineOutbox
 from apps.pipelines.services.outbox import resume_resend_after_s, send_after_commit
-from apps.pipelines.services.runs import run_advance
+from apps.pipelines.services.runs import run_advance, run_and_node_locked
 from apps.pipelines.services.transitions import node_transition
 from apps.pipelines.states import node_outcome_for_job
 from apps.pipelines.vocabulary import NodeStatus, OutboxKind
@@ -42,11 +42,10 @@ def pipeline_node_resume(*, node_id: int) -> bool:
     and marks its outbox rows done in the same transaction. True when this call ran the tail.
     """
     with transaction.atomic():
-        run_id = PipelineNode.objects.filter(pk=node_id).values_list("run_id", flat=True).first()
-        if run_id is None:
+        locked = run_and_node_locked(node_id)
+        if locked is None:
             return False
-        run = PipelineRun.objects.select_for_update(no_key=True).get(pk=run_id)
-        node = PipelineNode.objects.select_for_update(no_key=True).get(pk=node_id)
+        run, node = locked
         pending = PipelineOutbox.objects.filter(node=node, done_at__isnull=True)
         if node.status != NodeStatus.AWAITING:
             pending.update(done_at=timezone.now())
