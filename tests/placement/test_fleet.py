@@ -14,7 +14,7 @@ from apps.accelerators import services as accelerator_services
 from apps.core.errors import ForestError
 from apps.groves import services as grove_services
 from apps.groves.models import AcceleratorInventoryItem, Grove, GroveCapability, PlacementUnit
-from apps.placement import derivation, fleet, selectors, services
+from apps.placement import derivation, fleet, rules, services, snapshot
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import (
     AcceleratorRequest,
@@ -103,11 +103,11 @@ def load_fleet(specs: list[dict]) -> None:
         for grove, spec in zip(groves, specs, strict=True) for api in spec["apis"]])
 
 
-def shape(found: selectors.CandidateSet) -> tuple:
-    return ([(c.slug, c.platform_rank, c.fits_cpu_memory, c.last_heartbeat_at, c.accelerator_units, c.devices)
-             for c in found.eligible],
-            [(c.slug, c.accelerator_units, c.devices) for c in found.others], found.eligible_total,
-            found.ineligible_total)
+def shape(found: fleet.CandidateSet) -> tuple:
+    return ([(c.facts.slug, c.platform_rank, c.fits_cpu_memory, c.facts.last_heartbeat_at,
+              c.facts.accelerator_units, c.facts.devices) for c in found.eligible],
+            [(c.facts.slug, c.facts.accelerator_units, c.facts.devices) for c in found.others],
+            found.eligible_total, found.ineligible_total)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -118,7 +118,7 @@ def test_snapshot_selects_exactly_what_the_sql_query_selects(specs, requirements
     for requirement in requirements:
         for limit in (2, 20):
             for role_only in (False, True):
-                assert shape(selectors.candidates(requirement, limit=limit, role_only=role_only)) == shape(
+                assert shape(snapshot.candidates(requirement, limit=limit, role_only=role_only)) == shape(
                     sql_candidates(requirement, limit=limit, role_only=role_only)), (limit, role_only)
 
 
@@ -129,17 +129,17 @@ def test_snapshot_selects_exactly_what_the_sql_query_selects(specs, requirements
 def test_snapshot_decision_equals_the_sql_decision(specs, requirement, enforced):
     load_fleet(specs)
     ours = services.placement_decide(requirement=requirement, enforced=enforced)
-    with mock.patch.object(selectors, "candidates", sql_candidates):
+    with mock.patch.object(snapshot, "candidates", sql_candidates):
         theirs = services.placement_decide(requirement=requirement, enforced=enforced)
     assert ours.to_json() == theirs.to_json()
     assert (ours.refusal and ours.refusal.code) == (theirs.refusal and theirs.refusal.code)
 
 
 def test_frontier_keeps_only_undominated_units():
-    units = fleet.frontier([(1, 1), (4, 1), (2, 3), (2, 2), (0, 5)])
+    units = rules.frontier([(1, 1), (4, 1), (2, 3), (2, 2), (0, 5)])
     assert units == ((4, 1), (2, 3), (0, 5))
-    record = fleet.GroveRecord(id=1, slug="a", substrate="native", roles=(), platforms=(), isolation_modes=(),
-                               change_kinds=(), last_heartbeat_at=None, units=units, apis=frozenset())
+    record = rules.GroveFacts(id="1", slug="a", substrate="native", roles=(), platforms=(), isolation_modes=(),
+                              change_kinds=(), last_heartbeat_at=None, units=units, apis=frozenset())
     assert record.fits(2, 3) and record.fits(0, 5) and not record.fits(3, 2) and not record.fits(5, 0)
 
 
@@ -149,33 +149,33 @@ def test_frontier_keeps_only_undominated_units():
 def slow_refresh(settings):
     """A snapshot that would not refresh by itself during the test."""
     settings.PLACEMENT_FLEET_REFRESH_S = 3600
-    selectors.fleet_refresh(full=True)
+    snapshot.fleet_refresh(full=True)
     return settings
 
 
 def eligible_slugs(requirement=None) -> list[str]:
-    return [c.slug for c in selectors.candidates(requirement or container(), limit=20).eligible]
+    return [c.facts.slug for c in snapshot.candidates(requirement or container(), limit=20).eligible]
 
 
 def test_a_new_grove_is_seen_after_a_refresh(slow_refresh):
     grove_make("a-first")
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     grove_make("b-new")
     assert eligible_slugs() == ["a-first"]  # bounded staleness: not yet
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     assert eligible_slugs() == ["a-first", "b-new"]
 
 
 def test_a_new_heartbeat_makes_a_stale_grove_fresh_after_a_refresh(slow_refresh):
     grove = grove_make("quiet")
     Grove.objects.filter(pk=grove.pk).update(last_heartbeat_at=grove.last_heartbeat_at - timedelta(minutes=10))
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     assert eligible_slugs() == []
     grove_services.grove_heartbeat_record(grove=Grove.objects.get(pk=grove.pk), body={
         "version": "test", "change_kinds": DEFAULT_KINDS["kubernetes"], "isolation": ["container"],
         "capacity": {"placement_units": [unit()], "accelerators": []}})
     assert eligible_slugs() == []
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     assert eligible_slugs() == ["quiet"]
 
 
@@ -183,11 +183,11 @@ def test_a_grove_goes_stale_at_decision_time_without_a_refresh(slow_refresh):
     grove_make("a")
     grove = grove_make("b")
     Grove.objects.filter(pk=grove.pk).update(last_heartbeat_at=grove.last_heartbeat_at - timedelta(seconds=60))
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     assert eligible_slugs() == ["a", "b"]
     slow_refresh.GROVE_STALE_AFTER_S = 30  # the same as b's heartbeat ageing past the window
     assert eligible_slugs() == ["a"]
-    found = selectors.candidates(container(), limit=20)
+    found = snapshot.candidates(container(), limit=20)
     assert (found.eligible_total, found.ineligible_total) == (1, 0)
     slow_refresh.GROVE_STALE_AFTER_S = 90
     assert eligible_slugs() == ["a", "b"]
@@ -197,22 +197,22 @@ def test_a_grove_goes_stale_at_decision_time_without_a_refresh(slow_refresh):
 def test_a_disabled_or_deleted_grove_drops_out_after_a_refresh(slow_refresh, change):
     grove_make("a-going")
     grove_make("b-staying")
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     queryset = Grove.objects.filter(slug="a-going")
     queryset.update(enabled=False) if change == "disable" else queryset.delete()
     assert eligible_slugs() == ["a-going", "b-staying"]
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     assert eligible_slugs() == ["b-staying"]
-    assert len(selectors._FLEET) == 1
+    assert len(snapshot._FLEET) == 1
 
 
 def test_an_incremental_refresh_reads_only_the_groves_written_since(slow_refresh, monkeypatch):
-    monkeypatch.setattr(selectors, "WATERMARK_OVERLAP", timedelta(0))
+    monkeypatch.setattr(snapshot, "WATERMARK_OVERLAP", timedelta(0))
     groves = [grove_make(f"g{i}") for i in range(5)]
-    selectors.fleet_refresh()
-    assert selectors.fleet_refresh() == 0
+    snapshot.fleet_refresh()
+    assert snapshot.fleet_refresh() == 0
     Grove.objects.filter(pk=groves[2].pk).update(version="2")  # any write, even a queryset update
-    assert selectors.fleet_refresh() == 1
+    assert snapshot.fleet_refresh() == 1
 
 
 # --- a stale snapshot never persists a wrong placement ------------------------------------------------
@@ -220,7 +220,7 @@ def test_an_incremental_refresh_reads_only_the_groves_written_since(slow_refresh
 def test_a_stale_snapshot_does_not_persist_on_a_grove_disabled_since(slow_refresh):
     grove_make("a-best")
     grove_make("b-next")
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     Grove.objects.filter(slug="a-best").update(enabled=False)
     assert services.placement_decide(requirement=container()).grove.slug == "a-best"  # the preview is stale
     result = services.place_execution(subject_type="pipeline_node", subject_id="1", requirement=container())
@@ -231,7 +231,7 @@ def test_a_stale_snapshot_does_not_persist_on_a_grove_disabled_since(slow_refres
 def test_a_stale_snapshot_does_not_persist_on_a_grove_now_incompatible(slow_refresh):
     grove_make("a-best")
     grove_make("b-next")
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     grove = Grove.objects.get(slug="a-best")
     grove_services.grove_heartbeat_record(grove=grove, body={  # it stops advertising k8s.job
         "version": "test", "change_kinds": ["k8s.deployment"], "isolation": ["container"],
@@ -242,7 +242,7 @@ def test_a_stale_snapshot_does_not_persist_on_a_grove_now_incompatible(slow_refr
 
 def test_a_stale_snapshot_with_no_alternative_refuses_instead_of_persisting(slow_refresh):
     grove_make("only")
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     Grove.objects.filter(slug="only").update(enabled=False)
     with pytest.raises(ForestError) as caught:
         services.place_execution(subject_type="pipeline_node", subject_id="1", requirement=container())
@@ -251,7 +251,7 @@ def test_a_stale_snapshot_with_no_alternative_refuses_instead_of_persisting(slow
 
 
 def test_a_refusal_is_checked_against_a_refreshed_snapshot(slow_refresh):
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     grove_make("just-enrolled")
     result = services.place_execution(subject_type="pipeline_node", subject_id="1", requirement=container())
     assert result.placement.grove_slug == "just-enrolled"
@@ -272,7 +272,7 @@ def test_accelerator_fit_counts_hosts_claims_made_after_the_snapshot(slow_refres
     slot = [{"inventory_id": "GPU-0", "allocatable": 1, "free": 1}]
     first = grove_make("a-gpu", units=[unit(accelerators=slot)], accelerators=[gpu])
     grove_make("b-gpu", units=[unit(accelerators=slot)], accelerators=[gpu])
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     requirement = container()
     requirement = ExecutionRequirement(family=requirement.family, compatibility=requirement.compatibility,
                                        accelerators=AcceleratorRequest(count=1, vendor="nvidia", api="cuda"))
