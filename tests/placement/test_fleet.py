@@ -2,6 +2,7 @@
 and no stale snapshot ever persisting a placement the database would not allow."""
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from unittest import mock
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from apps.accelerators import services as accelerator_services
 from apps.core.errors import ForestError
+from apps.flags import services as flags
 from apps.groves import services as grove_services
 from apps.groves.models import AcceleratorInventoryItem, Grove, GroveCapability, PlacementUnit
 from apps.placement import derivation, fleet, rules, services, snapshot
@@ -133,6 +135,24 @@ def test_snapshot_decision_equals_the_sql_decision(specs, requirement, enforced)
         theirs = services.placement_decide(requirement=requirement, enforced=enforced)
     assert ours.to_json() == theirs.to_json()
     assert (ours.refusal and ours.refusal.code) == (theirs.refusal and theirs.refusal.code)
+
+
+def test_a_heartbeat_keeps_the_shape_cache_and_a_rule_key_change_clears_it():
+    index = fleet.FleetIndex()
+    now = timezone.now()
+    facts = rules.GroveFacts(id="1", slug="a", substrate="kubernetes", roles=("build",), platforms=("linux/amd64",),
+                             isolation_modes=("container",), change_kinds=("k8s.job",), last_heartbeat_at=now,
+                             units=((1000, GIB),))
+    index.replace_all([facts])
+    cutoff = (now - timedelta(seconds=60)).timestamp()
+    assert [c.facts.slug for c in index.select(container(), limit=5, cap=10, cutoff=cutoff).eligible] == ["a"]
+    assert len(index._shapes) == 1
+    index.upsert(replace(facts, last_heartbeat_at=now + timedelta(seconds=5), units=((0, 0),)))
+    assert len(index._shapes) == 1  # a heartbeat with new capacity: indexes and cached shapes stand
+    assert index.select(container(), limit=5, cap=10, cutoff=cutoff).eligible[0].fits_cpu_memory is False
+    index.upsert(replace(facts, change_kinds=("k8s.deployment",)))
+    assert not index._shapes
+    assert index.select(container(), limit=5, cap=10, cutoff=cutoff).eligible == []
 
 
 def test_frontier_keeps_only_undominated_units():
@@ -282,3 +302,50 @@ def test_accelerator_fit_counts_hosts_claims_made_after_the_snapshot(slow_refres
     assert decision.grove.slug == "b-gpu"
     verdict = next(c for c in decision.candidates if c["grove_slug"] == "a-gpu")
     assert verdict["fits_accelerators"] is False
+
+
+def test_an_explicit_target_has_the_facts_the_snapshot_builds(slow_refresh):
+    gpu = {"id": "GPU-0", "kind": "gpu", "vendor": "nvidia", "model": "H100", "apis": ["cuda"],
+           "memory_bytes": 80 << 30, "memory_kind": "dedicated", "memory_enforced": True, "share_mode": "exclusive"}
+    grove_make("gpu", units=[unit(accelerators=[{"inventory_id": "GPU-0", "allocatable": 1, "free": 1}]),
+                             unit(unit_id="u2", free_cpu=500)], accelerators=[gpu])
+    snapshot.fleet_refresh()
+    held = snapshot._FLEET.records["gpu"]
+    assert services._target("gpu") == held == services._target(held.id)
+    assert held.apis == {"cuda"} and held.devices and held.accelerator_units and held.units
+
+
+# --- a rule added only to rules.py is honoured by the snapshot ------------------------------------
+
+def _quarantined(requirement, grove) -> list[rules.Incompatibility]:
+    if not grove.slug.startswith("q-"):
+        return []
+    return [rules.Incompatibility("grove_quarantined", f"Grove {grove.slug} is quarantined.", grove.slug)]
+
+
+QUARANTINE = rules.Rule("quarantine", ("grove_quarantined",), check=_quarantined,
+                        keys=lambda grove: () if grove.slug.startswith("q-") else ("open",),
+                        accepts=lambda requirement: ("open",))
+
+
+def test_a_rule_registered_only_in_rules_is_followed_by_the_snapshot(slow_refresh, monkeypatch):
+    """Before rules declared their index keys, the snapshot kept choosing q-first and the write's re-check
+    refused it three times: a misleading ``fleet_changed``."""
+    grove_make("q-first")
+    grove_make("r-open")
+    snapshot.fleet_refresh()
+    assert services.placement_decide(requirement=container()).grove.slug == "q-first"
+    monkeypatch.setattr(rules, "RULES", (*rules.RULES, QUARANTINE))
+    assert eligible_slugs() == ["r-open"]  # no refresh: the snapshot re-files its Groves under the new rule
+    result = services.place_execution(subject_type="pipeline_node", subject_id="1", requirement=container())
+    assert result.placement.grove_slug == "r-open" and not result.would_refuse
+    verdicts = {c["grove_slug"]: [i["code"] for i in c["incompatibilities"]] for c in result.decision["candidates"]}
+    assert verdicts == {"r-open": [], "q-first": ["grove_quarantined"]}
+
+    Grove.objects.filter(slug="r-open").update(enabled=False)
+    snapshot.fleet_refresh()
+    flags.flag_override_set(name="host.deploy.forest_compatibility", enabled=True, reason="test")
+    with pytest.raises(ForestError) as caught:
+        services.place_execution(subject_type="pipeline_node", subject_id="2", requirement=container())
+    assert caught.value.code == "placement_refused"
+    assert [i["code"] for i in caught.value.extra["incompatibilities"]] == ["grove_quarantined"]

@@ -198,3 +198,18 @@ def test_summary_counts_codes_like_a_scheduler():
                 {"eligible": False, "incompatibilities": [{"code": "platform_mismatch"}, {"code": "role_missing"}]},
                 {"eligible": True, "incompatibilities": []}]
     assert rules.summarise(verdicts) == "1/3 Groves eligible: 2 platform_mismatch, 1 role_missing"
+
+
+@given(requirements, groves)
+def test_each_rule_declares_the_index_key_its_check_uses(requirement, facts):
+    """The invariant the fleet snapshot relies on: a rule passes exactly when it does not constrain the
+    requirement or the Grove is filed under a value the requirement accepts."""
+    for rule in rules.RULES:
+        accepted = rule.accepts(requirement)
+        indexed = accepted is None or bool(set(rule.keys(facts)) & set(accepted))
+        assert (rule.check(requirement, facts) == []) is indexed, rule.name
+
+
+def test_every_code_belongs_to_one_rule():
+    owners = [rule.name for rule in rules.RULES for _ in rule.codes]
+    assert len(owners) == len(set(rules.CODES)) and len({rule.name for rule in rules.RULES}) == len(rules.RULES)
