@@ -43,6 +43,7 @@ class GroveFacts:
     last_heartbeat_at: datetime | None = None
     units: tuple[tuple[int, int], ...] = ()
     apis: frozenset[str] = frozenset()  # accelerator APIs, for the ranking's API preference
+    # Typed loosely on purpose: the pure rules import nothing from apps.accelerators (an upper app).
     accelerator_units: tuple = ()
     devices: tuple = ()
 
