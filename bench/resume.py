@@ -118,6 +118,7 @@ def measure_resume(n: int, concurrency: int, base_url: str) -> dict:
     import httpx
     from django.db import transaction
 
+    from apps.dispatch import services as dispatch
     from apps.dispatch.models import GroveJob
     from apps.flags.services import flag_override_set
     from apps.groves import services as groves
@@ -139,7 +140,7 @@ def measure_resume(n: int, concurrency: int, base_url: str) -> dict:
     assert PipelineNode.objects.filter(wait_mode="detached").count() == n, "every node must wait detached"
     job_ids = list(GroveJob.objects.filter(grove=grove).values_list("pk", flat=True))
     for job_id in job_ids:
-        pipelines.grove_job_claim(grove=grove, job_id=job_id)
+        dispatch.grove_job_claim(grove=grove, job_id=job_id)
     responded: dict[str, float] = {}
     errors: list[str] = []
 
