@@ -5,10 +5,11 @@ from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, status
-from rest_framework.permissions import AllowAny, IsAuthenticated
+from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.accounts.api.permissions import requires
 from apps.core.errors import Forbidden
 from apps.groves import services
 from apps.groves.api import serializers as s
@@ -63,7 +64,7 @@ class HeartbeatView(APIView):
 
 class GroveListView(generics.ListAPIView):
     serializer_class = s.GroveSerializer
-    permission_classes = [IsAuthenticated]
+    permission_classes = [requires(GET="groves.view_grove")]
     filterset_class = GroveFilterSet
 
     def get_queryset(self):
@@ -76,7 +77,7 @@ class GroveListView(generics.ListAPIView):
 
 class GroveDetailView(generics.RetrieveAPIView):
     serializer_class = s.GroveDetailSerializer
-    permission_classes = [IsAuthenticated]
+    permission_classes = [requires(GET="groves.view_grove")]
     lookup_url_kwarg = "grove_id"
 
     def get_queryset(self):
