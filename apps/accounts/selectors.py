@@ -74,7 +74,9 @@ def body_with_team(user, body):
     service to refuse with its own error."""
     if not isinstance(body, dict):
         return body
-    return {**body, "team": team_for_write(user, body.get("team"))}
+    team = team_for_write(user, body.get("team"))
+    # A staff admin writing team-less work: the body stays exactly as sent.
+    return {**body, "team": team} if team else body
 
 
 def api_token_list(*, user=None) -> QuerySet[ApiToken]:

@@ -92,7 +92,7 @@ def api_token_authenticate(*, presented: str) -> ApiToken:
     if parts:
         token = ApiToken.objects.select_related("user").filter(key_id=parts[0]).first()
     if token is None or not bearer.matches(parts[1], token.secret_hash):
-        raise NotAuthenticated("token_unknown", "This API token is not known to Host.")
+        raise NotAuthenticated("authentication_failed", "This API token is not known to Host.")
     if token.revoked_at is not None:
         raise NotAuthenticated("token_revoked", "This API token was revoked; ask for a new one.")
     if token.expires_at <= timezone.now():

@@ -17,7 +17,7 @@ class ApiTokenAuthentication(BaseAuthentication):
         if not header or header[0].lower() != self.keyword:
             return None
         if len(header) != 2:
-            raise NotAuthenticated("token_malformed", "Send 'Authorization: Token <key>'.")
+            raise NotAuthenticated("authentication_failed", "Send 'Authorization: Token <key>'.")
         token = api_token_authenticate(presented=header[1].decode("latin-1"))
         return (token.user, token)
 
