@@ -8,6 +8,8 @@ from apps.accounts.roles import STAFF_ADMIN
 from apps.groves import services as grove_services
 from tests.factories import UserFactory, api_token_for, grant, heartbeat_body
 
+pytest_plugins = ["tests.estate"]
+
 
 @pytest.fixture
 def staff_user(db):

@@ -10,7 +10,7 @@ import pytest
 from apps.accounts import roles
 from apps.compute.models import ComputeJob
 from apps.pipelines.models import PipelineRun
-from tests.accounts.conftest import ROLE_USERS, TEAMS, client_for, compute_body, run_body, workload_body
+from tests.estate import ROLE_USERS, TEAMS, client_for, compute_body, run_body, workload_body
 from tests.factories import UserFactory, grant
 from tests.fingerprint import changed_tables, table_fingerprint
 

@@ -12,7 +12,7 @@ from django.core.management.base import CommandError
 from apps.accelerators.models import AcceleratorEntitlement
 from apps.accounts import roles
 from apps.accounts.models import AuditEvent, Team
-from tests.accounts.conftest import client_for, compute_body
+from tests.estate import client_for, compute_body
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -1,5 +1,6 @@
 """Two teams' worth of work (compute jobs, pipeline runs, native workloads, placements) and one user per
-role in team ``red``, to exercise every role x operation x own/other team."""
+role in team ``red``: the permission matrix and the hostile corpus both run against it. Registered for
+every test through ``pytest_plugins`` in tests/conftest.py."""
 from __future__ import annotations
 
 import base64
@@ -12,12 +13,12 @@ from rest_framework.test import APIClient
 from apps.accounts import roles
 from apps.artifacts.services import artifact_blob_create
 from apps.compute.services import compute_job_submit
+from apps.flags.services import flag_override_set
 from apps.pipelines.services import pipeline_run_create
 from apps.placement import derivation
 from apps.placement.services import place_execution
 from apps.workloads import services as workloads
 from tests.factories import UserFactory, api_token_for, grant
-from tests.pipelines.conftest import flag_on  # noqa: F401  (shared fixture)
 from tests.pipelines.graphs import IMAGE, exec_node, graph
 
 TEAMS = ("red", "blue")
@@ -60,10 +61,10 @@ def workload_body(bundle, team: str, slug: str) -> dict:
 
 
 @pytest.fixture
-def estate(db, settings, fresh_grove, flag_on, bundle):  # noqa: F811
+def estate(db, settings, fresh_grove, bundle):
     """Per team: a compute job, a pipeline run, a native workload and a placement, written as a staff admin
     would (through the services)."""
-    flag_on("host.deploy.forest_compute_jobs")
+    flag_override_set(name="host.deploy.forest_compute_jobs", enabled=True, reason="test estate")
     settings.FOREST_NATIVE_WORKLOAD_DISPATCH = True
     fresh_grove(name="kube", substrate="kubernetes", roles=("compute", "build"))
     fresh_grove(name="mac", roles=("runtime", "compute"), platforms=("darwin/arm64",),
