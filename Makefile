@@ -17,7 +17,7 @@ TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:543
 
 PYTEST_ARGS ?= -n 2
 
-.PHONY: run test lint venv clean help
+.PHONY: run test fuzz lint venv clean help
 
 help:  ## Show the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -40,6 +40,11 @@ run: $(STAMP)  ## Migrate, load the demo and serve Host (web :8000 + worker + be
 test: $(STAMP)  ## Run the whole suite against real PostgreSQL and Redis
 	@scripts/services-up.sh
 	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+fuzz: $(STAMP)  ## The API fuzz and hostile corpus with many more examples (FOREST_FUZZ_EXAMPLES, default 150)
+	@scripts/services-up.sh
+	$(TEST_ENV) FOREST_FUZZ_EXAMPLES=$${FOREST_FUZZ_EXAMPLES:-150} $(BIN)/python -m pytest -q \
+		tests/core/test_schemathesis_api.py tests/core/test_hostile.py tests/groves/test_schemathesis.py
 
 lint: $(STAMP)  ## ruff
 	$(BIN)/ruff check .
