@@ -51,7 +51,7 @@ def test_every_operation_never_answers_5xx_and_refusals_change_nothing(live_serv
         @settings(max_examples=EXAMPLES, deadline=None, database=None,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                          HealthCheck.data_too_large])
-        def exercise(case):
+        def exercise(case, operation=operation, headers=headers):
             if case.path_parameters and "grove_id" in case.path_parameters:
                 case.path_parameters["grove_id"] = str(grove.id)
             if operation.path.endswith("/changes"):
