@@ -132,6 +132,13 @@ class RoleGrantingUserAdmin(UserAdmin):
     list_display = (*UserAdmin.list_display, "roles")
     list_filter = (*UserAdmin.list_filter, "forest_teams")
 
+    def get_readonly_fields(self, request, obj=None):
+        # Only a superuser makes superusers or hands out permissions outside the roles.
+        fields = super().get_readonly_fields(request, obj)
+        if request.user.is_superuser:
+            return fields
+        return (*fields, "is_superuser", "user_permissions")
+
     @admin.display(description="roles")
     def roles(self, obj) -> str:
         return ", ".join(group.name for group in obj.groups.all())

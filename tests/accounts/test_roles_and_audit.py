@@ -13,7 +13,7 @@ from apps.accelerators.models import AcceleratorEntitlement
 from apps.accounts import roles
 from apps.accounts.models import AuditEvent, Team
 from tests.estate import client_for, compute_body
-from tests.factories import UserFactory
+from tests.factories import UserFactory, grant
 
 pytestmark = pytest.mark.django_db
 V1 = "/api/forest/v1"
@@ -102,3 +102,22 @@ def test_admin_grants_roles_and_teams_and_audits_entitlements(client, django_use
     listing = client.get("/admin/accounts/auditevent/", {"q": "admin-2"})
     assert listing.status_code == 200 and b"acceleratorentitlement.add" in listing.content
     assert b"admin-2" in listing.content and b"admin-1" not in listing.content
+
+
+def test_a_staff_admin_grants_roles_in_admin_but_cannot_make_superusers(client):
+    admin_user = grant(UserFactory(username="ops", is_staff=False), roles.STAFF_ADMIN)
+    target = UserFactory(username="frank", is_staff=False)
+    client.force_login(admin_user)
+    page = client.get(f"/admin/auth/user/{target.pk}/change/")
+    assert page.status_code == 200
+    assert b'name="groups"' in page.content and b'name="is_superuser"' not in page.content
+    submitter = Group.objects.get(name=roles.SUBMITTER)
+    form = {"username": "frank", "password": target.password, "is_active": "on", "is_staff": "on",
+            "groups": [submitter.pk], "date_joined_0": "2026-01-01", "date_joined_1": "00:00:00",
+            "is_superuser": "on"}
+    response = client.post(f"/admin/auth/user/{target.pk}/change/", form, HTTP_X_REQUEST_ID="grant-1")
+    assert response.status_code == 302, response.content[:800]
+    target.refresh_from_db()
+    assert not target.is_superuser and list(target.groups.values_list("name", flat=True)) == [roles.SUBMITTER]
+    event = AuditEvent.objects.get(action="user.roles")
+    assert event.actor == admin_user and event.request_id == "grant-1" and event.detail["granted"] == [roles.SUBMITTER]
