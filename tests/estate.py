@@ -39,6 +39,11 @@ def users(db):
             for name, granted in ROLE_USERS.items()}
 
 
+PREVIEW = {"family": "build", "compatibility": {"platform": {"allowed": ["linux/amd64"], "sources": ["ci"]},
+                                               "artifact_kind": "oci_image", "change_kind": "k8s.build_job",
+                                               "isolation": "container"}}
+
+
 def compute_body(team: str, name: str = "train") -> dict:
     return {"name": name, "team": team, "steps": [{"name": "s", "kind": "container", "image": IMAGE,
                                                    "command": ["python", "-c", "1"]}]}

@@ -4,7 +4,8 @@ After the view: a successful (2xx) POST/PUT/PATCH/DELETE under ``/api/`` by a *u
 Grove credentials act as no user and are not staff writes) becomes one ``AuditEvent``: the URL's name
 is the action (``compute-job-cancel``), the target is the object the URL or the response names, and the
 request id ties it to the logs. A refused call writes nothing, so it leaves the database unchanged.
-Secret values are never recorded: only the response's identifying fields are kept.
+Secret values are never recorded: only the response's identifying fields are kept. A view whose POST
+writes nothing (placement preview) sets ``audit_writes = False``.
 """
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ def _audit(request, response) -> None:
     token = token if isinstance(token, ApiToken) else None
     match = getattr(request, "resolver_match", None)
     if match is None or not request.path.startswith("/api/"):
+        return
+    # A view that answers POST without writing (a preview) says so with ``audit_writes = False``.
+    if getattr(getattr(match.func, "cls", None), "audit_writes", True) is False:
         return
     data = getattr(response, "data", None)
     data = data if isinstance(data, dict) else {}

@@ -10,15 +10,12 @@ import pytest
 from apps.accounts import roles
 from apps.compute.models import ComputeJob
 from apps.pipelines.models import PipelineRun
-from tests.estate import ROLE_USERS, TEAMS, client_for, compute_body, run_body, workload_body
+from tests.estate import PREVIEW, ROLE_USERS, TEAMS, client_for, compute_body, run_body, workload_body
 from tests.factories import UserFactory, grant
 from tests.fingerprint import changed_tables, table_fingerprint
 
 pytestmark = pytest.mark.django_db
 V1 = "/api/forest/v1"
-PREVIEW = {"family": "build", "compatibility": {"platform": {"allowed": ["linux/amd64"], "sources": ["ci"]},
-                                               "artifact_kind": "oci_image", "change_kind": "k8s.build_job",
-                                               "isolation": "container"}}
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from django.core.management.base import CommandError
 from apps.accelerators.models import AcceleratorEntitlement
 from apps.accounts import roles
 from apps.accounts.models import AuditEvent, Team
-from tests.estate import client_for, compute_body
+from tests.estate import PREVIEW, client_for, compute_body
 from tests.factories import UserFactory, grant
 
 pytestmark = pytest.mark.django_db
@@ -76,6 +76,8 @@ def test_reads_and_refusals_are_not_audited(users, estate):
     count = AuditEvent.objects.count()
     viewer.get(f"{V1}/compute/jobs")
     viewer.post(f"{V1}/compute/jobs", compute_body("red"), format="json")
+    preview = viewer.post(f"{V1}/placements/preview", PREVIEW, format="json")
+    assert preview.status_code == 200  # a POST that stores nothing is not a write
     assert AuditEvent.objects.count() == count
 
 

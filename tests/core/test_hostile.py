@@ -15,14 +15,11 @@ from collections.abc import Iterator
 import pytest
 from rest_framework.test import APIClient
 
-from tests.estate import compute_body, run_body, workload_body
+from tests.estate import PREVIEW, compute_body, run_body, workload_body
 from tests.factories import heartbeat_body
 from tests.fingerprint import changed_tables, table_fingerprint
 
 pytestmark = pytest.mark.django_db
-PREVIEW = {"family": "build", "compatibility": {"platform": {"allowed": ["linux/amd64"], "sources": ["ci"]},
-                                               "artifact_kind": "oci_image", "change_kind": "k8s.build_job",
-                                               "isolation": "container"}}
 
 
 def good_bodies(bundle) -> dict[tuple[str, str], object]:

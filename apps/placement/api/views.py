@@ -44,6 +44,7 @@ class RequirementSchemaView(PlacementAPIView):
 
 
 class PlacementPreviewView(PlacementAPIView):
+    audit_writes = False  # a POST that stores nothing
     @extend_schema(request=OpenApiTypes.OBJECT, parameters=SCOPE,
                    responses={200: s.PreviewResponseSerializer, **ERRORS}, tags=["placements"],
                    summary="Where would this requirement be placed, and why? Nothing is stored.")
