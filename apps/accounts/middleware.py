@@ -9,13 +9,17 @@ writes nothing (placement preview) sets ``audit_writes = False``.
 """
 from __future__ import annotations
 
+import logging
+
 from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.db import DatabaseError
 from django.utils.decorators import sync_and_async_middleware
 
 from apps.accounts.choices import AuditVia
 from apps.accounts.models import ApiToken
 from apps.accounts.services import audit_record
 
+log = logging.getLogger(__name__)
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # The response fields that identify what was written; nothing else of a body is kept.
 _IDENTIFYING = ("id", "slug", "name", "environment", "team", "status", "reason", "run_id", "digest", "grove",
@@ -29,6 +33,15 @@ def _user(request):
 
 
 def _audit(request, response) -> None:
+    """Record the write. The write itself has committed by now, so a failure here is logged loudly
+    (with the request id) instead of turning a done write into a 500 the client would retry."""
+    try:
+        _record(request, response)
+    except DatabaseError:
+        log.exception("audit event not recorded", extra={"path": request.path, "method": request.method})
+
+
+def _record(request, response) -> None:
     user = _user(request)
     if user is None:
         return
