@@ -2,10 +2,14 @@
 a Grove wire endpoint declares, per method it serves, the model permission it needs."""
 from __future__ import annotations
 
-from django.urls import URLPattern, URLResolver, get_resolver
+from django.test import override_settings
+from django.urls import URLPattern, URLResolver, get_resolver, path
+from rest_framework.test import APIClient
+from rest_framework.views import APIView
 
-from apps.accounts.api.permissions import Requires
+from apps.accounts.api.permissions import Requires, requires
 from apps.groves.api.authentication import IsOwnGrove
+from tests.factories import UserFactory, api_token_for
 
 WIRE_OPEN = {"grove-enroll", "grove-heartbeat"}  # authenticate inside the view (token / credential)
 HANDLERS = ("get", "post", "put", "patch", "delete")
@@ -44,3 +48,28 @@ def test_every_staff_api_view_declares_its_permissions():
         assert served <= declared, f"{route} ({view.__name__}) serves {served - declared} with no permission"
         checked += 1
     assert checked >= 15
+
+
+class Half(APIView):
+    permission_classes = [requires(GET="groves.view_grove")]
+
+    def get(self, request):
+        raise AssertionError("not reached without the permission")
+
+    def post(self, request):
+        raise AssertionError("never reached: POST has no declared permission")
+
+
+urlpatterns = [path("half", Half.as_view())]
+
+
+def test_undeclared_methods_are_refused_and_options_is_metadata_only(db):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_for(UserFactory(username='plain', is_staff=False))}")
+    with override_settings(ROOT_URLCONF=__name__):
+        post = client.post("/half", {}, format="json")
+        get = client.get("/half")
+        options = client.options("/half")
+    assert post.status_code == 403 and post.json()["code"] == "permission_undeclared"
+    assert get.status_code == 403 and get.json()["permission"] == "groves.view_grove"
+    assert options.status_code == 200

@@ -28,7 +28,9 @@ class Requires(BasePermission):
         # A Grove principal is authenticated but is no user: the staff API is not for Groves.
         if not getattr(user, "is_authenticated", False) or not getattr(user, "pk", None):
             raise NotAuthenticated("not_authenticated", SIGN_IN)
-        method = "GET" if request.method in ("HEAD", "OPTIONS") else request.method
+        if request.method == "OPTIONS":
+            return True  # metadata only: which methods exist, no data
+        method = "GET" if request.method == "HEAD" else request.method
         needed = self.perms.get(method)
         if needed is None:
             if hasattr(view, request.method.lower()):
