@@ -112,3 +112,21 @@ def test_drf_create_token_keeps_working(viewer):
     assert _client(again.getvalue().split()[2]).get(GROVES).status_code == 200
     with pytest.raises(CommandError, match="does not exist"):
         call_command("drf_create_token", "nobody")
+
+
+def test_admin_makes_a_token_and_shows_it_once(client, django_user_model, viewer):
+    root = django_user_model.objects.create_superuser("root", "root@example.com", "pw-123456789")
+    client.force_login(root)
+    response = client.post("/admin/accounts/apitoken/add/", {"user": viewer.pk, "name": "ci-admin",
+                                                             "expires_in_days": "30"}, follow=True)
+    assert response.status_code == 200
+    token = ApiToken.objects.get(name="ci-admin")
+    shown = [str(m) for m in response.context["messages"] if "fat_" in str(m)]
+    assert len(shown) == 1 and f"fat_{token.key_id}." in shown[0]
+    presented = shown[0].split(": ", 1)[1].split(" ")[0]
+    assert _client(presented).get(GROVES).status_code == 200
+    page = client.get(f"/admin/accounts/apitoken/{token.pk}/change/")
+    assert page.status_code == 200 and presented.split(".")[1].encode() not in page.content
+    client.post("/admin/accounts/apitoken/", {"action": "revoke", "_selected_action": [token.pk]})
+    assert _client(presented).get(GROVES).json()["code"] == "token_revoked"
+    assert AuditEvent.objects.filter(action="api_token.revoke", via="admin", actor=root).exists()
