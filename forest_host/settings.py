@@ -46,11 +46,11 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_prometheus",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "django_filters",
     "django_htmx",
     "apps.core",
+    "apps.accounts",
     "apps.flags",
     "apps.groves",
     "apps.placement",
@@ -67,10 +67,12 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "apps.core.middleware.RequestMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "apps.accounts.middleware.AuditMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -112,6 +114,9 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"]["TEST"] = {}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Django's model backend, reading a user's own and role permissions in one query (apps.accounts.backends).
+AUTHENTICATION_BACKENDS = ["apps.accounts.backends.RoleBackend"]
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -150,7 +155,7 @@ X_FRAME_OPTIONS = "DENY"
 # --- REST framework -----------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "apps.accounts.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -209,6 +214,8 @@ GROVE_STALE_AFTER_S = int(os.environ.get("GROVE_STALE_AFTER_S", "90"))
 # Capacity reports kept per Grove (a new row only when the reported capacity changes).
 GROVE_REPORT_HISTORY = int(os.environ.get("GROVE_REPORT_HISTORY", "20"))
 GROVE_LOG_TAIL_LINES = int(os.environ.get("GROVE_LOG_TAIL_LINES", "200"))
+# Staff/CI API tokens always expire; `manage.py api_token create --expires-in DAYS` picks another term.
+API_TOKEN_DEFAULT_TTL_DAYS = int(os.environ.get("API_TOKEN_DEFAULT_TTL_DAYS", "90"))
 ENROLLMENT_TOKEN_DEFAULT_TTL_S = int(os.environ.get("ENROLLMENT_TOKEN_DEFAULT_TTL_S", str(24 * 3600)))
 # How long one process may reuse its snapshot of flag overrides (a request pins one snapshot).
 FLAGS_CACHE_TTL_S = float(os.environ.get("FLAGS_CACHE_TTL_S", "1.0"))

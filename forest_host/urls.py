@@ -15,6 +15,8 @@ api_v1 = [
     path("", include("apps.compute.api.urls")),
 ]
 
+handler404 = "apps.core.views.not_found"
+
 urlpatterns = [
     path("", core_views.home, name="home"),
     path("healthz", core_views.healthz, name="healthz"),

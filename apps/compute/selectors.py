@@ -35,6 +35,7 @@ def compute_job_view(job: ComputeJob) -> dict:
     nodes = job.run.nodes.select_related("grove", "current_job").order_by("position")
     return {
         "id": str(job.id), "run_id": str(job.run_id), "name": job.name, "environment": job.environment,
+        "team": job.team,
         "status": job.run.status, "reason": job.run.reason, "created_at": job.created_at.isoformat(),
         "steps": [{"name": n.node_id, "status": n.status, "grove": n.grove.slug if n.grove_id else None,
                    "job_id": str(n.current_job_id) if n.current_job_id else None, "exit_code": n.exit_code,

@@ -1,10 +1,12 @@
 """Staff pages. One URL renders the full page, or only the table for an htmx request (hx-push-url keeps
-filtered views shareable). Access: staff login, and the observability flag on."""
+filtered views shareable). Access: staff login with a role that reads Groves (viewer and up), and the
+observability flag on."""
 from __future__ import annotations
 
 from functools import wraps
 
 from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -21,9 +23,10 @@ PAGE_SIZE = 50
 
 
 def observability_page(view):
-    """Staff only; a clear 404 page (not a blank one) while the feature flag is off."""
+    """Staff with a viewer's permissions only; a clear 404 page (not a blank one) while the flag is off."""
 
     @staff_member_required
+    @permission_required("groves.view_grove", raise_exception=True)
     @wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
         if not is_enabled(FLAG):

@@ -7,13 +7,13 @@ import threading
 
 import pytest
 from django.db import connection
-from rest_framework.authtoken.models import Token
 from typer.testing import CliRunner
 
 from apps.dispatch.models import GroveJob
 from apps.pipelines import services as pipelines
 from apps.pipelines.models import PipelineNode
 from forest_cli.main import app
+from tests.factories import api_token_for
 from tests.pipelines.graphs import IMAGE
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,7 +23,7 @@ runner = CliRunner()
 @pytest.fixture
 def cli(live_server, staff_user, flag_on):
     flag_on("host.deploy.forest_compute_jobs")
-    token = Token.objects.create(user=staff_user).key
+    token = api_token_for(staff_user, "cli")
 
     def _run(*args, token=token):
         return runner.invoke(app, ["--host", live_server.url, "--token", token, *args], catch_exceptions=False)

@@ -5,16 +5,18 @@ from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.parsers import BaseParser
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.accounts.api.authentication import ApiTokenAuthentication
+from apps.accounts.api.permissions import requires
 from apps.artifacts import services
 from apps.artifacts.models import Artifact
 from apps.artifacts.store import check_digest
-from apps.groves.api.authentication import GroveCredentialAuthentication
+from apps.groves.api.authentication import GroveCredentialAuthentication, GrovePrincipal
 
 CHUNK = 1 << 20
 
@@ -37,6 +39,7 @@ class RawStreamParser(BaseParser):
 
 class BlobUploadView(APIView):
     parser_classes = [RawStreamParser]
+    permission_classes = [requires(POST="artifacts.add_artifact")]
 
     @extend_schema(
         request={"application/octet-stream": OpenApiTypes.BINARY},
@@ -66,9 +69,16 @@ class BlobUploadView(APIView):
         return Response(ArtifactSerializer(artifact).data, status=status.HTTP_201_CREATED)
 
 
+class IsGrove(BasePermission):
+    """Any enrolled Grove may fetch blobs (agents download native bundles)."""
+
+    def has_permission(self, request, view):
+        return isinstance(request.user, GrovePrincipal)
+
+
 class BlobDownloadView(APIView):
-    authentication_classes = [GroveCredentialAuthentication, TokenAuthentication, SessionAuthentication]
-    permission_classes = [IsAuthenticated]
+    authentication_classes = [GroveCredentialAuthentication, ApiTokenAuthentication, SessionAuthentication]
+    permission_classes = [IsGrove | requires(GET="artifacts.view_artifact")]
 
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY}, tags=["artifacts", "wire"],
                    summary="Download a CAS blob (Grove credential or staff token)")

@@ -37,6 +37,7 @@ class ComputeJobSerializer(serializers.Serializer):
     run_id = serializers.UUIDField()
     name = serializers.CharField()
     environment = serializers.CharField()
+    team = serializers.CharField()
     status = serializers.CharField()
     reason = serializers.CharField()
     created_at = serializers.DateTimeField()
