@@ -14,8 +14,8 @@ from apps.accounts import roles
 from apps.artifacts.services import artifact_blob_create
 from apps.compute.services import compute_job_submit
 from apps.flags.services import flag_override_set
+from apps.pipelines.rules import node_requirement
 from apps.pipelines.services import pipeline_run_create
-from apps.placement import derivation
 from apps.placement.services import place_execution
 from apps.workloads import services as workloads
 from tests.factories import UserFactory, api_token_for, grant
@@ -74,7 +74,7 @@ def estate(db, settings, fresh_grove, bundle):
     fresh_grove(name="kube", substrate="kubernetes", roles=("compute", "build"))
     fresh_grove(name="mac", roles=("runtime", "compute"), platforms=("darwin/arm64",),
                 change_kinds=["native.job", "native.workload"])
-    requirement = derivation.requirement_for_node(
+    requirement = node_requirement(
         {"id": "n", "kind": "exec", "runtime": "container", "image": IMAGE, "command": ["true"],
          "platform": ["linux/amd64"]}, run_kind="compute")
     out = {}
