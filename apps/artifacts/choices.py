@@ -1,8 +1,10 @@
 from django.db import models
 
+from apps.artifacts import kinds
 
-class StorageKind(models.TextChoices):
-    OCI_REGISTRY = "oci_registry", "OCI registry"
-    NPM_REGISTRY = "npm_registry", "npm registry"
-    CAS = "cas", "Content-addressed store"
-    EVIDENCE = "evidence", "Evidence"
+StorageKind = models.TextChoices("StorageKind", [(k.upper(), (k, kinds.STORAGE_KIND_LABELS[k]))
+                                                 for k in kinds.STORAGE_KINDS])
+PlatformStatus = models.TextChoices("PlatformStatus", [(s.upper(), (s, s.replace("_", " ").capitalize()))
+                                                       for s in kinds.PLATFORM_STATUSES])
+CheckVerdict = models.TextChoices("CheckVerdict", [(v.upper(), (v, v.replace("_", " ").capitalize()))
+                                                   for v in kinds.CHECK_VERDICTS])

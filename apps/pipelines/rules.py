@@ -12,13 +12,14 @@ import json
 import re
 from typing import Any
 
+from apps.artifacts.digests import DIGEST_RE as SHA256_DIGEST
+from apps.artifacts.kinds import STORAGE_KINDS, is_container_image
 from apps.core import validation as v
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.platforms import PlatformError, normalise_platform
 
 NODE_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-SHA256_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 PINNED_IMAGE = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
 
 NODE_KINDS = ("exec", "build_image", "deploy")
@@ -26,7 +27,6 @@ RUNTIMES = ("container", "native")
 REUSE = ("graph_dedup", "never")
 TRUST = ("trusted", "untrusted")
 FAMILIES = ("build", "runtime", "compute")
-STORAGE_KINDS = ("oci_registry", "npm_registry", "cas", "evidence")
 RUN_KINDS = ("build", "deploy", "compute")
 FAMILY_FOR_RUN_KIND = {"build": "build", "deploy": "runtime", "compute": "compute"}
 
@@ -283,7 +283,7 @@ def dedup_exclusion(node: dict) -> str | None:
     if not PINNED_IMAGE.match(node.get("image", "")):
         return "image_not_pinned"
     for item in node.get("inputs", []):
-        if item["storage_kind"] != "oci_registry":
+        if not is_container_image(item["storage_kind"]):
             return "input_not_oci"
     return None
 

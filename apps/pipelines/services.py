@@ -22,10 +22,12 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from apps.artifacts import services as artifact_services
+from apps.artifacts.choices import CheckVerdict
 from apps.core.errors import Conflict, ForestError, NotFound, ValidationFailed
 from apps.flags.selectors import is_enabled
 from apps.pipelines import rules, wakeups
-from apps.pipelines.choices import JobStatus, NodeStatus, OutboxKind, RunStatus, WaitMode
+from apps.pipelines.choices import JobStatus, NodeKind, NodeStatus, OutboxKind, RunStatus, WaitMode
 from apps.pipelines.models import (
     GroveJob,
     PipelineGraph,
@@ -383,7 +385,17 @@ def pipeline_node_resume(*, node_id: int) -> bool:
             return False
         node.exit_code, node.outputs = job.exit_code, job.outputs
         node.save(update_fields=["exit_code", "outputs"])
-        node_transition(node=node, to=rules.node_outcome_for_job(job.status), reason=job.reason or f"job_{job.status}")
+        outcome, reason, detail = rules.node_outcome_for_job(job.status), job.reason or f"job_{job.status}", ""
+        if node.kind == NodeKind.BUILD_IMAGE and outcome == NodeStatus.SUCCEEDED:
+            # The pushed image becomes an oci_registry artifact with its config platform; under
+            # host.deploy.forest_compatibility a platform that disagrees with the node's target fails it.
+            check = artifact_services.build_image_output_record(
+                outputs=job.outputs, run_id=str(run.id), node_id=node.node_id,
+                target_platforms=node.requirement["compatibility"]["platform"]["allowed"]
+                or [job.payload.get("platform")], environment=run.environment or None, team=run.team or None)
+            if check is not None and check.verdict == CheckVerdict.REFUSED:
+                outcome, reason, detail = NodeStatus.FAILED, check.code, check.detail
+        node_transition(node=node, to=outcome, reason=reason, detail=detail)
         pending.update(done_at=timezone.now())
         _advance(run)
     return True

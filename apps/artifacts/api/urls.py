@@ -3,6 +3,12 @@ from django.urls import path
 from apps.artifacts.api import views
 
 urlpatterns = [
+    path("artifacts", views.ArtifactListView.as_view(), name="artifact-list"),
+    path("artifacts/<int:pk>", views.ArtifactDetailView.as_view(), name="artifact-detail"),
     path("artifacts/blobs", views.BlobUploadView.as_view(), name="artifact-blob-upload"),
+    path("artifacts/imports", views.ImageImportView.as_view(), name="artifact-image-import"),
+    path("artifacts/gc", views.GcView.as_view(), name="artifact-gc"),
+    path("artifacts/runs/<str:run_id>/nodes/<str:node>/blobs/<path:key>", views.GroveBlobWriteView.as_view(),
+         name="artifact-run-blob"),
     path("artifacts/<str:digest>/blob", views.BlobDownloadView.as_view(), name="artifact-blob"),
 ]

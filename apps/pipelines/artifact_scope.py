@@ -1,0 +1,41 @@
+"""What pipeline work references in the CAS, told to apps.artifacts through its hooks (registered in
+``PipelinesConfig.ready``): a Grove may download the ``cas`` inputs of its live jobs' nodes and write
+outputs only for a node whose job it has claimed; GC keeps the inputs of every unfinished node."""
+from __future__ import annotations
+
+from apps.artifacts import hooks, kinds
+from apps.pipelines import rules
+from apps.pipelines.choices import JobStatus
+from apps.pipelines.models import GroveJob, PipelineNode
+
+
+def _cas_inputs(spec: dict) -> set[str]:
+    return {item["digest"] for item in (spec or {}).get("inputs", []) if item.get("storage_kind") == kinds.CAS}
+
+
+def grove_reads_input(grove_id, digest: str) -> bool:
+    specs = (GroveJob.objects.filter(grove_id=grove_id, status__in=rules.JOB_LIVE)
+             .values_list("node__spec", flat=True))
+    return any(digest in _cas_inputs(spec) for spec in specs)
+
+
+def grove_writes_output(grove_id, run_id: str, node_id: str) -> bool:
+    try:
+        return GroveJob.objects.filter(grove_id=grove_id, run_id=run_id, node__node_id=node_id,
+                                       status__in=(JobStatus.CLAIMED, JobStatus.RUNNING)).exists()
+    except ValueError:  # not a run id at all
+        return False
+
+
+def inputs_referenced(digests: set[str]) -> set[str]:
+    specs = PipelineNode.objects.exclude(status__in=rules.NODE_TERMINAL).values_list("spec", flat=True)
+    found: set[str] = set()
+    for spec in specs.iterator():
+        found |= _cas_inputs(spec) & digests
+    return found
+
+
+def register() -> None:
+    hooks.register_grove_reader(grove_reads_input)
+    hooks.register_grove_writer(grove_writes_output)
+    hooks.register_referencer(inputs_referenced)
