@@ -39,7 +39,7 @@ def run_object_key(*, run_id: str, node_id: str, key: str) -> str:
 
 @dataclass(frozen=True)
 class PlatformFit:
-    fits: bool | None  # None: unknown (the artifact's platform is unknown, or nothing is required)
+    fits: bool | None  # None: the artifact's platform is unknown (never a mismatch)
     detail: str
 
 
@@ -52,7 +52,7 @@ def platform_fit(*, artifact_platform: str, required: list[str], what: str = "th
         except PlatformError:
             continue
     if not wanted:
-        return PlatformFit(None, f"{what} names no platform; nothing to check")
+        return PlatformFit(True, f"{what} names no platform; any platform will do")
     if not artifact_platform:
         return PlatformFit(None, "the artifact's platform is unknown (its config could not be read)")
     try:

@@ -93,7 +93,8 @@ class S3BlobStore(BlobStore):
         except BotoCoreError as exc:
             raise _translate(exc, self.config) from None
 
-    def stage(self, chunks: Iterable[bytes], *, expected_digest: str | None, max_bytes: int) -> Staged:
+    def stage(self, chunks: Iterable[bytes], *, expected_digest: str | None, max_bytes: int,
+              expected_size: int | None = None) -> Staged:
         if expected_digest is not None:
             check_digest(expected_digest)
         name = f"{self.prefix}uploads/{uuid.uuid4().hex}"
@@ -103,7 +104,7 @@ class S3BlobStore(BlobStore):
                                   use_threads=False)
         try:
             self.client.upload_fileobj(reader, self.bucket, name, Config=transfer)
-            return Staged(digest=reader.verify(expected_digest), size=reader.size, name=name)
+            return Staged(digest=reader.verify(expected_digest, expected_size), size=reader.size, name=name)
         except BaseException as exc:
             self._delete_key(name)
             if isinstance(exc, ClientError | BotoCoreError):

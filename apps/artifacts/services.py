@@ -30,7 +30,15 @@ from apps.artifacts.oci import (
 from apps.artifacts.registry import RegistryClient
 from apps.artifacts.s3 import S3BlobStore, S3Settings, validate_prefix
 from apps.artifacts.store import BlobStore, FilesystemBlobStore
-from apps.core.errors import Conflict, Forbidden, ForestError, NotFound, ServiceUnavailable, ValidationFailed
+from apps.core.errors import (
+    Conflict,
+    Forbidden,
+    ForestError,
+    NotFound,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    ValidationFailed,
+)
 from apps.core.platforms import PlatformError, normalise_platform
 from apps.flags.selectors import is_enabled
 
@@ -129,7 +137,7 @@ def _declared_platform(platform: str) -> str:
 def artifact_blob_create(*, chunks: Iterable[bytes], expected_digest: str | None = None, media_type: str = "",
                          signature: str = "", signing_key_id: str = "", platform: str = "",
                          reference: str | None = None, producing_run_id: str = "", producing_node: str = "",
-                         uploaded_by=None) -> Artifact:
+                         uploaded_by=None, expected_size: int | None = None) -> Artifact:
     """Stream bytes into the CAS, verified against ``expected_digest`` when given, and record them.
 
     Everything checkable is checked before a byte is read (signature shape, platform, the store itself:
@@ -146,7 +154,11 @@ def artifact_blob_create(*, chunks: Iterable[bytes], expected_digest: str | None
         _check_key_free(reference, expected_digest)
     store = blob_store()
     store.check()
-    staged = store.stage(chunks, expected_digest=expected_digest, max_bytes=settings.FOREST_MAX_BLOB_BYTES)
+    if expected_size is not None and expected_size > settings.FOREST_MAX_BLOB_BYTES:
+        raise PayloadTooLarge("blob_too_large", f"The blob ({expected_size} bytes) exceeds the limit of "
+                              f"{settings.FOREST_MAX_BLOB_BYTES} bytes.")
+    staged = store.stage(chunks, expected_digest=expected_digest, max_bytes=settings.FOREST_MAX_BLOB_BYTES,
+                         expected_size=expected_size)
     try:
         with transaction.atomic():
             _digest_lock(staged.digest)
@@ -179,7 +191,7 @@ def _check_key_free(reference: str, digest: str) -> None:
 
 
 def grove_blob_write(*, grove, run_id: str, node_id: str, key: str, chunks: Iterable[bytes],
-                     expected_digest: str | None, media_type: str = "") -> Artifact:
+                     expected_digest: str | None, media_type: str = "", expected_size: int | None = None) -> Artifact:
     """A Grove writes an output of its own run's node, under ``runs/<run>/<node>/<key>``. Refused
     (before a byte is read) unless the Grove holds that node's live job, or the key leaves the prefix."""
     reference = rules.run_object_key(run_id=run_id, node_id=node_id, key=key)
@@ -188,7 +200,8 @@ def grove_blob_write(*, grove, run_id: str, node_id: str, key: str, chunks: Iter
                         f"This Grove holds no live job for node '{node_id}' of run {run_id}; it may write only "
                         f"its own running work's outputs.")
     return artifact_blob_create(chunks=chunks, expected_digest=expected_digest, media_type=media_type,
-                                reference=reference, producing_run_id=run_id, producing_node=node_id)
+                                reference=reference, producing_run_id=run_id, producing_node=node_id,
+                                expected_size=expected_size)
 
 
 # --- CAS reads (scoped) ------------------------------------------------------------------------------

@@ -75,7 +75,10 @@ class DigestingReader:
     def digest(self) -> str:
         return f"sha256:{self.hasher.hexdigest()}"
 
-    def verify(self, expected_digest: str | None) -> str:
+    def verify(self, expected_digest: str | None, expected_size: int | None = None) -> str:
+        if expected_size is not None and self.size != expected_size:
+            raise ValidationFailed("upload_truncated", f"Received {self.size} bytes of the {expected_size} announced; "
+                                   f"nothing was stored.", field="body")
         if expected_digest is not None and self.digest != expected_digest:
             raise ValidationFailed("digest_mismatch", f"The bytes hash to {self.digest}, not {expected_digest}.",
                                    field="digest")
@@ -91,7 +94,8 @@ class BlobStore(ABC):
         """Raise ``ServiceUnavailable`` when the store cannot take writes (e.g. a missing bucket)."""
 
     @abstractmethod
-    def stage(self, chunks: Iterable[bytes], *, expected_digest: str | None, max_bytes: int) -> Staged: ...
+    def stage(self, chunks: Iterable[bytes], *, expected_digest: str | None, max_bytes: int,
+              expected_size: int | None = None) -> Staged: ...
 
     @abstractmethod
     def commit(self, staged: Staged) -> None: ...
@@ -130,7 +134,8 @@ class FilesystemBlobStore(BlobStore):
         hexdigest = check_digest(digest).split(":", 1)[1]
         return self.root / "sha256" / hexdigest[:2] / hexdigest
 
-    def stage(self, chunks: Iterable[bytes], *, expected_digest: str | None, max_bytes: int) -> Staged:
+    def stage(self, chunks: Iterable[bytes], *, expected_digest: str | None, max_bytes: int,
+              expected_size: int | None = None) -> Staged:
         if expected_digest is not None:
             check_digest(expected_digest)
         self.staging.mkdir(parents=True, exist_ok=True)
@@ -142,7 +147,7 @@ class FilesystemBlobStore(BlobStore):
                     out.write(chunk)
                 out.flush()
                 os.fsync(out.fileno())
-            return Staged(digest=reader.verify(expected_digest), size=reader.size, name=tmp)
+            return Staged(digest=reader.verify(expected_digest, expected_size), size=reader.size, name=tmp)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

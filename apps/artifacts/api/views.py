@@ -74,6 +74,15 @@ class RawStreamParser(BaseParser):
         return stream
 
 
+def _announced_size(request) -> int | None:
+    """The Content-Length the client announced (a shorter body is a truncated upload), if any."""
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or "")
+    except ValueError:
+        return None
+    return length if length >= 0 else None
+
+
 def _body_chunks(request):
     raw = request._request  # stream the WSGI/ASGI body; never load it whole
 
@@ -145,6 +154,7 @@ class BlobUploadView(APIView):
             chunks=_body_chunks(request), expected_digest=check_digest(digest) if digest is not None else None,
             media_type=params.get("media_type", ""), signature=params.get("signature", ""),
             signing_key_id=params.get("key_id", ""), platform=params.get("platform", ""), uploaded_by=request.user,
+            expected_size=_announced_size(request),
         )
         return Response(ArtifactSerializer(artifact).data, status=status.HTTP_201_CREATED)
 
@@ -186,7 +196,7 @@ class GroveBlobWriteView(APIView):
         artifact = services.grove_blob_write(
             grove=request.user.grove, run_id=run_id, node_id=node, key=key, chunks=_body_chunks(request),
             expected_digest=check_digest(digest) if digest is not None else None,
-            media_type=params.get("media_type", ""))
+            media_type=params.get("media_type", ""), expected_size=_announced_size(request))
         return Response(ArtifactSerializer(artifact).data, status=status.HTTP_201_CREATED)
 
 
