@@ -3,6 +3,7 @@
 port; users whose API tokens carry exactly the permissions a test gives them."""
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -18,10 +19,13 @@ from pathlib import Path
 import boto3
 import httpx
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from apps.artifacts.services import artifact_blob_create
+from apps.workloads import services as workload_services
 from tests.factories import UserFactory
 from tests.pipelines.conftest import flag_on, wire  # noqa: F401 - shared fixtures
 
@@ -220,3 +224,31 @@ def user_client(db):
 @pytest.fixture
 def uploader(user_client) -> APIClient:
     return user_client("add_artifact", "view_artifact", "delete_artifact")
+
+
+# --- work that references blobs ---------------------------------------------------------------------
+
+def signed_bundle(data: bytes, *, platform: str = ""):
+    """A signed native bundle in the CAS (what the release pipeline uploads)."""
+    digest = sha(data)
+    signature = base64.b64encode(Ed25519PrivateKey.generate().sign(digest.encode())).decode()
+    return artifact_blob_create(chunks=[data], expected_digest=digest, signature=signature, signing_key_id="release",
+                                platform=platform)
+
+
+@pytest.fixture
+def native_runtime(fresh_grove, settings):
+    """Native dispatch on; ``native_runtime(name, platforms)`` makes a native runtime Grove that advertises
+    native.workload. Returns (grove, credential)."""
+    settings.FOREST_NATIVE_WORKLOAD_DISPATCH = True
+
+    def _make(name: str = "mac", platforms=("darwin/arm64",)):
+        return fresh_grove(name=name, roles=("runtime",), platforms=platforms,
+                           change_kinds=["native.job", "native.workload"])
+
+    return _make
+
+
+def apply_workload(slug: str, bundle, grove):
+    return workload_services.native_workload_apply(body={"slug": slug, "bundle_digest": bundle.digest,
+                                                         "command": ["./bin/server"], "grove": grove.slug})
