@@ -3,6 +3,7 @@ artifact's platform can run where it is asked to."""
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass
 
 from apps.artifacts.oci import can_run
@@ -10,17 +11,23 @@ from apps.core.errors import ValidationFailed
 from apps.core.platforms import PlatformError, parse_platform
 
 KEY_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-RUN_ID = re.compile(r"^[0-9a-fA-F-]{1,64}$")
 NODE_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 MAX_KEY = 400
+
+
+def canonical_run_id(run_id: str) -> str:
+    """A pipeline run id (a UUID) in its one spelling, or ``invalid_run_id``."""
+    try:
+        return str(uuid.UUID(str(run_id)))
+    except ValueError:
+        raise ValidationFailed("invalid_run_id", f"'{str(run_id)[:80]}' is not a run id.", field="run_id") from None
 
 
 def run_object_key(*, run_id: str, node_id: str, key: str) -> str:
     """The object key a Grove writes for its run's node: ``runs/<run>/<node>/<key>``. ``key`` is a
     relative path of plain segments; anything that could climb out of that prefix (``..``, an absolute
     path, a backslash, an empty or hidden segment) is ``blob_key_out_of_scope``."""
-    if not RUN_ID.match(run_id or ""):
-        raise ValidationFailed("invalid_run_id", f"'{run_id}' is not a run id.", field="run_id")
+    run_id = canonical_run_id(run_id)
     if not NODE_ID.match(node_id or ""):
         raise ValidationFailed("invalid_node_id", f"'{node_id}' is not a node id.", field="node")
     if not isinstance(key, str) or not key or len(key) > MAX_KEY:

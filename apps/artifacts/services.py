@@ -194,6 +194,7 @@ def grove_blob_write(*, grove, run_id: str, node_id: str, key: str, chunks: Iter
                      expected_digest: str | None, media_type: str = "", expected_size: int | None = None) -> Artifact:
     """A Grove writes an output of its own run's node, under ``runs/<run>/<node>/<key>``. Refused
     (before a byte is read) unless the Grove holds that node's live job, or the key leaves the prefix."""
+    run_id = rules.canonical_run_id(run_id)
     reference = rules.run_object_key(run_id=run_id, node_id=node_id, key=key)
     if not hooks.grove_may_write(grove.pk, run_id, node_id):
         raise Forbidden("blob_write_out_of_scope",

@@ -20,11 +20,8 @@ def grove_reads_input(grove_id, digest: str) -> bool:
 
 
 def grove_writes_output(grove_id, run_id: str, node_id: str) -> bool:
-    try:
-        return GroveJob.objects.filter(grove_id=grove_id, run_id=run_id, node__node_id=node_id,
-                                       status__in=(JobStatus.CLAIMED, JobStatus.RUNNING)).exists()
-    except ValueError:  # not a run id at all
-        return False
+    return GroveJob.objects.filter(grove_id=grove_id, run_id=run_id, node__node_id=node_id,
+                                   status__in=(JobStatus.CLAIMED, JobStatus.RUNNING)).exists()
 
 
 def inputs_referenced(digests: set[str]) -> set[str]:

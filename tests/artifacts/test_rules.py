@@ -141,7 +141,7 @@ def test_object_keys_cannot_escape_their_run_prefix(key):
 
 
 def test_object_keys_are_plain_segments_under_the_run():
-    run = "0f" * 16
+    run = "0f0f0f0f-0f0f-0f0f-0f0f-0f0f0f0f0f0f"
     key = rules.run_object_key(run_id=run, node_id="build", key="logs/out.tar.gz")
     assert key == f"runs/{run}/build/logs/out.tar.gz"
     for bad, code in (("x" * 500, "invalid_blob_key"), ("a b", "invalid_blob_key"), ("", "invalid_blob_key")):
