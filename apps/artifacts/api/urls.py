@@ -2,6 +2,9 @@ from django.urls import path
 
 from apps.artifacts.api import views
 
+# Uploads whose request body is streamed to the view as it arrives under ASGI (forest_host/asgi.py).
+STREAMED_BODY_PATHS = [r"^/api/forest/v1/artifacts/blobs$", r"^/api/forest/v1/artifacts/runs/[^/]+/nodes/[^/]+/blobs/"]
+
 urlpatterns = [
     path("artifacts", views.ArtifactListView.as_view(), name="artifact-list"),
     path("artifacts/<int:pk>", views.ArtifactDetailView.as_view(), name="artifact-detail"),
