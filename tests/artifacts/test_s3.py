@@ -3,6 +3,12 @@ uploads, nothing left behind on a bad upload, a missing bucket (503 for uploads,
 bucket provisioning with its dry run."""
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
+import boto3
+import httpx
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -10,7 +16,7 @@ from django.core.management.base import CommandError
 from apps.artifacts import services
 from apps.artifacts.models import Artifact
 from apps.artifacts.s3 import bucket_provision
-from tests.artifacts.conftest import V1, free_port, sha
+from tests.artifacts.conftest import V1, free_port, sha, stop, wait_until_up
 
 pytestmark = pytest.mark.django_db
 
@@ -94,3 +100,53 @@ def test_provisioning_in_another_region_sends_the_location_constraint(s3_server,
     report = bucket_provision(config, dry_run=False)
     assert report.created and report.ok
     assert s3_server.client.get_bucket_location(Bucket=s3_settings)["LocationConstraint"] == "eu-west-1"
+
+
+@pytest.fixture
+def authenticating_s3(tmp_path):
+    """A moto server of its own with IAM authentication on (so bad credentials are refused, policies
+    enforced), and one IAM user allowed everything but ``s3:CreateBucket``, one allowed everything."""
+    port = free_port()
+    log = tmp_path / "moto-auth.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(f"{endpoint}/moto-api/", proc, log)
+        httpx.post(f"{endpoint}/moto-api/reset-auth", content=b"6").raise_for_status()  # 6 unauthenticated calls
+        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="boot",
+                           aws_secret_access_key="boot")
+        keys = {}
+        for name, policy in (("admin", {"Effect": "Allow", "Action": "*", "Resource": "*"}),
+                             ("no-create", {"Effect": "Deny", "Action": "s3:CreateBucket", "Resource": "*"})):
+            iam.create_user(UserName=name)
+            statements = [policy] if name == "admin" else [{"Effect": "Allow", "Action": "*", "Resource": "*"}, policy]
+            iam.put_user_policy(UserName=name, PolicyName="p",
+                                PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": statements}))
+            key = iam.create_access_key(UserName=name)["AccessKey"]
+            keys[name] = (key["AccessKeyId"], key["SecretAccessKey"])
+        yield endpoint, keys
+    finally:
+        stop(proc)
+
+
+def test_provisioning_with_iam_credentials(authenticating_s3, settings, capsys):
+    endpoint, keys = authenticating_s3
+    settings.FOREST_CAS_S3_ENDPOINT_URL, settings.FOREST_CAS_S3_BUCKET = endpoint, "forest-iam-test"
+    settings.FOREST_CAS_S3_ACCESS_KEY_ID, settings.FOREST_CAS_S3_SECRET_ACCESS_KEY = "AKIAWRONG0000000000", "nope"
+    with pytest.raises(CommandError):
+        call_command("artifacts", "provision-bucket", "--dry-run")
+    assert "[FAIL] credentials" in capsys.readouterr().out
+
+    # Denied s3:CreateBucket alone: the dry run can only say so is unprovable; the real run reports the denial.
+    settings.FOREST_CAS_S3_ACCESS_KEY_ID, settings.FOREST_CAS_S3_SECRET_ACCESS_KEY = keys["no-create"]
+    call_command("artifacts", "provision-bucket", "--dry-run")
+    assert "permission to create is proven only by creating" in capsys.readouterr().out
+    with pytest.raises(CommandError, match="not provisioned"):
+        call_command("artifacts", "provision-bucket")
+    assert "[FAIL] create" in capsys.readouterr().out
+
+    settings.FOREST_CAS_S3_ACCESS_KEY_ID, settings.FOREST_CAS_S3_SECRET_ACCESS_KEY = keys["admin"]
+    call_command("artifacts", "provision-bucket")
+    assert "created" in capsys.readouterr().out
