@@ -6,6 +6,7 @@ import base64
 import binascii
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
 
@@ -244,14 +245,20 @@ def registry_client() -> RegistryClient:
                           insecure_registries=frozenset(settings.FOREST_OCI_INSECURE_REGISTRIES))
 
 
+@dataclass
 class ImageFacts:
-    """What Host read about one image manifest: its digest, size, media type and config platform."""
+    """What Host read about one image manifest: its digest, size, media type and config platform, and,
+    when it was chosen from an index, that index and how."""
 
-    def __init__(self, *, ref: ImageReference, digest: str, size: int | None, media_type: str, platform: str,
-                 platform_source: str, index_digest: str = "", matched: str = "", offered: list | None = None):
-        self.ref, self.digest, self.size, self.media_type = ref, digest, size, media_type
-        self.platform, self.platform_source = platform, platform_source
-        self.index_digest, self.matched, self.offered = index_digest, matched, offered or []
+    ref: ImageReference
+    digest: str
+    size: int | None
+    media_type: str
+    platform: str
+    platform_source: str
+    index_digest: str = ""
+    matched: str = ""
+    offered: list = field(default_factory=list)
 
     @property
     def platform_status(self) -> str:

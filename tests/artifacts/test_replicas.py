@@ -3,12 +3,14 @@ one database and serve each other's uploads; and under ASGI an upload's body str
 arrives (apps.core.asgi), so a bad upload is refused before the client has sent it all."""
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import subprocess
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
@@ -115,3 +117,37 @@ def test_under_asgi_a_bad_upload_is_refused_before_it_is_all_sent(hosts, token, 
                     headers={"Authorization": f"Token {token}", "Content-Type": "application/octet-stream"})
     assert ok.status_code == 201 and ok.json()["size"] == 999
     assert (cas / "sha256" / sha(data)[7:9] / sha(data)[7:]).read_bytes() == data
+
+
+@pytest.mark.e2e
+def test_under_asgi_big_blobs_stream_both_ways_in_constant_memory(hosts, token, tmp_path):
+    """A 96 MiB upload and download through one uvicorn Host: its RSS grows by far less than the blob
+    (Django would spool the upload to disk and collect a sync download iterator into memory)."""
+    (host,) = hosts(1, FOREST_CAS_BACKEND="filesystem", FOREST_CAS_ROOT=str(tmp_path / "cas"))
+    server = psutil.Process(host.pid)
+    block = os.urandom(1 << 20)
+    size = 96 << 20
+    digest = sha(block * 96)
+    headers = {"Authorization": f"Token {token}"}
+
+    def body():
+        for _ in range(96):
+            yield block
+
+    baseline = server.memory_info().rss
+    peak = baseline
+    put = httpx.post(f"{host.url}/api/forest/v1/artifacts/blobs", params={"digest": digest}, content=body(),
+                     headers={**headers, "Content-Type": "application/octet-stream", "Content-Length": str(size)},
+                     timeout=120)
+    assert put.status_code == 201, put.text
+    received = 0
+    hasher = hashlib.sha256()
+    with httpx.stream("GET", f"{host.url}/api/forest/v1/artifacts/{digest}/blob", headers=headers,
+                      timeout=120) as got:
+        assert got.status_code == 200
+        for chunk in got.iter_bytes():
+            received += len(chunk)
+            hasher.update(chunk)
+            peak = max(peak, server.memory_info().rss)
+    assert received == size and f"sha256:{hasher.hexdigest()}" == digest
+    assert peak - baseline < 48 << 20, f"Host RSS grew by {(peak - baseline) >> 20} MiB for a 96 MiB blob"

@@ -3,7 +3,11 @@ permission, or a Grove whose assigned work references the blob), Grove output wr
 run's prefix, external image import, and GC. Every refusal is ``{"code", "detail", "field"}``."""
 from __future__ import annotations
 
-from django.http import FileResponse, StreamingHttpResponse
+from collections.abc import AsyncIterator, Iterator
+
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, status
@@ -24,7 +28,7 @@ from apps.artifacts.api.serializers import (
 )
 from apps.artifacts.digests import check_digest
 from apps.artifacts.filtersets import ArtifactFilterSet
-from apps.artifacts.store import CHUNK, FilesystemBlobStore
+from apps.artifacts.store import CHUNK
 from apps.core.errors import Forbidden, NotAuthenticated
 from apps.groves.api.authentication import GroveCredentialAuthentication, GrovePrincipal
 from apps.groves.api.serializers import ErrorSerializer
@@ -93,16 +97,28 @@ def _body_chunks(request):
     return chunks()
 
 
-def _stream(artifact, digest: str):
-    store = services.blob_store()
-    if isinstance(store, FilesystemBlobStore):
-        response = FileResponse(store.path(digest).open("rb"))  # sendfile where the server can
+def _stream(request, artifact, digest: str) -> StreamingHttpResponse:
+    """The blob's bytes, streamed chunk by chunk from the store. Under ASGI the chunks are an async
+    iterator (each read in a worker thread): Django would otherwise collect a sync iterator into one
+    list before sending it — a whole blob in memory."""
+    chunks = services.blob_store().open(digest)
+    if isinstance(request._request, ASGIRequest):
+        response = StreamingHttpResponse(_async_chunks(chunks))
     else:
-        response = StreamingHttpResponse(store.open(digest))
+        response = StreamingHttpResponse(chunks)
     response["Content-Type"] = artifact.media_type or "application/octet-stream"
     response["Content-Length"] = str(artifact.size)
     response["Docker-Content-Digest"] = digest
     return response
+
+
+async def _async_chunks(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    read = sync_to_async(next, thread_sensitive=False)
+    try:
+        while (chunk := await read(chunks, None)) is not None:
+            yield chunk
+    finally:
+        await sync_to_async(getattr(chunks, "close", lambda: None), thread_sensitive=False)()
 
 
 class ArtifactListView(generics.ListAPIView):
@@ -173,7 +189,7 @@ class BlobDownloadView(APIView):
         else:
             _user_permission(request, "artifacts.view_artifact", "download blobs")
             artifact = services.artifact_cas_get(digest=digest)
-        return _stream(artifact, digest)
+        return _stream(request, artifact, digest)
 
 
 class GroveBlobWriteView(APIView):
