@@ -41,11 +41,12 @@ from apps.core.errors import (
     ValidationFailed,
 )
 from apps.core.platforms import PlatformError, normalise_platform
+from apps.flags.registry import FOREST_COMPATIBILITY
 from apps.flags.selectors import is_enabled
 
 log = logging.getLogger(__name__)
 
-COMPATIBILITY_FLAG = "host.deploy.forest_compatibility"
+COMPATIBILITY_FLAG = FOREST_COMPATIBILITY
 LOCK_CLASS = 0x4172  # pg_advisory_xact_lock(class, key) namespace for "a CAS digest becomes (in)visible"
 
 

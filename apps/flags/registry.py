@@ -25,11 +25,14 @@ class UnknownFlag(KeyError):
         return f"'{self.name}' is not a declared feature flag (see apps/flags/registry.py)."
 
 
+# Names other apps test by (one spelling each).
+FOREST_COMPATIBILITY = "host.deploy.forest_compatibility"
+
 FLAGS: dict[str, FlagDefinition] = {
     flag.name: flag
     for flag in (
         FlagDefinition(
-            "host.deploy.forest_compatibility",
+            FOREST_COMPATIBILITY,
             False,
             "experimental",
             "Refuse incompatible placements, never-placeable plans and wrong-platform artifacts "
