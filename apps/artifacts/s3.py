@@ -42,12 +42,15 @@ class S3Settings:
 
 
 def s3_client(config: S3Settings):
-    """A SigV4 client (botocore signs every request; ``s3v4`` is forced so MinIO/RGW behave as AWS)."""
+    """A SigV4 client (botocore signs every request; ``s3v4`` is forced so MinIO/RGW behave as AWS).
+    A custom endpoint (MinIO, RGW, moto) gets path-style addressing, which needs no wildcard DNS; AWS
+    keeps botocore's virtual-hosted default."""
+    addressing = "path" if config.endpoint_url else "auto"
     return boto3.session.Session().client(
         "s3", region_name=config.region, endpoint_url=config.endpoint_url or None,
         aws_access_key_id=config.access_key_id or None, aws_secret_access_key=config.secret_access_key or None,
         config=Config(signature_version="s3v4", connect_timeout=config.timeout_s, read_timeout=config.timeout_s,
-                      retries={"max_attempts": 3, "mode": "standard"}, s3={"addressing_style": "path"}),
+                      retries={"max_attempts": 3, "mode": "standard"}, s3={"addressing_style": addressing}),
     )
 
 
