@@ -3,9 +3,11 @@ indexes (amd64, arm64/v8, arm/v7) and single-platform images are pushed byte by 
 then imported for Groves of different platform orders through the API."""
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -192,3 +194,45 @@ def test_require_oci_image_refuses_a_cas_digest():
     with pytest.raises(services.ForestError) as exc:
         services.require_cas_blob(image)
     assert exc.value.code == "artifact_not_cas_blob"
+
+
+@pytest.fixture
+def lying_registry(settings):
+    """A registry that answers with bytes that are not what was asked for. Real registries verify digests
+    themselves, so this one is a small HTTP server of the test's own: what is tested is that Host trusts
+    no registry's bytes without hashing them."""
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                       "digest": "sha256:" + "c" * 64, "size": 10}, "layers": []}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = manifest if "/manifests/" in self.path else b'{"os": "linux", "architecture": "amd64"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    settings.FOREST_OCI_INSECURE_REGISTRIES = [host]
+    yield host
+    server.shutdown()
+    thread.join()
+
+
+def test_bytes_that_do_not_hash_to_their_digest_are_refused(lying_registry):
+    pinned = f"{lying_registry}/forest/app@sha256:{'a' * 64}"
+    with pytest.raises(services.ForestError) as exc:
+        services.oci_image_inspect(reference=pinned, platforms=["linux/amd64"])
+    assert (exc.value.code, exc.value.status) == ("digest_mismatch", 502)
+    # by tag the manifest is taken as served, but a config blob that does not hash to the digest the
+    # manifest names is not believed: the platform is unknown, not the one the lie claims
+    facts = services.oci_image_inspect(reference=f"{lying_registry}/forest/app:1", platforms=["linux/amd64"])
+    assert (facts.platform, facts.platform_source) == ("", "config_unreadable:digest_mismatch")
