@@ -42,7 +42,7 @@ class DigestingReader:
 
     def __init__(self, chunks: Iterable[bytes], *, max_bytes: int):
         self._chunks = iter(chunks)
-        self._buffer = b""
+        self._buffer = bytearray()
         self.max_bytes = max_bytes
         self.hasher = hashlib.sha256()
         self.size = 0
@@ -65,10 +65,11 @@ class DigestingReader:
             if chunk is None:
                 break
             self._buffer += self._take(chunk)
-        if size < 0:
-            out, self._buffer = self._buffer, b""
+        if size < 0 or size >= len(self._buffer):
+            out, self._buffer = bytes(self._buffer), bytearray()
         else:
-            out, self._buffer = self._buffer[:size], self._buffer[size:]
+            out = bytes(self._buffer[:size])
+            del self._buffer[:size]
         return out
 
     @property
