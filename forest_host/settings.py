@@ -201,6 +201,7 @@ CELERY_BEAT_SCHEDULE = {
     "groves.mark_stale": {"task": "groves.mark_stale", "schedule": timedelta(seconds=30)},
     "pipelines.sweep": {"task": "pipelines.sweep", "schedule": timedelta(seconds=15)},
     "accelerators.accrue_usage": {"task": "accelerators.accrue_usage", "schedule": timedelta(seconds=60)},
+    "artifacts.gc": {"task": "artifacts.gc", "schedule": timedelta(hours=1)},
 }
 
 # Redis is also the wake-up channel for long-polling Groves; without it Host polls the database.
@@ -227,6 +228,23 @@ FOREST_NATIVE_WORKLOAD_DISPATCH = env_bool("FOREST_NATIVE_WORKLOAD_DISPATCH", Fa
 FOREST_PUBLIC_URL = os.environ.get("FOREST_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
 FOREST_CAS_ROOT = Path(os.environ.get("FOREST_CAS_ROOT", VAR_DIR / "cas"))
 FOREST_MAX_BLOB_BYTES = int(os.environ.get("FOREST_MAX_BLOB_BYTES", str(4 * 1024**3)))
+# The content-addressed artifact store: "filesystem" (embedded default, FOREST_CAS_ROOT) or "s3" (a bucket
+# every Host replica shares; credentials from FOREST_CAS_S3_* or boto3's usual chain: AWS_* env, profile, role).
+FOREST_CAS_BACKEND = os.environ.get("FOREST_CAS_BACKEND", "filesystem")
+FOREST_CAS_S3_BUCKET = os.environ.get("FOREST_CAS_S3_BUCKET", "forest-artifacts")
+FOREST_CAS_S3_REGION = os.environ.get("FOREST_CAS_S3_REGION", "us-east-1")
+FOREST_CAS_S3_ENDPOINT_URL = os.environ.get("FOREST_CAS_S3_ENDPOINT_URL", "")  # MinIO/RGW; empty: AWS
+FOREST_CAS_S3_PREFIX = os.environ.get("FOREST_CAS_S3_PREFIX", "")
+FOREST_CAS_S3_ACCESS_KEY_ID = os.environ.get("FOREST_CAS_S3_ACCESS_KEY_ID", "")
+FOREST_CAS_S3_SECRET_ACCESS_KEY = os.environ.get("FOREST_CAS_S3_SECRET_ACCESS_KEY", "")
+FOREST_CAS_S3_TIMEOUT_S = float(os.environ.get("FOREST_CAS_S3_TIMEOUT_S", "30"))
+# GC removes unreferenced blobs (and crashed uploads' staged bytes) only once they are this old.
+FOREST_CAS_GC_GRACE_S = float(os.environ.get("FOREST_CAS_GC_GRACE_S", str(24 * 3600)))
+# OCI registries: how long one registry request may take, which registries speak plain HTTP (host:port),
+# and the platforms an index is resolved for when the destination Grove reports no usable platform.
+FOREST_OCI_TIMEOUT_S = float(os.environ.get("FOREST_OCI_TIMEOUT_S", "10"))
+FOREST_OCI_INSECURE_REGISTRIES = env_list("FOREST_OCI_INSECURE_REGISTRIES")
+FOREST_OCI_FALLBACK_PLATFORMS = env_list("FOREST_OCI_FALLBACK_PLATFORMS", "linux/amd64")
 PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS = env_list("PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS")
 
 # --- logging: structlog renders JSON in production, console lines in DEBUG --------------------

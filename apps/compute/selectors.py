@@ -6,9 +6,10 @@ from django.db.models import QuerySet
 
 from apps.compute.models import ComputeJob
 from apps.core.errors import Forbidden, NotFound
+from apps.flags.registry import COMPUTE_JOBS
 from apps.flags.selectors import is_enabled
 
-FLAG = "host.deploy.forest_compute_jobs"
+FLAG = COMPUTE_JOBS
 
 
 def compute_enabled_or_refuse(*, environment: str | None = None) -> None:

@@ -13,7 +13,8 @@ import json
 import re
 from typing import Any
 
-from apps.artifacts.vocabulary import StorageKind
+from apps.artifacts.digests import DIGEST_RE as SHA256_DIGEST
+from apps.artifacts.vocabulary import StorageKind, is_container_image
 from apps.core import validation as v
 from apps.core.errors import ValidationFailed
 from apps.dispatch.vocabulary import DEFAULT_TIMEOUT_S
@@ -37,7 +38,6 @@ from apps.placement.vocabulary import FAMILIES, TRUST_LEVELS, ArtifactKind
 
 NODE_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-SHA256_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 PINNED_IMAGE = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
 
 NODE_KINDS = tuple(NodeKind)
@@ -270,7 +270,7 @@ def dedup_exclusion(node: dict) -> str | None:
     if not PINNED_IMAGE.match(node.get("image", "")):
         return "image_not_pinned"
     for item in node.get("inputs", []):
-        if item["storage_kind"] != "oci_registry":
+        if not is_container_image(item["storage_kind"]):
             return "input_not_oci"
     return None
 

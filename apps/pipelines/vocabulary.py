@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from apps.flags.registry import DETACHED_WAIT
 from apps.groves.vocabulary import Role
 
 
@@ -60,7 +61,7 @@ class OutboxKind(StrEnum):
 # The Grove role a run's nodes need by default.
 RUN_KIND_FAMILY = {RunKind.BUILD: Role.BUILD, RunKind.DEPLOY: Role.RUNTIME, RunKind.COMPUTE: Role.COMPUTE}
 
-DETACHED_WAIT_FLAG = "host.pipeline_detached_wait"
+DETACHED_WAIT_FLAG = DETACHED_WAIT
 
 MAX_NODES = 500
 MAX_ARGV = 256

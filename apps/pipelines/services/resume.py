@@ -7,6 +7,8 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from apps.artifacts import services as artifact_services
+from apps.artifacts.vocabulary import CheckVerdict
 from apps.dispatch import hooks
 from apps.dispatch.hooks import JobEnded
 from apps.dispatch.models import GroveJob
@@ -16,7 +18,7 @@ from apps.pipelines.services.outbox import resume_resend_after_s, send_after_com
 from apps.pipelines.services.runs import run_advance, run_and_node_locked
 from apps.pipelines.services.transitions import node_transition
 from apps.pipelines.states import node_outcome_for_job
-from apps.pipelines.vocabulary import NodeStatus, OutboxKind
+from apps.pipelines.vocabulary import NodeKind, NodeStatus, OutboxKind
 
 
 def write_resume(job: GroveJob, *, now: datetime) -> PipelineOutbox | None:
@@ -55,7 +57,17 @@ def pipeline_node_resume(*, node_id: int) -> bool:
             return False
         node.exit_code, node.outputs = job.exit_code, job.outputs
         node.save(update_fields=["exit_code", "outputs"])
-        node_transition(node=node, to=node_outcome_for_job(job.status), reason=job.reason or f"job_{job.status}")
+        outcome, reason, detail = node_outcome_for_job(job.status), job.reason or f"job_{job.status}", ""
+        if node.kind == NodeKind.BUILD_IMAGE and outcome == NodeStatus.SUCCEEDED:
+            # The pushed image becomes an oci_registry artifact with its config platform; under
+            # host.deploy.forest_compatibility a platform that disagrees with the node's target fails it.
+            check = artifact_services.build_image_output_record(
+                outputs=job.outputs, run_id=str(run.id), node_id=node.node_id,
+                target_platforms=node.requirement["compatibility"]["platform"]["allowed"]
+                or [job.payload.get("platform")], environment=run.environment or None, team=run.team or None)
+            if check is not None and check.verdict == CheckVerdict.REFUSED:
+                outcome, reason, detail = NodeStatus.FAILED, check.code, check.detail
+        node_transition(node=node, to=outcome, reason=reason, detail=detail)
         pending.update(done_at=timezone.now())
         run_advance(run)
     return True
