@@ -25,8 +25,8 @@ def outsiders(anon_client, grove_client, fresh_grove, user_client):
     _, other_credential = fresh_grove(name="other", platforms=("linux/amd64",))
     return {"anonymous": (anon_client, 401, "not_authenticated"),
             "second grove": (grove_client(other_credential), 403, "grove_not_allowed"),
-            "non-staff token": (user_client(staff=False), 403, "permission_denied"),
-            "staff without permission": (user_client(staff=True), 403, "permission_denied")}
+            "non-staff token": (user_client(staff=False), 403, "permission_required"),
+            "staff without permission": (user_client(staff=True), 403, "permission_required")}
 
 
 def test_outsiders_cannot_upload_and_nothing_is_stored(outsiders, settings):

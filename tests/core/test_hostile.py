@@ -40,6 +40,10 @@ def good_bodies(bundle) -> dict[tuple[str, str], object]:
         ("post", "/api/forest/v1/workloads/secrets"): {"name": "API_TOKEN", "value": "v", "environment": "default"},
         ("post", "/api/forest/v1/placements/preview"): PREVIEW,
         ("post", "/api/forest/v1/placements/{placement_id}/replace"): {"reason": "moving"},
+        # A Grove that does not exist: refused before any registry is contacted (a reachable one is
+        # tests/artifacts' business).
+        ("post", "/api/forest/v1/artifacts/imports"): {"reference": "127.0.0.1:9/app:1", "grove": "no-such-grove"},
+        ("post", "/api/forest/v1/artifacts/gc"): {"dry_run": True},
     }
 
 

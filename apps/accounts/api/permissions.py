@@ -26,6 +26,9 @@ class Requires(BasePermission):
     def has_permission(self, request, view):
         user = request.user
         # A Grove principal is authenticated but is no user: the staff API is not for Groves.
+        if getattr(user, "grove", None) is not None:
+            raise Forbidden("grove_not_allowed", "A Grove credential acts only on the Grove wire API; use a staff "
+                            "API token ('Authorization: Token <key>').")
         if not getattr(user, "is_authenticated", False) or not getattr(user, "pk", None):
             raise NotAuthenticated("not_authenticated", SIGN_IN)
         if request.method == "OPTIONS":

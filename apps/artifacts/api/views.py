@@ -13,11 +13,11 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import generics, status
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.parsers import BaseParser
-from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.api.authentication import ApiTokenAuthentication
+from apps.accounts.api.permissions import Requires, requires
 from apps.artifacts import selectors, services
 from apps.artifacts.api.serializers import (
     ArtifactDetailSerializer,
@@ -31,43 +31,20 @@ from apps.artifacts.digests import check_digest
 from apps.artifacts.filtersets import ArtifactFilterSet
 from apps.artifacts.store import CHUNK
 from apps.core.api.serializers import ErrorSerializer
-from apps.core.errors import Forbidden, NotAuthenticated
-from apps.groves.api.authentication import GroveCredentialAuthentication, GrovePrincipal
+from apps.groves.api.authentication import GroveCredentialAuthentication, GrovePrincipal, IsGrove
 
 ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404, 409, 413, 502, 503)}
 ALL_AUTH = [GroveCredentialAuthentication, ApiTokenAuthentication, SessionAuthentication]
 
 
-def _user_permission(request, perm: str, action: str) -> None:
-    """A user (API token or session) holding ``perm``; Groves and anonymous clients are refused."""
-    user = request.user
-    if isinstance(user, GrovePrincipal):
-        raise Forbidden("grove_not_allowed", f"A Grove credential cannot {action}; use a staff API token.")
-    if not getattr(user, "is_authenticated", False):
-        raise NotAuthenticated("not_authenticated",
-                               "Use 'Authorization: Token <key>' (manage.py drf_create_token) or a staff session.")
-    if not user.has_perm(perm):
-        raise Forbidden("permission_denied", f"{user} lacks the '{perm}' permission needed to {action}.")
+class GroveOrRequires(Requires):
+    """A Grove credential (its access is scoped by the service: only what its work references), or a user
+    holding the declared permission."""
 
-
-def needs(perm: str, action: str) -> type[BasePermission]:
-    class UserPermission(BasePermission):
-        def has_permission(self, request, view):
-            _user_permission(request, perm, action)
-            return True
-
-    UserPermission.__name__ = f"Needs_{perm.replace('.', '_')}"
-    return UserPermission
-
-
-class GroveOrUser(BasePermission):
-    """Authenticated as a Grove (scoped later by the service) or as a user; 401 otherwise."""
+    perms = {"GET": "artifacts.view_artifact"}
 
     def has_permission(self, request, view):
-        if not getattr(request.user, "is_authenticated", False):
-            raise NotAuthenticated("not_authenticated",
-                                   "Send a Grove credential ('Bearer') or a staff API token ('Token').")
-        return True
+        return isinstance(request.user, GrovePrincipal) or super().has_permission(request, view)
 
 
 class RawStreamParser(BaseParser):
@@ -124,7 +101,7 @@ async def _async_chunks(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
 
 class ArtifactListView(generics.ListAPIView):
     authentication_classes = ALL_AUTH
-    permission_classes = [needs("artifacts.view_artifact", "list artifacts")]
+    permission_classes = [requires(GET="artifacts.view_artifact")]
     serializer_class = ArtifactSerializer
     filterset_class = ArtifactFilterSet
 
@@ -138,7 +115,7 @@ class ArtifactListView(generics.ListAPIView):
 
 class ArtifactDetailView(generics.RetrieveAPIView):
     authentication_classes = ALL_AUTH
-    permission_classes = [needs("artifacts.view_artifact", "read artifacts")]
+    permission_classes = [requires(GET="artifacts.view_artifact")]
     serializer_class = ArtifactDetailSerializer
 
     def get_queryset(self):
@@ -152,7 +129,7 @@ class ArtifactDetailView(generics.RetrieveAPIView):
 
 class BlobUploadView(APIView):
     authentication_classes = ALL_AUTH
-    permission_classes = [needs("artifacts.add_artifact", "upload blobs")]
+    permission_classes = [requires(POST="artifacts.add_artifact")]
     parser_classes = [RawStreamParser]
 
     @extend_schema(
@@ -178,7 +155,7 @@ class BlobUploadView(APIView):
 
 class BlobDownloadView(APIView):
     authentication_classes = ALL_AUTH
-    permission_classes = [GroveOrUser]
+    permission_classes = [GroveOrRequires]
 
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, **ERRORS},
                    tags=["artifacts", "wire"],
@@ -188,7 +165,6 @@ class BlobDownloadView(APIView):
         if isinstance(request.user, GrovePrincipal):
             artifact = services.grove_blob_read(grove=request.user.grove, digest=digest)
         else:
-            _user_permission(request, "artifacts.view_artifact", "download blobs")
             artifact = services.artifact_cas_get(digest=digest)
         return _stream(request, artifact, digest)
 
@@ -197,7 +173,7 @@ class GroveBlobWriteView(APIView):
     """A Grove writes its node's outputs under ``runs/<run>/<node>/<key>`` (Grove credential only)."""
 
     authentication_classes = [GroveCredentialAuthentication]
-    permission_classes = [GroveOrUser]
+    permission_classes = [IsGrove]
     parser_classes = [RawStreamParser]
 
     @extend_schema(
@@ -219,7 +195,7 @@ class GroveBlobWriteView(APIView):
 
 class ImageImportView(APIView):
     authentication_classes = ALL_AUTH
-    permission_classes = [needs("artifacts.add_artifact", "import images")]
+    permission_classes = [requires(POST="artifacts.add_artifact")]
 
     @extend_schema(request=ImportRequestSerializer, responses={201: ImportResponseSerializer, **ERRORS},
                    tags=["artifacts"], summary="Import an external image for a Grove (resolves an OCI index)")
@@ -235,7 +211,7 @@ class ImageImportView(APIView):
 
 class GcView(APIView):
     authentication_classes = ALL_AUTH
-    permission_classes = [needs("artifacts.delete_artifact", "run artifact garbage collection")]
+    permission_classes = [requires(POST="artifacts.delete_artifact")]
 
     @extend_schema(request=GcRequestSerializer, responses={200: GcReportSerializer, **ERRORS}, tags=["artifacts"],
                    summary="Garbage-collect unreferenced CAS blobs past the grace period")
