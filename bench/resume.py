@@ -7,7 +7,8 @@ With a real Celery worker (prefork, 4 processes) on Redis and Host under uvicorn
   reports each terminal over HTTP (``--concurrency`` at a time). Latency = the node's success tail
   committed (``finished_at``, written in the tail's transaction) minus the moment the report's HTTP
   response arrived. Throughput = N / (last tail - first report sent).
-* **floor**: an empty Celery task (``bench.ping``, loaded into the worker from ``bench/floor_tasks.py``) sent N times on the same broker to the same worker;
+* **floor**: an empty Celery task (``bench.ping``, loaded into the worker from ``bench/floor_tasks.py``)
+  sent N times on the same broker to the same worker;
   latency = task ran minus send returned. The ratio our/floor is what the resume path adds.
 * **sweep**: ``pipeline_sweep()`` wall time with 10k, 100k and 1M historical (finished) node rows, each
   with a finished job and a done outbox row; it must stay flat (it reads live rows through partial indexes).
@@ -233,8 +234,9 @@ def main() -> None:
     port = free_port()
     web = start("web", [str(ROOT / ".venv/bin/uvicorn"), "forest_host.asgi:application", "--host", "127.0.0.1",
                  "--port", str(port), "--workers", "2", "--log-level", "warning"])
-    worker = start("worker", [str(ROOT / ".venv/bin/celery"), "-A", "forest_host", "worker", "-c", "4", "--loglevel",
-                    "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat", "-I", "bench.floor_tasks"])
+    worker = start("worker", [str(ROOT / ".venv/bin/celery"), "-A", "forest_host", "worker", "-c", "4",
+                              "--loglevel", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat",
+                              "-I", "bench.floor_tasks"])
     try:
         import httpx
 
