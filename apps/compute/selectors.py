@@ -38,6 +38,8 @@ def compute_job_view(job: ComputeJob) -> dict:
         "status": job.run.status, "reason": job.run.reason, "created_at": job.created_at.isoformat(),
         "steps": [{"name": n.node_id, "status": n.status, "grove": n.grove.slug if n.grove_id else None,
                    "job_id": str(n.current_job_id) if n.current_job_id else None, "exit_code": n.exit_code,
-                   "reason": n.reason, "log_tail": n.current_job.log_tail[-20:] if n.current_job_id else []}
+                   "reason": n.reason, "attempt": n.attempt, "retries": n.spec.get("retries", 0),
+                   "retry_at": n.retry_at.isoformat() if n.retry_at else None,
+                   "log_tail": n.current_job.log_tail[-20:] if n.current_job_id else []}
                   for n in nodes],
     }

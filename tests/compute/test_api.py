@@ -57,6 +57,9 @@ def test_needs_a_token(anon_client, compute_on):
     (lambda b: {**b, "steps": [{**b["steps"][0], "name": "Bad Name"}]}, "invalid_step_name", "steps[0].name"),
     (lambda b: {**b, "steps": [{**b["steps"][0], "command": []}]}, "command_required", "steps[0].command"),
     (lambda b: {**b, "steps": [{**b["steps"][0], "extra": 1}]}, "unknown_field", "steps[0].extra"),
+    (lambda b: {**b, "steps": [{**b["steps"][0], "retries": 99}]}, "out_of_range", "steps[0].retries"),
+    (lambda b: {**b, "steps": [{**b["steps"][0], "backoff": {"delay_s": 1}}]}, "backoff_without_retries",
+     "steps[0].backoff"),
 ])
 def test_bad_requests(staff_client, compute_on, mutate, code, field):
     response = staff_client.post(URL, mutate(_body()), format="json")
@@ -128,3 +131,28 @@ def test_cancel(staff_client, compute_on, k8s_grove):
     assert response.status_code == 200 and response.json()["status"] == "cancelled"
     assert response.json()["steps"][0]["status"] == "cancelled"
     assert staff_client.get(f"{URL}/00000000-0000-0000-0000-000000000000").json()["code"] == "compute_job_not_found"
+
+
+def test_a_step_with_retries_is_retried_through_the_api_on_its_stored_grove(staff_client, compute_on, k8s_grove,
+                                                                           grove_client):
+    body = {"name": "flaky", "steps": [{"name": "a", "image": IMAGE, "command": ["true"], "retries": 1,
+                                        "backoff": {"delay_s": 0}}]}
+    created = staff_client.post(URL, body, format="json").json()
+    assert [(s["attempt"], s["retries"], s["retry_at"]) for s in created["steps"]] == [(1, 1, None)]
+    job = ComputeJob.objects.get(pk=created["id"])
+    kube = WireGrove(grove_client(k8s_grove[1]), k8s_grove[0])
+    _dispatch(job)
+    node = PipelineNode.objects.get(run=job.run)
+    kube.run_job(node.current_job_id, state="failed", exit_code=3)
+    pipelines.pipeline_node_resume(node_id=node.pk)
+    step = staff_client.get(f"{URL}/{job.id}").json()["steps"][0]
+    assert (step["status"], step["attempt"], step["reason"]) == ("queued", 2, "retrying")
+    assert step["retry_at"] is not None and step["exit_code"] == 3
+    _dispatch(job)
+    node.refresh_from_db()
+    kube.run_job(node.current_job_id)
+    pipelines.pipeline_node_resume(node_id=node.pk)
+    detail = staff_client.get(f"{URL}/{job.id}").json()
+    assert detail["status"] == "succeeded" and detail["steps"][0]["attempt"] == 2
+    assert sorted(GroveJob.objects.filter(node_id=node.pk).values_list("idempotency_key", flat=True)) == [
+        f"{job.run_id}:a:1", f"{job.run_id}:a:2"]

@@ -12,6 +12,8 @@ class StepRequestSerializer(serializers.Serializer):
     resources = serializers.DictField(required=False)
     accelerators = serializers.DictField(required=False)
     timeout_s = serializers.IntegerField(required=False)
+    retries = serializers.IntegerField(required=False, help_text="retries after a failed or timed-out attempt")
+    backoff = serializers.DictField(required=False, help_text='{"delay_s", "factor", "max_s"} before each retry')
 
 
 class ComputeJobRequestSerializer(serializers.Serializer):
@@ -29,6 +31,9 @@ class StepSerializer(serializers.Serializer):
     job_id = serializers.UUIDField(allow_null=True)
     exit_code = serializers.IntegerField(allow_null=True)
     reason = serializers.CharField()
+    attempt = serializers.IntegerField()
+    retries = serializers.IntegerField()
+    retry_at = serializers.DateTimeField(allow_null=True)
     log_tail = serializers.ListField(child=serializers.CharField())
 
 

@@ -21,16 +21,20 @@ class NodeSerializer(serializers.ModelSerializer):
     job_id = serializers.UUIDField(source="current_job_id", allow_null=True)
     job_status = serializers.SerializerMethodField()
     placement_subject = serializers.SerializerMethodField(help_text="subject_type:subject_id of its placement")
+    retries = serializers.SerializerMethodField(help_text="retries allowed after the first attempt")
 
     class Meta:
         model = PipelineNode
         fields = ["id", "kind", "runtime", "status", "reason", "detail", "needs", "node_digest", "reuse", "trust",
-                  "timeout_s", "attempt", "wait_mode", "awaiting_job_id", "seeded_from_run", "dedup_decision",
-                  "grove", "job_id", "job_status", "exit_code", "outputs", "plan_warnings", "requirement",
-                  "placement_subject", "finished_at"]
+                  "timeout_s", "attempt", "retries", "retry_at", "wait_mode", "awaiting_job_id", "seeded_from_run",
+                  "dedup_decision", "grove", "job_id", "job_status", "exit_code", "outputs", "plan_warnings",
+                  "requirement", "placement_subject", "finished_at"]
 
     def get_grove(self, node) -> str | None:
         return node.grove.slug if node.grove_id else None
+
+    def get_retries(self, node) -> int:
+        return node.spec.get("retries", 0)
 
     def get_placement_subject(self, node) -> str:
         return f"pipeline_node:{node.pk}"
