@@ -240,6 +240,11 @@ FOREST_PUBLIC_URL = os.environ.get("FOREST_PUBLIC_URL", "http://127.0.0.1:8000")
 FOREST_CAS_ROOT = Path(os.environ.get("FOREST_CAS_ROOT", VAR_DIR / "cas"))
 FOREST_MAX_BLOB_BYTES = int(os.environ.get("FOREST_MAX_BLOB_BYTES", str(4 * 1024**3)))
 PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS = env_list("PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS")
+# Runner slots: steps that wait in place hold a slot of their own pool (``manage.py pipeline_runner``, a
+# Celery worker on PIPELINE_RUNNER_QUEUE with this many processes), never a worker that dispatches or
+# resumes. More in-place steps than slots: the extra waits queue; their jobs still run and finish.
+PIPELINE_RUNNER_QUEUE = os.environ.get("PIPELINE_RUNNER_QUEUE", "forest.runner")
+PIPELINE_RUNNER_SLOTS = int(os.environ.get("PIPELINE_RUNNER_SLOTS", "4"))
 
 # --- logging: structlog renders JSON in production, console lines in DEBUG --------------------
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")

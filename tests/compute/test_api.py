@@ -6,6 +6,7 @@ import pytest
 
 from apps.compute.models import ComputeJob
 from apps.dispatch.models import GroveJob
+from apps.groves.models import Grove
 from apps.pipelines import services as pipelines
 from apps.pipelines.models import PipelineNode
 from apps.placement.models import ExecutionPlacement
@@ -156,3 +157,55 @@ def test_a_step_with_retries_is_retried_through_the_api_on_its_stored_grove(staf
     assert detail["status"] == "succeeded" and detail["steps"][0]["attempt"] == 2
     assert sorted(GroveJob.objects.filter(node_id=node.pk).values_list("idempotency_key", flat=True)) == [
         f"{job.run_id}:a:1", f"{job.run_id}:a:2"]
+
+
+def test_status_carries_the_refusal_code_and_detail_of_a_refused_step(staff_client, compute_on, k8s_grove):
+    body = {"name": "pinned", "grove": "kube", "steps": [{"name": "a", "image": IMAGE, "command": ["true"]}]}
+    job = ComputeJob.objects.get(pk=staff_client.post(URL, body, format="json").json()["id"])
+    Grove.objects.filter(slug="kube").update(enabled=False)  # the stored (pinned) Grove goes away
+    _dispatch(job)
+    step = staff_client.get(f"{URL}/{job.id}").json()["steps"][0]
+    assert step["status"] == "failed" and step["job_id"] is None
+    assert step["refusal"]["code"] == "placed_grove_gone" == step["reason"]
+    assert "disabled" in step["refusal"]["detail"] and step["detail"] == step["refusal"]["detail"]
+
+
+def test_a_failed_attempt_is_not_a_refusal(staff_client, compute_on, k8s_grove, grove_client):
+    body = {"name": "fails", "steps": [{"name": "a", "image": IMAGE, "command": ["false"]}]}
+    job = ComputeJob.objects.get(pk=staff_client.post(URL, body, format="json").json()["id"])
+    _dispatch(job)
+    node = PipelineNode.objects.get(run=job.run)
+    WireGrove(grove_client(k8s_grove[1]), k8s_grove[0]).run_job(node.current_job_id, state="failed", exit_code=1)
+    pipelines.pipeline_node_resume(node_id=node.pk)
+    step = staff_client.get(f"{URL}/{job.id}").json()["steps"][0]
+    assert (step["status"], step["exit_code"], step["refusal"]) == ("failed", 1, None)
+
+
+RISCV = {"name": "riscv", "steps": [{"name": "a", "image": IMAGE, "command": ["true"],
+                                     "platform": ["linux/riscv64"]}]}
+
+
+def test_shadow_mode_says_so_with_warnings_in_the_submit_and_status_responses(staff_client, compute_on, k8s_grove):
+    created = staff_client.post(URL, RISCV, format="json")
+    assert created.status_code == 201, created.json()
+    warnings = created.json()["warnings"]
+    assert warnings and {(w["step"], w["flag"]) for w in warnings} == {("a", "host.deploy.forest_compatibility")}
+    assert all(w["code"] and w["detail"].endswith(".") for w in warnings)
+    job = ComputeJob.objects.get(pk=created.json()["id"])
+    _dispatch(job)  # placed anyway (enforcement off): the stored decision says it would refuse
+    placement = ExecutionPlacement.objects.get(subject_id=str(PipelineNode.objects.get(run=job.run).pk))
+    assert placement.would_refuse
+    status = staff_client.get(f"{URL}/{job.id}").json()
+    codes = {w["code"] for w in status["warnings"]}
+    assert codes >= {item["code"] for item in placement.decision["incompatibilities"]}
+    assert len(codes) == len(status["warnings"])  # one warning per reason, not one per source
+    plain = {"name": "ok", "steps": [{"name": "a", "image": IMAGE, "command": ["true"]}]}
+    assert staff_client.post(URL, plain, format="json").json()["warnings"] == []
+
+
+def test_with_enforcement_on_the_same_request_is_refused_and_nothing_is_created(staff_client, compute_on,
+                                                                                 k8s_grove, flag_on):
+    flag_on("host.deploy.forest_compatibility")
+    refused = staff_client.post(URL, RISCV, format="json")
+    assert refused.status_code == 400 and refused.json()["code"] == "never_placeable"
+    assert not ComputeJob.objects.exists()

@@ -114,8 +114,8 @@ def test_web_and_worker_on_sqlite_take_concurrent_submissions_without_database_i
     base = f"http://127.0.0.1:{port}"
     procs.start("web", [str(ROOT / ".venv/bin/uvicorn"), "forest_host.asgi:application", "--host", "127.0.0.1",
                         "--port", str(port), "--log-level", "info"])
-    workers = {name: line for name, line in procfile_commands().items() if name.startswith("worker")}
-    assert workers, "the Procfile starts no worker"
+    workers = {name: line for name, line in procfile_commands().items() if name in {"worker", "runner"}}
+    assert set(workers) == {"worker", "runner"}, "the Procfile starts no worker or no runner pool"
     for name, line in workers.items():
         procs.start(name, line)
     wait_for(lambda: _healthy(base), timeout=60, what="the web process")

@@ -1,6 +1,8 @@
 """Compute API shapes, for the OpenAPI schema (bodies are validated by ``apps.compute.rules``)."""
 from rest_framework import serializers
 
+from apps.pipelines.api.serializers import RefusalSerializer, RunnerSerializer, WarningSerializer
+
 
 class StepRequestSerializer(serializers.Serializer):
     name = serializers.CharField()
@@ -31,10 +33,17 @@ class StepSerializer(serializers.Serializer):
     job_id = serializers.UUIDField(allow_null=True)
     exit_code = serializers.IntegerField(allow_null=True)
     reason = serializers.CharField()
+    detail = serializers.CharField()
+    refusal = RefusalSerializer(allow_null=True, help_text="set when the step was refused before its attempt ran")
+    wait_mode = serializers.CharField(allow_null=True, help_text="in_place (holds a runner slot) or detached")
     attempt = serializers.IntegerField()
     retries = serializers.IntegerField()
     retry_at = serializers.DateTimeField(allow_null=True)
     log_tail = serializers.ListField(child=serializers.CharField())
+
+
+class StepWarningSerializer(WarningSerializer):
+    step = serializers.CharField()
 
 
 class ComputeJobSerializer(serializers.Serializer):
@@ -45,4 +54,6 @@ class ComputeJobSerializer(serializers.Serializer):
     status = serializers.CharField()
     reason = serializers.CharField()
     created_at = serializers.DateTimeField()
+    warnings = StepWarningSerializer(many=True, help_text="what enforcement would have refused (shadow mode)")
+    runner = RunnerSerializer()
     steps = StepSerializer(many=True)
