@@ -58,6 +58,8 @@ class Processes:
 
     def start(self, name: str, command: str | list[str]) -> subprocess.Popen:
         log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop_all()
+        if isinstance(command, str):
+            command = f"exec {command}"  # a Procfile line: the shell becomes the process we stop and reap
         proc = subprocess.Popen(command, shell=isinstance(command, str), cwd=ROOT, env=self.env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         self.started.append((name, proc, log))
@@ -73,6 +75,7 @@ class Processes:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+            _kill_leftovers(proc.pid)
             log.close()
 
     def logs(self) -> dict[str, str]:
@@ -89,6 +92,14 @@ def embedded(tmp_path):
     procs = Processes(tmp_path, env)
     yield procs, env, var
     procs.stop_all()
+
+
+def _kill_leftovers(group: int) -> None:
+    """Children the process left in its group (prefork pool processes) go with it."""
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _manage(env: dict, *args: str) -> str:

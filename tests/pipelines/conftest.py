@@ -144,6 +144,10 @@ class Worker:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+            try:  # pool processes left in the group go with their parent
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         if getattr(self, "log", None):
             self.log.close()
 
