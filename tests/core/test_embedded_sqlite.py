@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.pipelines.conftest import wait_for
+from tests.pipelines.conftest import kill_leftovers, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -75,7 +75,7 @@ class Processes:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
-            _kill_leftovers(proc.pid)
+            kill_leftovers(proc.pid)
             log.close()
 
     def logs(self) -> dict[str, str]:
@@ -92,14 +92,6 @@ def embedded(tmp_path):
     procs = Processes(tmp_path, env)
     yield procs, env, var
     procs.stop_all()
-
-
-def _kill_leftovers(group: int) -> None:
-    """Children the process left in its group (prefork pool processes) go with it."""
-    try:
-        os.killpg(group, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _manage(env: dict, *args: str) -> str:

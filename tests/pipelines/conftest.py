@@ -2,6 +2,7 @@
 a Grove that claims and reports over the real wire API, and a real Celery worker subprocess."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -99,6 +100,12 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def kill_leftovers(group: int) -> None:
+    """Processes a stopped child left in its process group (prefork pool children) go with it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
+
+
 class Worker:
     """What ``make run`` runs, on queues of this test's own (so parallel test processes never steal each
     other's tasks), pointed at this test's database: ``celery -A forest_host worker`` (dispatch and resume)
@@ -144,10 +151,7 @@ class Worker:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
-            try:  # pool processes left in the group go with their parent
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_leftovers(proc.pid)
         if getattr(self, "log", None):
             self.log.close()
 

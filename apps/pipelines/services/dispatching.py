@@ -91,9 +91,10 @@ def pipeline_node_execute(*, node_id: int) -> str | None:
             idempotency_key=f"{run.id}:{node.node_id}:{node.attempt}", attempt=node.attempt,
         )
         mode, why = _wait_mode(node, run)
+        # A retry's attempt starts clean: the previous attempt's exit code and outputs stay on its job.
         node_transition(node=node, to=NodeStatus.AWAITING, reason=f"wait_{mode}:{why}", changes={
             "current_job": job, "grove": placed.grove, "wait_mode": mode, "retry_at": None,
-            "awaiting_job_id": job.id if mode == WaitMode.DETACHED else None})
+            "exit_code": None, "outputs": {}, "awaiting_job_id": job.id if mode == WaitMode.DETACHED else None})
     return mode
 
 

@@ -30,17 +30,13 @@ def send_after_commit(task_name: str, *args, countdown: float | None = None) -> 
     transaction.on_commit(partial(_send, task_name, *args, countdown=countdown))
 
 
-def runner_queue() -> str:
-    return settings.PIPELINE_RUNNER_QUEUE
-
-
 def send_to_runner(node_id: int) -> None:
     """Hand an in-place wait to the runner pool. Losing it loses nothing: the job's terminal report writes
     the node's resume row either way and the sweep times out an overdue job; only the slot goes unheld."""
-    from apps.pipelines import tasks
+    from apps.pipelines import tasks  # as in _send
 
     try:
-        tasks.node_wait_in_place.apply_async(args=(node_id,), queue=runner_queue())
+        tasks.node_wait_in_place.apply_async(args=(node_id,), queue=settings.PIPELINE_RUNNER_QUEUE)
     except Exception as exc:
         log.warning("in-place wait not sent; the node resumes from its outbox row",
                     extra={"node": node_id, "error": str(exc)})
