@@ -1,7 +1,8 @@
 """Compute API shapes, for the OpenAPI schema (bodies are validated by ``apps.compute.rules``)."""
 from rest_framework import serializers
 
-from apps.pipelines.api.serializers import RefusalSerializer, RunnerSerializer, WarningSerializer
+from apps.pipelines.api.serializers import RunnerSerializer, WarningSerializer
+from apps.placement.api.serializers import RefusalSerializer
 
 
 class StepRequestSerializer(serializers.Serializer):

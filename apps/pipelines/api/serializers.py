@@ -6,6 +6,7 @@ from rest_framework import serializers
 from apps.pipelines.models import PipelineNode, PipelineRun
 from apps.pipelines.rules import RUN_KINDS
 from apps.pipelines.selectors import node_refusal, run_warnings, runner_status
+from apps.placement.api.serializers import RefusalSerializer  # the one {"code", "detail"} refusal shape
 
 
 class RunCreateSerializer(serializers.Serializer):
@@ -14,11 +15,6 @@ class RunCreateSerializer(serializers.Serializer):
     environment = serializers.CharField(required=False)
     team = serializers.CharField(required=False)
     build_id = serializers.CharField(required=False)
-
-
-class RefusalSerializer(serializers.Serializer):
-    code = serializers.CharField()
-    detail = serializers.CharField()
 
 
 class WarningSerializer(serializers.Serializer):
