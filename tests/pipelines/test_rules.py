@@ -127,6 +127,7 @@ def test_state_machines_refuse_illegal_transitions():
     ({"retries": 1, "backoff": 5}, "invalid_type", "graph.nodes[0].backoff"),
     ({"retries": 1, "backoff": {"delay": 5}}, "unknown_field", "graph.nodes[0].backoff.delay"),
     ({"retries": 1, "backoff": {"factor": 0}}, "out_of_range", "graph.nodes[0].backoff.factor"),
+    ({"retries": 1, "backoff": {"delay_s": 3601}}, "out_of_range", "graph.nodes[0].backoff.delay_s"),
     ({"retries": 1, "backoff": {"delay_s": 60, "max_s": 30}}, "out_of_range", "graph.nodes[0].backoff.max_s"),
     ({"backoff": {"delay_s": 1}}, "backoff_without_retries", "graph.nodes[0].backoff"),
 ])
