@@ -2,7 +2,8 @@
 
 A node with ``retries`` runs again after a failed or timed-out attempt, with the attempt in the idempotency
 key ``run:node:attempt``, on the Grove its stored placement names (never a fresh choice); a stored Grove
-that is disabled fails the retry with ``placed_grove_gone``; a cancelled attempt is never retried.
+that is disabled or no longer compatible fails the retry with ``placed_grove_gone`` /
+``placed_grove_incompatible``; a cancelled attempt is never retried.
 The Grove talks over the real wire endpoints; every wait is on an observed row, never a sleep.
 """
 from __future__ import annotations
@@ -86,17 +87,22 @@ def test_fails_twice_then_succeeds_on_the_same_stored_grove(k8s_grove, fresh_gro
     assert node.retry_at is None
 
 
-def test_a_retry_whose_stored_grove_was_disabled_fails_placed_grove_gone(k8s_grove, fresh_grove, detached, worker):
-    run = _run(exec_node("a", reuse="never", retries=3, backoff=NOW))
+@pytest.mark.parametrize(("change", "code", "words"), [
+    ({"enabled": False}, "placed_grove_gone", "disabled"),
+    ({"platforms": ["linux/arm64"]}, "placed_grove_incompatible", "can no longer run it"),
+])
+def test_a_retry_whose_stored_grove_went_away_fails_with_the_stored_placement_codes(
+        k8s_grove, fresh_grove, detached, worker, change, code, words):
+    run = _run(exec_node("a", reuse="never", retries=3, backoff=NOW, platform=["linux/amd64"]))
     worker()
     first = _next_job(run)
     fresh_grove(name="aaa-kube", substrate="kubernetes", roles=("compute", "build"))  # somewhere else to go
-    Grove.objects.filter(pk=k8s_grove[0].pk).update(enabled=False)
+    Grove.objects.filter(pk=k8s_grove[0].pk).update(**change)
     _wire(k8s_grove).run_job(first.id, state="failed", exit_code=1)
     assert _finished(run).status == "failed"
     node = _node(run)
-    assert (node.status, node.reason, node.attempt) == ("failed", "placed_grove_gone", 2)
-    assert "disabled" in node.detail
+    assert (node.status, node.reason, node.attempt) == ("failed", code, 2)
+    assert words in node.detail
     assert GroveJob.objects.filter(node_id=node.pk).count() == 1  # no silent move to the other Grove
 
 
