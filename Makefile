@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml $(wildcard agent/pyproject.toml)
 venv: $(STAMP)  ## Create .venv and install Host, the agent and the dev tools
 
 run: $(STAMP)  ## Migrate, load the demo and serve Host (web :8000 + worker + beat); Ctrl-C stops all
-	@mkdir -p var/broker/queue var/broker/processed
+	@mkdir -p var/broker/queue var/broker/processed var/broker/control
 	$(RUN_ENV) $(BIN)/python manage.py migrate --noinput
 	$(RUN_ENV) $(BIN)/python manage.py load_demo
 	@echo "Forest Host on http://127.0.0.1:8000/  (admin: /admin/, API schema: /api/schema/)"

@@ -109,8 +109,20 @@ DATABASES = {
     )
 }
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("DATABASE_TEST_NAME", "forest_test")}
+# How long an embedded (SQLite) writer waits for the write lock before "database is locked" (s).
+SQLITE_BUSY_TIMEOUT_S = float(os.environ.get("SQLITE_BUSY_TIMEOUT_S", "20"))
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-    DATABASES["default"]["OPTIONS"] = {"timeout": 20}
+    # The embedded default must hold with web + worker + beat writing at once:
+    # - WAL: readers never block the writer, nor the writer readers;
+    # - IMMEDIATE: every transaction takes the write lock at BEGIN, where the busy timeout applies. A
+    #   deferred transaction that reads and then writes cannot wait for the lock (SQLite answers
+    #   "database is locked" at once, whatever the timeout), which is what broke the second job;
+    # - the busy timeout (sqlite3's ``timeout``) makes a second writer wait its turn.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": SQLITE_BUSY_TIMEOUT_S,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
     DATABASES["default"]["TEST"] = {}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -182,13 +194,20 @@ SPECTACULAR_SETTINGS = {
 # --- Celery -------------------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    # Every folder the filesystem transport writes, under var/ (kombu's defaults are relative to the
+    # working directory: an unset control folder left ``control/`` in the checkout).
     _broker_dir = VAR_DIR / "broker"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
+    # kombu creates only the control folder, and only its last component: whichever process starts
+    # first (web, worker or beat) makes them all.
+    for _folder in ("queue", "processed", "control"):
+        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_IGNORE_RESULT = True
@@ -246,6 +265,11 @@ FOREST_OCI_TIMEOUT_S = float(os.environ.get("FOREST_OCI_TIMEOUT_S", "10"))
 FOREST_OCI_INSECURE_REGISTRIES = env_list("FOREST_OCI_INSECURE_REGISTRIES")
 FOREST_OCI_FALLBACK_PLATFORMS = env_list("FOREST_OCI_FALLBACK_PLATFORMS", "linux/amd64")
 PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS = env_list("PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS")
+# Runner slots: steps that wait in place hold a slot of their own pool (``manage.py pipeline_runner``, a
+# Celery worker on PIPELINE_RUNNER_QUEUE with this many processes), never a worker that dispatches or
+# resumes. More in-place steps than slots: the extra waits queue; their jobs still run and finish.
+PIPELINE_RUNNER_QUEUE = os.environ.get("PIPELINE_RUNNER_QUEUE", "forest.runner")
+PIPELINE_RUNNER_SLOTS = int(os.environ.get("PIPELINE_RUNNER_SLOTS", "4"))
 
 # --- logging: structlog renders JSON in production, console lines in DEBUG --------------------
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")

@@ -2,8 +2,9 @@
 
 Request (extend, never rename): ``{"name", "environment"?, "team"?, "grove"?, "steps": [Step, ...]}``,
 ``Step = {"name", "kind": "container"|"native", "image"?, "command", "env"?, "platform"?, "resources"?,
-"accelerators"?, "timeout_s"?}``. Container steps become ``k8s.job`` work, native steps ``native.job``
-work. Input artifacts are refused with ``compute_inputs_unsupported`` until the artifacts work adds them.
+"accelerators"?, "timeout_s"?, "retries"?, "backoff"?}``. Container steps become ``k8s.job`` work, native
+steps ``native.job`` work. Input artifacts are refused with ``compute_inputs_unsupported`` until the
+artifacts work adds them.
 """
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from apps.pipelines.vocabulary import NodeKind, NodeRuntime, Reuse
 MAX_STEPS = 100
 STEP_KINDS = tuple(NodeRuntime)
 STEP_FIELDS = {"name", "kind", "image", "command", "env", "platform", "resources", "accelerators", "timeout_s",
-               "inputs"}
+               "inputs", "retries", "backoff"}
 # A step is an exec node of a compute run: the node fields it fills itself.
-_STEP_AS_NODE = {"command", "env", "platform", "resources", "accelerators", "timeout_s", "image"}
+_STEP_AS_NODE = {"command", "env", "platform", "resources", "accelerators", "timeout_s", "image", "retries",
+                 "backoff"}
 
 
 def _step(value: Any, field: str) -> dict:

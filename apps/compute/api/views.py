@@ -11,6 +11,7 @@ from apps.accounts.selectors import body_with_team, team_authorize, visible
 from apps.compute import selectors, services
 from apps.compute.api import serializers as s
 from apps.core.api.serializers import ErrorSerializer
+from apps.pipelines.selectors import runner_status
 
 ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404, 409)}
 
@@ -23,7 +24,8 @@ class ComputeJobListView(APIView):
     def get(self, request):
         selectors.compute_enabled_or_refuse()
         jobs = visible(selectors.compute_job_list(), request.user)[:100]
-        return Response([selectors.compute_job_view(job) for job in jobs])
+        runner = runner_status()
+        return Response([selectors.compute_job_view(job, runner=runner) for job in jobs])
 
     @extend_schema(request=s.ComputeJobRequestSerializer, responses={201: s.ComputeJobSerializer, **ERRORS},
                    tags=["compute"], summary="Submit a compute job: its steps run one after another")

@@ -13,6 +13,7 @@ from apps.dispatch import hooks
 from apps.dispatch.hooks import JobEnded
 from apps.dispatch.models import GroveJob
 from apps.dispatch.states import JOB_TERMINAL
+from apps.pipelines import rules
 from apps.pipelines.models import PipelineNode, PipelineOutbox
 from apps.pipelines.services.outbox import resume_resend_after_s, send_after_commit
 from apps.pipelines.services.runs import run_advance, run_and_node_locked
@@ -67,10 +68,29 @@ def pipeline_node_resume(*, node_id: int) -> bool:
                 or [job.payload.get("platform")], environment=run.environment or None, team=run.team or None)
             if check is not None and check.verdict == CheckVerdict.REFUSED:
                 outcome, reason, detail = NodeStatus.FAILED, check.code, check.detail
-        node_transition(node=node, to=outcome, reason=reason, detail=detail)
+        delay = rules.retry_after(node.spec, attempt=node.attempt, outcome=outcome)
+        if delay is None:
+            node_transition(node=node, to=outcome, reason=reason, detail=detail)
+        else:
+            node_retry(node=node, job=job, outcome=outcome, delay_s=delay)
         pending.update(done_at=timezone.now())
         run_advance(run)
     return True
+
+
+def node_retry(*, node: PipelineNode, job: GroveJob, outcome: str, delay_s: int) -> PipelineNode:
+    """Queue the node's next attempt after its backoff. The attempt number moves on (a new idempotency key
+    ``run:node:attempt``); its placement is the stored one, re-read by the exec driver."""
+    now = timezone.now()
+    attempt = node.attempt + 1
+    why = job.reason or f"job_{job.status}"
+    node_transition(
+        node=node, to=NodeStatus.QUEUED, reason="retrying",
+        detail=f"Attempt {node.attempt} {outcome.replace('_', ' ')} ({why}); attempt {attempt} of "
+               f"{1 + node.spec.get('retries', 0)} starts in {delay_s} s.",
+        changes={"attempt": attempt, "retry_at": now + timedelta(seconds=delay_s), "awaiting_job_id": None})
+    send_after_commit("node_execute", node.pk, countdown=delay_s)
+    return node
 
 
 hooks.on_job_ended(on_job_ended)
