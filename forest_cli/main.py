@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 import yaml
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -67,23 +67,53 @@ def _print_json(data) -> None:
 
 def _steps_table(job: dict) -> Table:
     table = Table(title=f"{job['name']}  {job['id']}  [bold]{job['status']}[/bold]", title_justify="left")
-    for column in ("step", "status", "grove", "exit", "job", "reason"):
+    for column in ("step", "status", "try", "wait", "grove", "exit", "job", "reason"):
         table.add_column(column)
     colours = {"succeeded": "green", "failed": "red", "timed_out": "red", "cancelled": "yellow",
                "awaiting": "cyan", "queued": "blue"}
     for step in job["steps"]:
         colour = colours.get(step["status"], "white")
-        table.add_row(step["name"], f"[{colour}]{step['status']}[/{colour}]", step["grove"] or "-",
+        attempts = f"{step.get('attempt', 1)}/{1 + step.get('retries', 0)}"
+        table.add_row(step["name"], f"[{colour}]{step['status']}[/{colour}]", attempts,
+                      (step.get("wait_mode") or "-").replace("_", " "), step["grove"] or "-",
                       "-" if step["exit_code"] is None else str(step["exit_code"]), step["job_id"] or "-",
                       step.get("reason") or "")
     return table
+
+
+def _notes(view: dict, *, item: str) -> list[Text]:
+    """The lines under a job or run table: refusals (code and sentence), shadow-mode warnings (code,
+    sentence, the flag that would refuse) and the runner pool."""
+    lines = []
+    for entry in view.get("steps", view.get("nodes", [])):
+        refusal = entry.get("refusal")
+        if refusal:
+            name = entry.get("name") or entry.get("id")
+            lines.append(Text("refused ", style="red") + Text(f"{item} {name}: [{refusal['code']}] "
+                                                              f"{refusal['detail']}"))
+        elif entry.get("status") == "queued" and entry.get("retry_at"):
+            name = entry.get("name") or entry.get("id")
+            lines.append(Text("retry ", style="blue") + Text(f"{item} {name}: {entry.get('detail') or ''}"))
+    for warning in view.get("warnings", []):
+        lines.append(Text("warning ", style="yellow") + Text(
+            f"{item} {warning.get(item, '?')}: [{warning['code']}] {warning['detail']} "
+            f"(would be refused with {warning['flag']} on)"))
+    runner = view.get("runner")
+    if runner:
+        lines.append(Text(f"runner slots: {runner['slots']} ({runner['waiting_in_place']} steps waiting in place "
+                          "on Host)", style="dim"))
+    return lines
+
+
+def _job_view(job: dict) -> Group:
+    return Group(_steps_table(job), *_notes(job, item="step"))
 
 
 def _show_job(ctx: typer.Context, job: dict) -> None:
     if ctx.obj["json"]:
         _print_json(job)
     else:
-        out.print(_steps_table(job))
+        out.print(_job_view(job), soft_wrap=True)
 
 
 def _load(path: Path) -> dict:
@@ -108,11 +138,11 @@ def _watch(ctx: typer.Context, client: ForestClient, job_id: str, interval: floa
             job = client.compute_get(job_id)
         _print_json(job)
         return job
-    with Live(_steps_table(job), console=out, refresh_per_second=4) as live:
+    with Live(_job_view(job), console=out, refresh_per_second=4) as live:
         while job["status"] not in TERMINAL:
             time.sleep(interval)
             job = client.compute_get(job_id)
-            live.update(_steps_table(job))
+            live.update(_job_view(job))
     return job
 
 
@@ -229,11 +259,17 @@ def runs_list(ctx: typer.Context, status: Annotated[str | None, typer.Option()] 
     out.print(table)
 
 
+def _show_run(ctx: typer.Context, run: dict) -> None:
+    if ctx.obj["json"]:
+        _print_json(run)
+    else:
+        out.print(Group(_run_table(run), *_notes(run, item="node")), soft_wrap=True)
+
+
 @runs.command("show")
 def runs_show(ctx: typer.Context, run_id: str) -> None:
     """One run with its nodes."""
-    run = _call(ctx, lambda c: c.run_get(run_id))
-    _print_json(run) if ctx.obj["json"] else out.print(_run_table(run))
+    _show_run(ctx, _call(ctx, lambda c: c.run_get(run_id)))
 
 
 @runs.command("create")
@@ -245,15 +281,13 @@ def runs_create(ctx: typer.Context, file: Path, kind: Annotated[str, typer.Optio
     except ForestClientError as exc:
         _fail(exc)
     body = {"graph": graph, "kind": kind, **({"environment": environment} if environment else {})}
-    run = _call(ctx, lambda c: c.run_create(body))
-    _print_json(run) if ctx.obj["json"] else out.print(_run_table(run))
+    _show_run(ctx, _call(ctx, lambda c: c.run_create(body)))
 
 
 @runs.command("cancel")
 def runs_cancel(ctx: typer.Context, run_id: str) -> None:
     """Cancel a run and its own Grove jobs."""
-    run = _call(ctx, lambda c: c.run_cancel(run_id))
-    _print_json(run) if ctx.obj["json"] else out.print(_run_table(run))
+    _show_run(ctx, _call(ctx, lambda c: c.run_cancel(run_id)))
 
 
 @placements.command("explain")

@@ -15,17 +15,17 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, ConfigDict, Field
 
-from apps.groves.choices import Role, Substrate
-from apps.pipelines.choices import RunKind, RunStatus
-from apps.placement.choices import SubjectType
+from apps.groves.vocabulary import Role, Substrate
+from apps.pipelines.vocabulary import RunKind, RunStatus
+from apps.placement.vocabulary import SubjectType
 from forest_cli.client import ForestClient, ForestClientError
 
-# The enumerations are Host's own (one definition each); importing them needs no Django settings.
-RunStatusName = Literal[tuple(RunStatus.values)]
-RunKindName = Literal[tuple(RunKind.values)]
-SubstrateName = Literal[tuple(Substrate.values)]
-RoleName = Literal[tuple(Role.values)]
-SubjectTypeName = Literal[tuple(SubjectType.values)]
+# The enumerations are Host's own vocabulary (one definition each, stdlib only: no Django needed here).
+RunStatusName = Literal[tuple(m.value for m in RunStatus)]
+RunKindName = Literal[tuple(m.value for m in RunKind)]
+SubstrateName = Literal[tuple(m.value for m in Substrate)]
+RoleName = Literal[tuple(m.value for m in Role)]
+SubjectTypeName = Literal[tuple(m.value for m in SubjectType)]
 
 
 def server_version() -> str:

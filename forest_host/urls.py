@@ -7,6 +7,7 @@ from apps.core import views as core_views
 from apps.staff import views as staff_views
 
 api_v1 = [
+    path("", include("apps.dispatch.api.urls")),
     path("", include("apps.groves.api.urls")),
     path("", include("apps.placement.api.urls")),
     path("", include("apps.artifacts.api.urls")),
@@ -15,6 +16,8 @@ api_v1 = [
     path("", include("apps.compute.api.urls")),
     path("", include("apps.staff.api.urls")),
 ]
+
+handler404 = "apps.core.views.not_found"
 
 urlpatterns = [
     path("", core_views.home, name="home"),

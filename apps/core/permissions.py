@@ -1,7 +1,8 @@
 """Who counts as staff: the one definition every page, API view and CLI path asks.
 
-Today staff means Django's ``user.is_staff``; when roles arrive this function is the single place that
-maps them, so no caller ever reads ``is_staff`` itself.
+Staff means a signed-in user with ``is_staff`` who holds a role that reads Groves (``groves.view_grove``:
+viewer and up, see docs/permissions.md); this function is the single place that maps roles to "staff", so
+no caller reads ``is_staff`` itself.
 """
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ from rest_framework.permissions import BasePermission
 
 from apps.core.errors import Forbidden, NotAuthenticated
 
+# The permission every role grants (viewer and up): holding it is what makes a user staff.
+STAFF_PERMISSION = "groves.view_grove"
+
 
 def is_staff_user(user) -> bool:
     """True for an authenticated human operator with staff rights (never a Grove principal)."""
     return bool(getattr(user, "is_authenticated", False) and getattr(user, "pk", None)
-                and getattr(user, "is_staff", False))
+                and getattr(user, "is_staff", False) and user.has_perm(STAFF_PERMISSION))
 
 
 class IsStaff(BasePermission):
@@ -22,8 +26,8 @@ class IsStaff(BasePermission):
     def has_permission(self, request, view) -> bool:
         user = request.user
         if not getattr(user, "is_authenticated", False) or not getattr(user, "pk", None):
-            raise NotAuthenticated("not_authenticated",
-                                   "Use 'Authorization: Token <key>' (manage.py drf_create_token) or a staff session.")
+            raise NotAuthenticated("not_authenticated", "Use 'Authorization: Token <key>' (manage.py api_token "
+                                   "create USER --name CLIENT) or a staff session.")
         if not is_staff_user(user):
             raise Forbidden("staff_only", "Only staff may read this; ask an operator for a staff account.")
         return True

@@ -9,6 +9,7 @@ import difflib
 from typing import Any
 
 from apps.core.errors import ValidationFailed
+from apps.core.platforms import PlatformError, normalise_platform
 
 
 def fail(code: str, detail: str, field: str) -> ValidationFailed:
@@ -85,4 +86,37 @@ def choices_list(value: Any, field: str, *, choices: set[str] | list[str], max_i
         picked = choice(item, f"{field}[{index}]", choices=choices)
         if picked not in out:
             out.append(picked)
+    return out
+
+
+def first_repeat(values: list[str]) -> tuple[int, int] | None:
+    """(index of the first occurrence, index of the repeat) of the first value listed twice, or None."""
+    seen: dict[str, int] = {}
+    for index, value in enumerate(values):
+        if value in seen:
+            return seen[value], index
+        seen[value] = index
+    return None
+
+
+def lines(value: Any, field: str, *, max_items: int, max_length: int) -> list[str]:
+    """A log tail: a bounded list of bounded strings (empty lines allowed)."""
+    return [string(line, f"{field}[{i}]", max_length=max_length, allow_empty=True)
+            for i, line in enumerate(array(value, field, max_items=max_items))]
+
+
+def platforms(value: Any, field: str, *, max_items: int, blank: str | None = None) -> list[str]:
+    """The one reader of a platform list: each entry normalised (``core.platforms``), order kept (it is a
+    preference), repeats dropped. ``blank``: the sentence for an empty list, which is then refused."""
+    items = array(value, field, max_items=max_items)
+    if not items and blank is not None:
+        raise fail("field_blank", blank, field)
+    out: list[str] = []
+    for index, item in enumerate(items):
+        try:
+            platform = normalise_platform(item)
+        except PlatformError as exc:
+            raise fail("invalid_platform", str(exc), f"{field}[{index}]") from None
+        if platform not in out:
+            out.append(platform)
     return out

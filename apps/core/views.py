@@ -2,6 +2,7 @@
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.views.defaults import page_not_found
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -16,3 +17,10 @@ def healthz(request: HttpRequest) -> JsonResponse:
     except Exception as exc:  # any driver error means "not ready"
         return JsonResponse({"status": "unavailable", "detail": str(exc)}, status=503)
     return JsonResponse({"status": "ok"})
+
+
+def not_found(request: HttpRequest, exception=None) -> HttpResponse:
+    """Django's 404 for URLs no route matches: the API's error shape under /api/, Django's page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"code": "not_found", "detail": "No API endpoint at this path."}, status=404)
+    return page_not_found(request, exception)

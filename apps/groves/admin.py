@@ -1,8 +1,10 @@
 """Groves in admin: reported fields are read-only (the Grove is their source); tokens shown once."""
+from django import forms
 from django.contrib import admin, messages
 
 from apps.core import formatting
 from apps.groves import services
+from apps.groves.choices import Role, Substrate
 from apps.groves.models import (
     AcceleratorInventoryItem,
     CapacityReport,
@@ -105,10 +107,6 @@ class EnrollmentTokenAdmin(admin.ModelAdmin):
     def get_form(self, request, obj=None, **kwargs):
         if obj:
             return super().get_form(request, obj, **kwargs)
-        from django import forms
-
-        from apps.groves.choices import Role, Substrate
-
         class NewTokenForm(forms.ModelForm):
             roles_text = forms.MultipleChoiceField(choices=Role.choices, label="Roles",
                                                    widget=forms.CheckboxSelectMultiple)

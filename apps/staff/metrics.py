@@ -15,9 +15,10 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from apps.dispatch.models import GroveJob
 from apps.groves.models import Grove
-from apps.pipelines.choices import NodeStatus
-from apps.pipelines.models import GroveJob, PipelineNode, PipelineOutbox
+from apps.pipelines.models import PipelineNode, PipelineOutbox
+from apps.pipelines.vocabulary import NodeStatus
 from apps.placement.models import ExecutionPlacement
 from apps.staff.selectors import LIVE_JOBS, refusal_codes
 

@@ -19,9 +19,10 @@ from django.utils import timezone
 from apps.accelerators import rules as accelerator_rules
 from apps.accelerators.choices import ClaimState
 from apps.accelerators.models import AcceleratorClaim, AcceleratorEntitlement, AcceleratorUsage
+from apps.dispatch.vocabulary import JobStatus
 from apps.groves.models import AcceleratorInventoryItem, CapacityReport, Grove, PlacementUnit
-from apps.pipelines.choices import JobStatus, NodeStatus
 from apps.pipelines.models import PipelineNode, PipelineRun
+from apps.pipelines.vocabulary import NodeStatus
 from apps.placement.models import ExecutionPlacement
 from apps.workloads.selectors import generations_latest_for_grove
 
@@ -80,8 +81,9 @@ def grove_detail(*, slug: str) -> GroveDetail | None:
         units=units,
         devices=devices,
         generations=list(generations_latest_for_grove(grove)) if grove.substrate == "native" else [],
-        running_jobs=list(grove.jobs.filter(status__in=LIVE_JOBS).select_related("run", "node")
-                          .order_by("-created_at")[:50]),
+        # The nodes whose current job runs here (a Grove job knows its node only by id, so read from the node).
+        running_jobs=list(PipelineNode.objects.filter(current_job__grove=grove, current_job__status__in=LIVE_JOBS)
+                          .select_related("run", "current_job").order_by("-current_job__created_at")[:50]),
         placements_total=ExecutionPlacement.objects.filter(grove=grove).count(),
     )
 

@@ -2,7 +2,8 @@
 full page, only the results for an htmx request (filters, sorting and paging swap in place and push
 the URL, so every view is a shareable link), or CSV with ``?_export=csv``.
 
-Access: a staff login (``apps.core.permissions.is_staff_user``) and the observability flag on.
+Access: a staff login with a role (``apps.core.permissions.is_staff_user``: viewer and up) and the
+observability flag on.
 """
 from __future__ import annotations
 

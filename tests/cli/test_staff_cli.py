@@ -13,8 +13,9 @@ from mcp.client.stdio import stdio_client
 from rest_framework.authtoken.models import Token
 from typer.testing import CliRunner
 
+from apps.dispatch.models import GroveJob
 from apps.pipelines import services as pipelines
-from apps.pipelines.models import GroveJob, PipelineNode
+from apps.pipelines.models import PipelineNode
 from apps.placement.models import ExecutionPlacement
 from forest_cli.main import app
 from forest_cli.mcp_server import server_version

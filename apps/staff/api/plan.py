@@ -13,13 +13,13 @@ from rest_framework.authentication import SessionAuthentication, TokenAuthentica
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.accounts.api.permissions import requires
 from apps.compute import rules as compute_rules
 from apps.compute.selectors import compute_enabled_or_refuse
+from apps.core.api.serializers import ErrorSerializer
 from apps.flags.selectors import is_enabled
-from apps.groves.api.serializers import ErrorSerializer
 from apps.pipelines import rules as pipeline_rules
 from apps.pipelines.services import pipeline_plan
-from apps.placement.api.views import IsUserWithToken
 from apps.placement.choices import COMPATIBILITY_FLAG
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.services import placement_decide
@@ -60,7 +60,8 @@ def plan_preview(body) -> dict:
 
 class PlanView(APIView):
     authentication_classes = [TokenAuthentication, SessionAuthentication]
-    permission_classes = [IsUserWithToken]
+    permission_classes = [requires(POST="placement.view_executionplacement")]
+    audit_writes = False  # a POST that stores nothing
 
     @extend_schema(request=OpenApiTypes.OBJECT, tags=["plan"],
                    responses={200: OpenApiTypes.OBJECT, **{c: OpenApiResponse(ErrorSerializer) for c in (400, 401)}},

@@ -18,11 +18,12 @@ from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.api.serializers import ErrorSerializer
 from apps.core.errors import NotFound, ValidationFailed
 from apps.core.permissions import IsStaff
 from apps.flags.registry import FLAGS
 from apps.flags.selectors import is_enabled
-from apps.groves.api.serializers import ErrorSerializer, GroveSerializer
+from apps.groves.api.serializers import GroveSerializer
 from apps.groves.filtersets import GroveFilterSet
 from apps.placement.api.serializers import ExecutionPlacementSerializer
 from apps.placement.filtersets import ExecutionPlacementFilterSet
