@@ -32,11 +32,13 @@ JOBS, STEPS = 6, 2
 
 SETUP = """
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
+from apps.accounts.services import api_token_create, role_grant, team_member_set
 from apps.flags.services import flag_override_set
 user = get_user_model().objects.create_user("ci", password="not-used-by-token-auth")
+role_grant(username="ci", role="submitter")
+team_member_set(slug="ci", username="ci", member=True)
 flag_override_set(name="host.deploy.forest_compute_jobs", enabled=True, reason="embedded test")
-print(Token.objects.create(user=user).key)
+print(api_token_create(user=user, name="embedded test")[1])
 """
 
 

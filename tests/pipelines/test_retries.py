@@ -65,7 +65,7 @@ def test_fails_twice_then_succeeds_on_the_same_stored_grove(k8s_grove, fresh_gro
     # A second, equally able Grove enrols, and a fresh choice would now pick it (its slug sorts first)...
     other, _ = fresh_grove(name="aaa-kube", substrate="kubernetes", roles=("compute", "build"))
     fresh = placement_decide(requirement=ExecutionRequirement.from_json(_node(run).requirement))
-    assert fresh.grove.id == other.id
+    assert fresh.grove.id == str(other.id)
     # ...yet every retry reads the stored placement and goes back to the first Grove.
     wire.run_job(first.id, state="failed", exit_code=1)
     second = _next_job(run, after=first.id)
