@@ -6,6 +6,7 @@ from django.db.models import QuerySet
 
 from apps.compute.models import ComputeJob
 from apps.core.errors import Forbidden, NotFound
+from apps.dispatch.models import GroveJob
 from apps.flags.registry import COMPUTE_JOBS
 from apps.flags.selectors import is_enabled
 from apps.pipelines.models import PipelineNode
@@ -60,9 +61,11 @@ def compute_job_view(job: ComputeJob, *, runner: dict | None = None) -> dict:
 def compute_job_logs(job: ComputeJob) -> list[dict]:
     """Every Grove job of the compute job's run, step by step and attempt by attempt, with the full log
     tail its Grove reported (``GET compute/jobs/{id}/logs``, ``forest compute logs``)."""
+    nodes = {node.pk: node for node in job.run.nodes.only("pk", "node_id", "position")}
+    grove_jobs = GroveJob.objects.filter(run_id=job.run_id).select_related("grove")
     return [
-        {"step": grove_job.node.node_id, "job_id": str(grove_job.id), "attempt": grove_job.attempt,
+        {"step": nodes[grove_job.node_id].node_id, "job_id": str(grove_job.id), "attempt": grove_job.attempt,
          "grove": grove_job.grove.slug, "status": grove_job.status, "exit_code": grove_job.exit_code,
          "log_tail": list(grove_job.log_tail or [])}
-        for grove_job in job.run.jobs.select_related("node", "grove").order_by("node__position", "attempt")
+        for grove_job in sorted(grove_jobs, key=lambda j: (nodes[j.node_id].position, j.attempt))
     ]

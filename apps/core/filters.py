@@ -31,7 +31,8 @@ class YesNoField(forms.Field):
             return True
         if text in FALSE:
             return False
-        raise ValidationError(f"'{value}' is not a yes/no value: use true or false.", code="invalid_choice")
+        raise ValidationError("'%(value)s' is not a yes/no value: use true or false.", code="invalid_choice",
+                              params={"value": value})
 
     def validate(self, value):
         if value is None and self.required:
@@ -52,7 +53,7 @@ class UtcIsoDateTimeField(IsoDateTimeField):
         try:
             return moment.astimezone(UTC)
         except OverflowError:
-            raise ValidationError(f"'{value}' is out of range.", code="invalid") from None
+            raise ValidationError("'%(value)s' is out of range.", code="invalid", params={"value": value}) from None
 
 
 class UtcIsoDateTimeFilter(django_filters.IsoDateTimeFilter):

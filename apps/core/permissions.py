@@ -6,6 +6,8 @@ no caller reads ``is_staff`` itself.
 """
 from __future__ import annotations
 
+from enum import StrEnum
+
 from rest_framework.permissions import BasePermission
 
 from apps.core.errors import Forbidden, NotAuthenticated
@@ -14,10 +16,23 @@ from apps.core.errors import Forbidden, NotAuthenticated
 STAFF_PERMISSION = "groves.view_grove"
 
 
+class StaffAccess(StrEnum):
+    OK = "ok"
+    SIGN_IN = "sign_in"  # anonymous, or an account that is not staff at all
+    NO_ROLE = "no_role"  # a staff account without a role that reads Groves
+
+
+def staff_access(user) -> StaffAccess:
+    """Why a user may or may not see the staff pages (``is_staff_user`` is the yes/no of it)."""
+    signed_in = getattr(user, "is_authenticated", False) and getattr(user, "pk", None)
+    if not (signed_in and getattr(user, "is_staff", False)):
+        return StaffAccess.SIGN_IN
+    return StaffAccess.OK if user.has_perm(STAFF_PERMISSION) else StaffAccess.NO_ROLE
+
+
 def is_staff_user(user) -> bool:
     """True for an authenticated human operator with staff rights (never a Grove principal)."""
-    return bool(getattr(user, "is_authenticated", False) and getattr(user, "pk", None)
-                and getattr(user, "is_staff", False) and user.has_perm(STAFF_PERMISSION))
+    return staff_access(user) == StaffAccess.OK
 
 
 class IsStaff(BasePermission):

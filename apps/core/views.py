@@ -4,6 +4,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.defaults import page_not_found
 
+from apps.core.middleware import API_PREFIX, error_body
+
 
 def home(request: HttpRequest) -> HttpResponse:
     return render(request, "home.html")
@@ -21,6 +23,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 def not_found(request: HttpRequest, exception=None) -> HttpResponse:
     """Django's 404 for URLs no route matches: the API's error shape under /api/, Django's page elsewhere."""
-    if request.path.startswith("/api/"):
-        return JsonResponse({"code": "not_found", "detail": "No API endpoint at this path."}, status=404)
+    if request.path.startswith(API_PREFIX):
+        return JsonResponse(error_body(request, 404), status=404)
     return page_not_found(request, exception)

@@ -16,6 +16,7 @@ import prometheus_client
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -27,7 +28,7 @@ from django_tables2 import RequestConfig
 from django_tables2.paginators import LazyPaginator
 
 from apps.core.errors import ForestError
-from apps.core.permissions import is_staff_user
+from apps.core.permissions import StaffAccess, is_staff_user, staff_access
 from apps.flags.registry import FLAGS
 from apps.flags.selectors import is_enabled
 from apps.groves.filtersets import GroveFilterSet
@@ -48,13 +49,16 @@ REPORT_MAX_DAYS = 366
 
 
 def observability_page(view):
-    """Anonymous → the login page; a signed-in non-staff user → the login page with Django's "not
-    authorised" notice (as admin does); flag off → a 404 page that says which flag."""
+    """Anonymous or a non-staff account → the login page with Django's "not authorised" notice (as admin
+    does); a staff account without a role that reads Groves → 403; flag off → a 404 page naming the flag."""
 
     @wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if not is_staff_user(request.user):
+        access = staff_access(request.user)
+        if access == StaffAccess.SIGN_IN:
             return redirect_to_login(request.get_full_path(), reverse(settings.LOGIN_URL))
+        if access == StaffAccess.NO_ROLE:
+            raise PermissionDenied("This staff account holds no role that reads Groves (viewer and up).")
         if not is_enabled(FLAG):
             return render(request, "staff/feature_off.html", {"flag": FLAG}, status=404)
         return view(request, *args, **kwargs)

@@ -10,7 +10,6 @@ import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from rest_framework.authtoken.models import Token
 from typer.testing import CliRunner
 
 from apps.dispatch.models import GroveJob
@@ -19,6 +18,7 @@ from apps.pipelines.models import PipelineNode
 from apps.placement.models import ExecutionPlacement
 from forest_cli.main import app
 from forest_cli.mcp_server import server_version
+from tests.factories import api_token_for
 from tests.pipelines.graphs import IMAGE
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,7 +29,7 @@ STAFF_FLAG = "host.staff.execution_observability"
 
 @pytest.fixture
 def token(staff_user):
-    return Token.objects.create(user=staff_user).key
+    return api_token_for(staff_user)
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_groves_and_inventory(cli, k8s_grove, native_grove, fresh_grove):
 def test_staff_commands_need_the_flag_and_staff(live_server, token, k8s_grove, django_user_model):
     off = runner.invoke(app, ["--host", live_server.url, "--token", token, "groves"])
     assert off.exit_code == 1 and "feature_disabled" in off.output
-    bot = Token.objects.create(user=django_user_model.objects.create_user("bot", is_staff=False)).key
+    bot = api_token_for(django_user_model.objects.create_user("bot", is_staff=False))
     denied = runner.invoke(app, ["--host", live_server.url, "--token", bot, "inventory"])
     assert denied.exit_code == 1 and ("staff_only" in denied.output or "feature_disabled" in denied.output)
 

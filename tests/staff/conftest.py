@@ -3,12 +3,12 @@ nodes were placed and dispatched through the real services."""
 from __future__ import annotations
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from apps.flags.services import flag_override_set
 from apps.pipelines import services as pipeline_services
 from apps.pipelines.models import PipelineNode
+from tests.factories import api_token_for
 from tests.pipelines.graphs import exec_node, graph
 
 FLAG = "host.staff.execution_observability"
@@ -52,7 +52,6 @@ def dispatched_run(estate):
 def user_client(django_user_model):
     """A signed-in *non-staff* token user (a CI bot)."""
     user = django_user_model.objects.create_user("ci-bot", is_staff=False)
-    token, _ = Token.objects.get_or_create(user=user)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_for(user)}")
     return client

@@ -36,7 +36,7 @@ def test_grove_credentials_never_open_the_staff_api(grove_client, estate, fresh_
 
 
 def test_staff_groves_filter_like_the_page(staff_client, observability_on, estate, django_assert_max_num_queries):
-    with django_assert_max_num_queries(8):
+    with django_assert_max_num_queries(9):  # 8 reads + the role permission lookup (cached for the request)
         body = staff_client.get(f"{V1}/staff/groves", {"accelerator_api": "cuda"}).json()
     assert [g["slug"] for g in body["results"]] == ["gpu-box"]
     bad = staff_client.get(f"{V1}/staff/groves", {"substrate": "bogus"})
@@ -74,5 +74,6 @@ def test_refusal_report_over_a_relative_window(staff_client, observability_on, d
 
 
 def test_groves_api_is_staff_only(user_client, staff_client, estate):
-    assert user_client.get(f"{V1}/groves").json()["code"] == "staff_only"
+    # The Grove read API declares its role permission (docs/permissions.md): a token user without one is refused.
+    assert user_client.get(f"{V1}/groves").json()["code"] == "permission_required"
     assert staff_client.get(f"{V1}/groves").status_code == 200

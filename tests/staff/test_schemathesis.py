@@ -6,16 +6,16 @@ from __future__ import annotations
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
-from rest_framework.authtoken.models import Token
 
 from apps.flags.services import flag_override_set
+from tests.factories import api_token_for
 
 
 @pytest.mark.django_db(transaction=True)
 def test_staff_and_plan_endpoints_never_answer_5xx(live_server, staff_user, fresh_grove):
     fresh_grove(name="gpu", gpus=1)
     flag_override_set(name="host.staff.execution_observability", enabled=True, reason="fuzz")
-    token = Token.objects.create(user=staff_user).key
+    token = api_token_for(staff_user)
     schema = schemathesis.openapi.from_url(f"{live_server.url}/api/schema/?format=json").include(tag="staff")
     plan = schemathesis.openapi.from_url(f"{live_server.url}/api/schema/?format=json").include(tag="plan")
     operations = [result.ok() for result in [*schema.get_all_operations(), *plan.get_all_operations()]]

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.accounts.api.authentication import ApiTokenAuthentication
 from apps.accounts.api.permissions import requires
 from apps.compute import rules as compute_rules
 from apps.compute.selectors import compute_enabled_or_refuse
@@ -59,7 +60,7 @@ def plan_preview(body) -> dict:
 
 
 class PlanView(APIView):
-    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    authentication_classes = [ApiTokenAuthentication, SessionAuthentication]
     permission_classes = [requires(POST="placement.view_executionplacement")]
     audit_writes = False  # a POST that stores nothing
 

@@ -13,14 +13,16 @@ from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, serializers
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.accounts.api.authentication import ApiTokenAuthentication
+from apps.accounts.api.permissions import requires
 from apps.core.api.serializers import ErrorSerializer
 from apps.core.errors import NotFound, ValidationFailed
-from apps.core.permissions import IsStaff
+from apps.core.permissions import STAFF_PERMISSION, IsStaff
 from apps.flags.registry import FLAGS
 from apps.flags.selectors import is_enabled
 from apps.groves.api.serializers import GroveSerializer
@@ -41,8 +43,9 @@ class ObservabilityEnabled(BasePermission):
 
 
 class StaffAPIView(APIView):
-    authentication_classes = [TokenAuthentication, SessionAuthentication]
-    permission_classes = [IsStaff, ObservabilityEnabled]
+    authentication_classes = [ApiTokenAuthentication, SessionAuthentication]
+    # IsStaff first: a non-staff caller hears "staff_only"; the declared permission is the role check.
+    permission_classes = [IsStaff, requires(GET=STAFF_PERMISSION), ObservabilityEnabled]
 
 
 class StaffGroveListView(generics.ListAPIView):
