@@ -1,1 +1,1 @@
-"""Forest Host's Django apps, one room per concern (see DESIGN.md §1)."""
+"""Forest Host's Django apps, one room per concern (see docs/design.md §1)."""

@@ -7,8 +7,9 @@ With a real Celery worker (prefork, 4 processes) on Redis and Host under uvicorn
   reports each terminal over HTTP (``--concurrency`` at a time). Latency = the node's success tail
   committed (``finished_at``, written in the tail's transaction) minus the moment the report's HTTP
   response arrived. Throughput = N / (last tail - first report sent).
-* **floor**: an empty Celery task (``pipelines.ping``) sent N times on the same broker to the same worker;
-  latency = task ran minus send returned. The ratio our/floor is what the resume path adds.
+* **floor**: an empty Celery task (``bench.ping``, loaded into the worker from ``bench/floor_tasks.py``)
+  sent N times on the same broker to the same worker; latency = task ran minus send returned. The ratio
+  our/floor is what the resume path adds.
 * **sweep**: ``pipeline_sweep()`` wall time with 10k, 100k and 1M historical (finished) node rows, each
   with a finished job and a done outbox row; it must stay flat (it reads live rows through partial indexes).
 
@@ -38,6 +39,8 @@ ENV = {
     "SECURE_SSL_REDIRECT": "0", "ALLOWED_HOSTS": "127.0.0.1,localhost", "LOG_LEVEL": "ERROR",
     "CELERY_BROKER_URL": "redis://127.0.0.1:6379/13", "PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS": "bench",
     "FLAGS_CACHE_TTL_S": "5", "DJANGO_SETTINGS_MODULE": "forest_host.settings",
+    # The worker imports the bench's floor task from bench/ (not an installed package).
+    "PYTHONPATH": str(ROOT),
 }
 os.environ.update(ENV)
 
@@ -93,7 +96,7 @@ def wait(predicate, what: str, timeout: float = 300) -> None:
 def measure_floor(n: int) -> dict:
     import redis
 
-    from apps.pipelines.tasks import ping
+    from bench.floor_tasks import ping
 
     client, key = redis.Redis.from_url(ENV["CELERY_BROKER_URL"]), f"bench-ping-{uuid.uuid4().hex}"
     for _ in range(20):  # warm the worker's processes
@@ -115,10 +118,12 @@ def measure_resume(n: int, concurrency: int, base_url: str) -> dict:
     import httpx
     from django.db import transaction
 
+    from apps.dispatch import services as dispatch
+    from apps.dispatch.models import GroveJob
     from apps.flags.services import flag_override_set
     from apps.groves import services as groves
     from apps.pipelines import services as pipelines
-    from apps.pipelines.models import GroveJob, PipelineNode
+    from apps.pipelines.models import PipelineNode
     from tests.factories import heartbeat_body
 
     flag_override_set(name="host.pipeline_detached_wait", enabled=True, reason="bench")
@@ -135,7 +140,7 @@ def measure_resume(n: int, concurrency: int, base_url: str) -> dict:
     assert PipelineNode.objects.filter(wait_mode="detached").count() == n, "every node must wait detached"
     job_ids = list(GroveJob.objects.filter(grove=grove).values_list("pk", flat=True))
     for job_id in job_ids:
-        pipelines.grove_job_claim(grove=grove, job_id=job_id)
+        dispatch.grove_job_claim(grove=grove, job_id=job_id)
     responded: dict[str, float] = {}
     errors: list[str] = []
 
@@ -231,7 +236,8 @@ def main() -> None:
     web = start("web", [str(ROOT / ".venv/bin/uvicorn"), "forest_host.asgi:application", "--host", "127.0.0.1",
                  "--port", str(port), "--workers", "2", "--log-level", "warning"])
     worker = start("worker", [str(ROOT / ".venv/bin/celery"), "-A", "forest_host", "worker", "-c", "4", "--loglevel",
-                    "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"])
+                    "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat",
+                    "-I", "bench.floor_tasks"])
     try:
         import httpx
 

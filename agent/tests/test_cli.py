@@ -200,7 +200,10 @@ def test_a_job_runs_and_status_shows_it(enrolled, host, agents) -> None:
     assert report["state"] == "succeeded" and "done" in report["log_tail"]
 
 
-def test_sigkilled_agent_mid_job_reports_it_after_restart(enrolled, host, agents) -> None:
+def test_sigkilled_agent_mid_job_reports_it_after_restart(enrolled, host, agents, tmp_path) -> None:
+    """The job outlives the killed agent and ends only after the restarted agent says it re-attached
+    (a release file the test writes on that event), so a slow machine cannot end it while no agent runs."""
+    release = tmp_path / "release"
     agent = AgentProcess(enrolled, "--enable-native-jobs")
     agents.append(agent)
     host.add_job(
@@ -208,17 +211,33 @@ def test_sigkilled_agent_mid_job_reports_it_after_restart(enrolled, host, agents
             "job_id": "cli-2",
             "change_kind": "native.job",
             "payload": {
-                "command": [sys.executable, "-c", "import time; time.sleep(2); print('survived')"],
+                "command": [
+                    sys.executable,
+                    "-c",
+                    "import os, sys, time\n"
+                    "while not os.path.exists(sys.argv[1]): time.sleep(0.05)\n"
+                    "print('survived')",
+                    str(release),
+                ],
                 "env": {},
-                "timeout_s": 30,
+                "timeout_s": 120,
             },
         }
     )
     host.wait_for(lambda: host.reports.get("cli-2"), what="running report")
     agent.stop(signal.SIGKILL)
+    seen = len(host.heartbeats)
     restarted = AgentProcess(enrolled, "--enable-native-jobs")
     agents.append(restarted)
-    report = host.terminal_report("cli-2", timeout=20)
+    host.wait_for(
+        lambda: any(
+            "re-attached" in line for beat in host.heartbeats[seen:] for line in beat.get("log_tail", [])
+        ),
+        timeout=60,
+        what="the restarted agent re-attaching to the job",
+    )
+    release.touch()
+    report = host.terminal_report("cli-2", timeout=60)
     assert report["state"] == "succeeded" and "survived" in report["log_tail"]
     code, out = restarted.stop()
     assert code == 0

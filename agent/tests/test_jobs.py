@@ -259,10 +259,15 @@ def _orphan(tmp_path: Path, job_id: str, code: str, *, alive: bool) -> JournalEn
 
 
 def test_restart_reattaches_to_a_job_that_is_still_running(host: StubHost, manager, tmp_path: Path) -> None:
-    _orphan(tmp_path, "r1", "import time; time.sleep(1.0); print('finished after restart')", alive=True)
+    # The orphan ends only when the test releases it, after recovery saw it running (no race on a busy box).
+    release = tmp_path / "release"
+    code = (f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.05)\n"
+            "print('finished after restart')")
+    _orphan(tmp_path, "r1", code, alive=True)
     m = manager()
     m.recover()
     assert m.running() == [{"job_id": "r1", "state": "running"}]
+    release.touch()
     report = host.terminal_report("r1", timeout=10)
     assert (report["state"], report["exit_code"]) == ("succeeded", 0)
     assert "finished after restart" in report["log_tail"]

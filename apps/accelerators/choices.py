@@ -1,26 +1,10 @@
-"""Enumerations of accelerator admission and policy."""
-from django.db import models
+"""``TextChoices`` for accelerator models, derived from ``vocabulary``."""
+from apps.accelerators import vocabulary
+from apps.accelerators.vocabulary import BUDGET_EXHAUSTED, POLICY_FLAG
+from apps.core.choices import text_choices
 
+ClaimState = text_choices(vocabulary.ClaimState)
+Period = text_choices(vocabulary.Period, {"day": "Day (UTC)", "week": "Week (UTC, from Monday)",
+                                          "month": "Calendar month (UTC)"})
 
-class ClaimState(models.TextChoices):
-    ACTIVE = "active", "Active"
-    RELEASED = "released", "Released"  # the job reached a terminal state
-    REVOKED = "revoked", "Revoked"  # policy ended it (budget exhausted); the job was cancelled
-
-
-# The one state machine of a claim: only an active claim ends, and it ends once.
-CLAIM_TRANSITIONS = {
-    ClaimState.ACTIVE: {ClaimState.RELEASED, ClaimState.REVOKED},
-    ClaimState.RELEASED: set(),
-    ClaimState.REVOKED: set(),
-}
-
-
-class Period(models.TextChoices):
-    DAY = "day", "Day (UTC)"
-    WEEK = "week", "Week (UTC, from Monday)"
-    MONTH = "month", "Calendar month (UTC)"
-
-
-POLICY_FLAG = "host.accelerators.policy"
-BUDGET_EXHAUSTED = "accelerator_budget_exhausted"
+__all__ = ["BUDGET_EXHAUSTED", "POLICY_FLAG", "ClaimState", "Period"]

@@ -9,8 +9,60 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
-from apps.placement.requirements import AcceleratorRequest
+from apps.accelerators.vocabulary import (
+    MAX_ACCELERATOR_COUNT,
+    MAX_ACCELERATOR_MEMORY,
+    SINGLE_DEVICE_VENDORS,
+    VENDOR_APIS,
+)
+from apps.core import validation as v
+
+
+@dataclass(frozen=True)
+class AcceleratorRequest:
+    """``count`` devices; ``vendor`` optional; ``api`` normalised from the vendor when not given."""
+
+    count: int = 1
+    vendor: str | None = None
+    api: str | None = None
+    min_memory_bytes: int = 0
+
+    def to_json(self) -> dict:
+        body: dict[str, Any] = {"count": self.count}
+        if self.vendor:
+            body["vendor"] = self.vendor
+        if self.api:
+            body["api"] = self.api
+        if self.min_memory_bytes:
+            body["min_memory_bytes"] = self.min_memory_bytes
+        return body
+
+
+def parse_accelerators(value: Any, field_path: str = "accelerators") -> AcceleratorRequest:
+    value = v.obj(value, field_path, allowed={"count", "vendor", "api", "min_memory_bytes"}, required={"count"})
+    count = v.integer(value["count"], f"{field_path}.count", minimum=1, maximum=MAX_ACCELERATOR_COUNT)
+    vendor = value.get("vendor")
+    if vendor is not None:
+        vendor = v.string(vendor, f"{field_path}.vendor", max_length=50).strip().lower()
+    api = value.get("api")
+    if api is not None:
+        api = v.string(api, f"{field_path}.api", max_length=30).strip().lower()
+    implied = VENDOR_APIS.get(vendor or "")
+    if api is None:
+        api = implied
+    elif implied is not None and api != implied:
+        raise v.fail("accelerator_api_mismatch",
+                     f"A {vendor} accelerator speaks {implied}, not {api}; drop 'api' or fix the vendor.",
+                     f"{field_path}.api")
+    if vendor in SINGLE_DEVICE_VENDORS and count != 1:
+        raise v.fail("apple_accelerator_count",
+                     f"An Apple GPU request must have count 1 (one unified-memory GPU per machine), not {count}.",
+                     f"{field_path}.count")
+    min_memory = v.integer(value.get("min_memory_bytes", 0), f"{field_path}.min_memory_bytes",
+                           maximum=MAX_ACCELERATOR_MEMORY)
+    return AcceleratorRequest(count=count, vendor=vendor, api=api, min_memory_bytes=min_memory)
 
 
 @dataclass(frozen=True)
@@ -148,9 +200,6 @@ def admit(request: AcceleratorRequest, *, units: Iterable[Unit], devices: Iterab
 
 
 # --- policy arithmetic ---------------------------------------------------------------------------
-
-PERIODS = ("day", "week", "month")
-
 
 def period_start(moment: datetime, period: str) -> date:
     """The first UTC day of the budget period holding ``moment``."""

@@ -8,8 +8,8 @@ from datetime import UTC, date, datetime, time
 from django.db.models import F, QuerySet, Sum
 
 from apps.accelerators import rules
-from apps.accelerators.choices import ClaimState
 from apps.accelerators.models import AcceleratorClaim, AcceleratorEntitlement, AcceleratorUsage
+from apps.accelerators.vocabulary import ClaimState
 from apps.groves.models import AcceleratorInventoryItem, PlacementUnit
 
 AdmissionInputs = tuple[list[rules.Unit], list[rules.Device], dict[tuple[str, str], int]]
@@ -88,7 +88,3 @@ def usage_seconds(entitlement: AcceleratorEntitlement, *, now: datetime) -> floa
         since = max(claim.accrued_through, period_began)
         pending += max(0.0, (now - since).total_seconds()) * claim.count
     return ledger_ms / 1000 + pending
-
-
-def claim_list() -> QuerySet[AcceleratorClaim]:
-    return AcceleratorClaim.objects.select_related("grove").order_by("-started_at")

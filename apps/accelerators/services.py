@@ -9,32 +9,35 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from typing import Protocol
 
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from apps.accelerators import rules, selectors
-from apps.accelerators.choices import BUDGET_EXHAUSTED, CLAIM_TRANSITIONS, POLICY_FLAG, ClaimState
 from apps.accelerators.models import AcceleratorClaim, AcceleratorEntitlement, AcceleratorUsage
+from apps.accelerators.states import CLAIM
+from apps.accelerators.vocabulary import BUDGET_EXHAUSTED, PERIODS, POLICY_FLAG, ClaimState
 from apps.core.errors import Conflict, Forbidden, ValidationFailed
+from apps.dispatch import hooks
+from apps.dispatch.services import grove_job_cancel
 from apps.flags.selectors import is_enabled
 from apps.groves.models import AcceleratorInventoryItem, Grove, PlacementUnit
-from apps.placement.requirements import ExecutionRequirement
 
 log = logging.getLogger(__name__)
 
-Claim = AcceleratorClaim
+
+class Requirement(Protocol):
+    """What a claim reads of the work's requirement (an ``ExecutionRequirement`` from placement)."""
+
+    @property
+    def accelerators(self) -> rules.AcceleratorRequest | None: ...
 
 
 def claim_transition(*, claim: AcceleratorClaim, to: str, reason: str, at: datetime) -> AcceleratorClaim:
     """The one way a claim changes state; an illegal transition raises."""
-    if to not in CLAIM_TRANSITIONS[ClaimState(claim.state)]:
-        raise Conflict("illegal_claim_transition", f"A {claim.state} claim cannot become {to}.")
-    claim.state = to
-    claim.ended_at = at
-    claim.end_reason = reason
-    claim.save(update_fields=["state", "ended_at", "end_reason"])
+    CLAIM.apply(claim, to, reason=reason, now=at, changes={"end_reason": reason})
     log.info("accelerator claim ended", extra={"job_ref": claim.job_ref, "state": to, "reason": reason})
     return claim
 
@@ -65,7 +68,7 @@ def _policy_check(*, team: str | None, admission: rules.Admission, count: int, n
                            extra={"used_s": round(used), "budget_s": entitlement.budget_accelerator_seconds})
 
 
-def accelerator_claim(*, grove: Grove, requirement: ExecutionRequirement, job_ref: str,
+def accelerator_claim(*, grove: Grove, requirement: Requirement, job_ref: str,
                       team: str | None = None) -> AcceleratorClaim | None:
     """Admit and claim the requirement's accelerators on one unit of ``grove`` for ``job_ref``.
 
@@ -140,22 +143,26 @@ def accelerator_release(*, job_ref: str) -> AcceleratorClaim | None:
         return claim_transition(claim=claim, to=ClaimState.RELEASED, reason="job_finished", at=now)
 
 
+def _release_on_job_end(event: hooks.JobEnded) -> None:
+    """``dispatch.hooks`` handler: a job that ends releases its claim, in the same transaction. A claim the
+    budget revoked first (and whose job it then cancelled) is no longer active, so nothing accrues twice."""
+    if event.job.payload.get("accelerators"):
+        accelerator_release(job_ref=str(event.job.id))
+
+
+hooks.on_job_ended(_release_on_job_end)
+
+
 def _cancel_job(claim: AcceleratorClaim) -> str:
-    """Ask pipelines to cancel the claim's job. Imported lazily: pipelines may land after this app."""
-    try:
-        from apps.pipelines.services import grove_job_cancel
-    except ImportError:
-        log.warning("pipelines is not installed; the job of a revoked claim was not cancelled",
-                    extra={"job_ref": claim.job_ref})
-        return "pipelines_unavailable"
+    """Cancel the revoked claim's Grove job; a job already finished or unknown does not stop the budget."""
     try:
         with transaction.atomic():
-            grove_job_cancel(job_id=claim.job_ref, reason=BUDGET_EXHAUSTED)
-    except Exception as exc:  # a job already finished or unknown must not stop the budget from holding
+            cancelled = grove_job_cancel(job_id=claim.job_ref, reason=BUDGET_EXHAUSTED)
+    except Exception as exc:
         log.warning("cancelling the job of a revoked claim failed",
                     extra={"job_ref": claim.job_ref, "error": getattr(exc, "code", type(exc).__name__)})
         return f"cancel_failed:{getattr(exc, 'code', type(exc).__name__)}"
-    return "cancelled"
+    return "cancelled" if cancelled else "not_live"
 
 
 def accelerator_budget_enforce(*, now: datetime) -> list[str]:
@@ -174,8 +181,9 @@ def accelerator_budget_enforce(*, now: datetime) -> list[str]:
                 if claim is None:
                     continue  # released meanwhile, or another run is handling it
                 _accrue(claim, until=now)
-                outcome = _cancel_job(claim)
+                # Revoked before its job is cancelled: the job's end then finds no active claim to release.
                 claim_transition(claim=claim, to=ClaimState.REVOKED, reason=BUDGET_EXHAUSTED, at=now)
+                outcome = _cancel_job(claim)
                 log.warning("accelerator budget exhausted; job cancelled",
                             extra={"team": entitlement.team, "job_ref": claim.job_ref, "outcome": outcome})
                 revoked.append(claim.job_ref)
@@ -207,8 +215,8 @@ def entitlement_set(*, team: str, api: str = "", vendor: str = "", max_concurren
     """Create or update a team's entitlement for an api/vendor (blank = any)."""
     if not team.strip():
         raise ValidationFailed("field_blank", "An entitlement belongs to a team.", field="team")
-    if period not in rules.PERIODS:
-        raise ValidationFailed("invalid_choice", f"Period must be one of {', '.join(rules.PERIODS)}.", field="period")
+    if period not in PERIODS:
+        raise ValidationFailed("invalid_choice", f"Period must be one of {', '.join(PERIODS)}.", field="period")
     if budget_accelerator_seconds is not None and budget_accelerator_seconds < 0:
         raise ValidationFailed("out_of_range", "A budget cannot be negative.", field="budget_accelerator_seconds")
     entitlement, _ = AcceleratorEntitlement.objects.update_or_create(

@@ -1,8 +1,8 @@
-from django.db import models
+"""``TextChoices`` for artifact models, derived from ``vocabulary``."""
+from apps.artifacts import vocabulary
+from apps.core.choices import text_choices
 
-
-class StorageKind(models.TextChoices):
-    OCI_REGISTRY = "oci_registry", "OCI registry"
-    NPM_REGISTRY = "npm_registry", "npm registry"
-    CAS = "cas", "Content-addressed store"
-    EVIDENCE = "evidence", "Evidence"
+StorageKind = text_choices(vocabulary.StorageKind, {"oci_registry": "OCI registry", "npm_registry": "npm registry",
+                                                    "cas": "Content-addressed store"})
+PlatformStatus = text_choices(vocabulary.PlatformStatus)
+CheckVerdict = text_choices(vocabulary.CheckVerdict)

@@ -1,4 +1,4 @@
-"""Compute jobs: a pipeline-run kind, not a second scheduler (DESIGN.md §1, design note).
+"""Compute jobs: a pipeline-run kind, not a second scheduler (docs/design.md §1, design note).
 
 Owns the compute request format, its translation into a Canopy Pipeline Graph of exec nodes
 (``reuse: never``, family ``compute``, one step after another), the Grove pin, and the compute API behind

@@ -2,23 +2,31 @@
 
 Request (extend, never rename): ``{"name", "environment"?, "team"?, "grove"?, "steps": [Step, ...]}``,
 ``Step = {"name", "kind": "container"|"native", "image"?, "command", "env"?, "platform"?, "resources"?,
-"accelerators"?, "timeout_s"?}``. Container steps become ``k8s.job`` work, native steps ``native.job``
-work. Input artifacts are refused with ``compute_inputs_unsupported`` until the artifacts work adds them.
+"accelerators"?, "timeout_s"?, "retries"?, "backoff"?}``. Container steps become ``k8s.job`` work, native
+steps ``native.job`` work. Input artifacts are refused with ``compute_inputs_unsupported`` until the
+artifacts work adds them.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from apps.core import validation as v
+from apps.groves.vocabulary import Role
 from apps.pipelines import rules as graph_rules
+from apps.pipelines.vocabulary import NodeKind, NodeRuntime, Reuse
 
 MAX_STEPS = 100
-STEP_KINDS = ("container", "native")
+STEP_KINDS = tuple(NodeRuntime)
 STEP_FIELDS = {"name", "kind", "image", "command", "env", "platform", "resources", "accelerators", "timeout_s",
-               "inputs"}
+               "inputs", "retries", "backoff"}
+# A step is an exec node of a compute run: the node fields it fills itself.
+_STEP_AS_NODE = {"command", "env", "platform", "resources", "accelerators", "timeout_s", "image", "retries",
+                 "backoff"}
 
 
 def _step(value: Any, field: str) -> dict:
+    """Map one step to its exec node and validate it with the pipeline node parser (one parser: same
+    limits, same codes, the step's own field paths)."""
     value = v.obj(value, field, allowed=STEP_FIELDS, required={"name", "command"})
     if "inputs" in value:
         raise v.fail("compute_inputs_unsupported", "Compute steps cannot take input artifacts yet; "
@@ -27,30 +35,10 @@ def _step(value: Any, field: str) -> dict:
     if not graph_rules.NODE_ID.match(name):
         raise v.fail("invalid_step_name", f"Step name '{name}' must match [a-z0-9][a-z0-9_-]* (at most 63).",
                      f"{field}.name")
-    kind = v.choice(value.get("kind", "container"), f"{field}.kind", choices=STEP_KINDS)
-    node: dict[str, Any] = {"id": name, "kind": "exec", "runtime": kind, "reuse": "never", "family": "compute"}
-    if kind == "container":
-        if value.get("image") is None:
-            raise v.fail("image_required", "A container step needs an image.", f"{field}.image")
-        node["image"] = v.string(value["image"], f"{field}.image", max_length=500).strip()
-    elif value.get("image") is not None:
-        raise v.fail("image_not_allowed", "A native step runs a host command; it takes no image.", f"{field}.image")
-    items = v.array(value["command"], f"{field}.command", max_items=graph_rules.MAX_ARGV)
-    if not items:
-        raise v.fail("command_required", "A step needs a command (a list of arguments).", f"{field}.command")
-    node["command"] = [v.string(a, f"{field}.command[{i}]", max_length=graph_rules.MAX_ARG, allow_empty=True)
-                       for i, a in enumerate(items)]
-    node["env"] = graph_rules.env_map(value.get("env", {}), f"{field}.env")
-    if value.get("platform") is not None:
-        node["platform"] = graph_rules.platform_list(value["platform"], f"{field}.platform")
-    if value.get("resources") is not None:
-        node["resources"] = graph_rules.resources(value["resources"], f"{field}.resources")
-    if value.get("accelerators") is not None:
-        node["accelerators"] = graph_rules.accelerators(value["accelerators"], f"{field}.accelerators")
-    if value.get("timeout_s") is not None:
-        node["timeout_s"] = v.integer(value["timeout_s"], f"{field}.timeout_s", minimum=1,
-                                      maximum=graph_rules.MAX_TIMEOUT_S)
-    return node
+    kind = v.choice(value.get("kind", NodeRuntime.CONTAINER), f"{field}.kind", choices=STEP_KINDS)
+    node = {"id": name, "kind": NodeKind.EXEC, "runtime": kind, "reuse": Reuse.NEVER, "family": Role.COMPUTE,
+            **{key: value[key] for key in _STEP_AS_NODE if value.get(key) is not None}}
+    return graph_rules.node_validate(node, field)
 
 
 def compute_request(body: Any) -> dict:
@@ -66,17 +54,17 @@ def compute_request(body: Any) -> dict:
     if not steps:
         raise v.fail("compute_steps_empty", "A compute job needs at least one step.", "steps")
     nodes: list[dict] = []
-    seen: dict[str, int] = {}
     for index, raw in enumerate(steps):
         node = _step(raw, f"steps[{index}]")
-        if node["id"] in seen:
-            raise v.fail("duplicate_step_name", f"Step name '{node['id']}' is used twice (steps[{seen[node['id']]}] "
-                         f"and steps[{index}]).", f"steps[{index}].name")
-        seen[node["id"]] = index
         # Steps run one after another, in the order given.
         node["needs"] = [nodes[-1]["id"]] if nodes else []
         if out["grove"]:
             node["grove"] = out["grove"]
         nodes.append(node)
+    repeat = v.first_repeat([node["id"] for node in nodes])
+    if repeat:
+        first, index = repeat
+        raise v.fail("duplicate_step_name", f"Step name '{nodes[index]['id']}' is used twice (steps[{first}] "
+                     f"and steps[{index}]).", f"steps[{index}].name")
     out["graph"] = {"nodes": nodes}
     return out

@@ -60,13 +60,3 @@ def parse_platform(value: object) -> Platform:
 
 def normalise_platform(value: object) -> str:
     return str(parse_platform(value))
-
-
-def normalise_platforms(values: list) -> list[str]:
-    """Normalise a list, keeping its order (order is preference) and dropping repeats."""
-    seen: list[str] = []
-    for value in values:
-        platform = normalise_platform(value)
-        if platform not in seen:
-            seen.append(platform)
-    return seen

@@ -5,13 +5,23 @@ magnitude cheaper per field and produce the same ``{"code", "detail", "field"}``
 """
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from apps.core.errors import ValidationFailed
+from apps.core.platforms import PlatformError, normalise_platform
 
 
 def fail(code: str, detail: str, field: str) -> ValidationFailed:
     return ValidationFailed(code, detail, field=field)
+
+
+def unknown_field_sentence(name: str, allowed) -> str:
+    """'x' is not a field here, with the nearest declared name when one is close (a typo)."""
+    nearest = difflib.get_close_matches(str(name), sorted(allowed), n=1, cutoff=0.6)
+    if nearest:
+        return f"'{name}' is not a field here; did you mean '{nearest[0]}'?"
+    return f"'{name}' is not a field here (expected one of: {', '.join(sorted(allowed))})."
 
 
 def obj(value: Any, field: str, *, allowed: set[str], required: set[str] = frozenset()) -> dict:
@@ -20,7 +30,7 @@ def obj(value: Any, field: str, *, allowed: set[str], required: set[str] = froze
     unknown = sorted(set(value) - allowed)
     if unknown:
         path = f"{field}.{unknown[0]}" if field else unknown[0]
-        raise fail("unknown_field", f"'{unknown[0]}' is not a field here.", path)
+        raise fail("unknown_field", unknown_field_sentence(unknown[0], allowed), path)
     for name in sorted(required):
         if name not in value:
             path = f"{field}.{name}" if field else name
@@ -76,4 +86,37 @@ def choices_list(value: Any, field: str, *, choices: set[str] | list[str], max_i
         picked = choice(item, f"{field}[{index}]", choices=choices)
         if picked not in out:
             out.append(picked)
+    return out
+
+
+def first_repeat(values: list[str]) -> tuple[int, int] | None:
+    """(index of the first occurrence, index of the repeat) of the first value listed twice, or None."""
+    seen: dict[str, int] = {}
+    for index, value in enumerate(values):
+        if value in seen:
+            return seen[value], index
+        seen[value] = index
+    return None
+
+
+def lines(value: Any, field: str, *, max_items: int, max_length: int) -> list[str]:
+    """A log tail: a bounded list of bounded strings (empty lines allowed)."""
+    return [string(line, f"{field}[{i}]", max_length=max_length, allow_empty=True)
+            for i, line in enumerate(array(value, field, max_items=max_items))]
+
+
+def platforms(value: Any, field: str, *, max_items: int, blank: str | None = None) -> list[str]:
+    """The one reader of a platform list: each entry normalised (``core.platforms``), order kept (it is a
+    preference), repeats dropped. ``blank``: the sentence for an empty list, which is then refused."""
+    items = array(value, field, max_items=max_items)
+    if not items and blank is not None:
+        raise fail("field_blank", blank, field)
+    out: list[str] = []
+    for index, item in enumerate(items):
+        try:
+            platform = normalise_platform(item)
+        except PlatformError as exc:
+            raise fail("invalid_platform", str(exc), f"{field}[{index}]") from None
+        if platform not in out:
+            out.append(platform)
     return out

@@ -1,60 +1,14 @@
-"""Enumerations of the Grove domain (DESIGN.md §2). The string values are wire contract."""
-from django.db import models
+"""``TextChoices`` for Grove models and forms, derived from ``vocabulary`` (the values are written there)."""
+from apps.core.choices import text_choices
+from apps.groves import vocabulary
 
-
-class Role(models.TextChoices):
-    BUILD = "build", "Build"
-    RUNTIME = "runtime", "Runtime"
-    COMPUTE = "compute", "Compute"
-
-
-class Substrate(models.TextChoices):
-    KUBERNETES = "kubernetes", "Kubernetes"
-    NATIVE = "native", "Native"
-
-
-class ChangeKind(models.TextChoices):
-    K8S_BUILD_JOB = "k8s.build_job", "Kubernetes BuildJob"
-    K8S_JOB = "k8s.job", "Kubernetes Job"
-    K8S_DEPLOYMENT = "k8s.deployment", "Kubernetes Deployment"
-    NATIVE_JOB = "native.job", "NativeJob"
-    NATIVE_WORKLOAD = "native.workload", "Native workload"
-
-
-class IsolationMode(models.TextChoices):
-    CONTAINER = "container", "Container"
-    VM = "vm", "VM"
-    HOST_PROCESS = "host_process", "Host process"
-
-
-class AcceleratorKind(models.TextChoices):
-    GPU = "gpu", "GPU"
-    NPU = "npu", "NPU"
-    TPU = "tpu", "TPU"
-    FPGA = "fpga", "FPGA"
-
-
-class MemoryKind(models.TextChoices):
-    DEDICATED = "dedicated", "Dedicated"
-    UNIFIED = "unified", "Unified"
-
-
-class ShareMode(models.TextChoices):
-    EXCLUSIVE = "exclusive", "Exclusive"
-    TIME_SLICED = "time_sliced", "Time-sliced"
-    COOPERATIVE = "cooperative", "Cooperative"
-
-
-class CapabilityKind(models.TextChoices):
-    ROLE = "role", "Role"
-    PLATFORM = "platform", "Platform"
-    CHANGE_KIND = "change_kind", "Change kind"
-    ISOLATION = "isolation", "Isolation"
-    ACCELERATOR_API = "accelerator_api", "Accelerator API"
-
-
-# Change kinds each substrate can advertise at all (DESIGN.md §2, "substrate" rule).
-SUBSTRATE_CHANGE_KINDS = {
-    Substrate.KUBERNETES: {ChangeKind.K8S_BUILD_JOB, ChangeKind.K8S_JOB, ChangeKind.K8S_DEPLOYMENT},
-    Substrate.NATIVE: {ChangeKind.NATIVE_JOB, ChangeKind.NATIVE_WORKLOAD},
-}
+Role = text_choices(vocabulary.Role)
+Substrate = text_choices(vocabulary.Substrate)
+ChangeKind = text_choices(vocabulary.ChangeKind, {
+    "k8s.build_job": "Kubernetes BuildJob", "k8s.job": "Kubernetes Job", "k8s.deployment": "Kubernetes Deployment",
+    "native.job": "NativeJob", "native.workload": "Native workload"})
+IsolationMode = text_choices(vocabulary.IsolationMode, {"vm": "VM"})
+AcceleratorKind = text_choices(vocabulary.AcceleratorKind, {"gpu": "GPU", "npu": "NPU", "tpu": "TPU", "fpga": "FPGA"})
+MemoryKind = text_choices(vocabulary.MemoryKind)
+ShareMode = text_choices(vocabulary.ShareMode, {"time_sliced": "Time-sliced"})
+CapabilityKind = text_choices(vocabulary.CapabilityKind, {"accelerator_api": "Accelerator API"})

@@ -10,8 +10,16 @@ import json
 from typing import Any
 
 from apps.core import validation as v
-from apps.core.platforms import PlatformError, normalise_platform
-from apps.groves.choices import (
+from apps.groves.vocabulary import (
+    MAX_ACCELERATOR_COUNT,
+    MAX_ACCELERATOR_MEMORY,
+    MAX_CPU_MILLI,
+    MAX_INVENTORY_ITEMS,
+    MAX_LOG_LINE,
+    MAX_LOG_LINES,
+    MAX_MEMORY_BYTES,
+    MAX_PLATFORMS,
+    MAX_UNITS,
     SUBSTRATE_CHANGE_KINDS,
     AcceleratorKind,
     ChangeKind,
@@ -21,30 +29,9 @@ from apps.groves.choices import (
     Substrate,
 )
 
-MAX_UNITS = 1024
-MAX_ACCELERATORS = 1024
-MAX_LOG_LINES = 500
-MAX_LOG_LINE = 4000
-# Generous ceilings: anything above is a bug or an attack, not a machine.
-MAX_CPU_MILLI = 100_000_000  # 100k cores
-MAX_MEMORY_BYTES = 1 << 52  # 4 PiB
-MAX_ACCELERATOR_COUNT = 4096
-MAX_ACCELERATOR_MEMORY = 1 << 44  # 16 TiB
-
 
 def platforms(value: Any, field: str = "platforms") -> list[str]:
-    items = v.array(value, field, max_items=32)
-    if not items:
-        raise v.fail("field_blank", "A Grove must report at least one platform.", field)
-    out: list[str] = []
-    for index, item in enumerate(items):
-        try:
-            platform = normalise_platform(item)
-        except PlatformError as exc:
-            raise v.fail("invalid_platform", str(exc), f"{field}[{index}]") from None
-        if platform not in out:
-            out.append(platform)
-    return out
+    return v.platforms(value, field, max_items=MAX_PLATFORMS, blank="A Grove must report at least one platform.")
 
 
 def enrollment(body: Any) -> dict:
@@ -53,7 +40,7 @@ def enrollment(body: Any) -> dict:
     return {
         "token": v.string(body["token"], "token", max_length=200),
         "name": v.string(body["name"], "name", max_length=200),
-        "substrate": v.choice(body["substrate"], "substrate", choices=Substrate.values),
+        "substrate": v.choice(body["substrate"], "substrate", choices=list(Substrate)),
         "platforms": platforms(body["platforms"]),
         "version": v.string(body.get("version", ""), "version", max_length=100, allow_empty=True),
     }
@@ -68,16 +55,16 @@ def _accelerator(item: Any, field: str) -> dict:
     apis = v.array(item["apis"], f"{field}.apis", max_items=16)
     return {
         "id": v.string(item["id"], f"{field}.id"),
-        "kind": v.choice(item["kind"], f"{field}.kind", choices=AcceleratorKind.values),
+        "kind": v.choice(item["kind"], f"{field}.kind", choices=list(AcceleratorKind)),
         "vendor": v.string(item["vendor"], f"{field}.vendor", max_length=50).strip().lower(),
         "model": v.string(item.get("model", ""), f"{field}.model", allow_empty=True),
         "apis": sorted({v.string(api, f"{field}.apis[{i}]", max_length=30).strip().lower()
                         for i, api in enumerate(apis)}),
         "memory_bytes": None if memory is None
         else v.integer(memory, f"{field}.memory_bytes", maximum=MAX_ACCELERATOR_MEMORY),
-        "memory_kind": v.choice(item["memory_kind"], f"{field}.memory_kind", choices=MemoryKind.values),
+        "memory_kind": v.choice(item["memory_kind"], f"{field}.memory_kind", choices=list(MemoryKind)),
         "memory_enforced": v.boolean(item["memory_enforced"], f"{field}.memory_enforced"),
-        "share_mode": v.choice(item["share_mode"], f"{field}.share_mode", choices=ShareMode.values),
+        "share_mode": v.choice(item["share_mode"], f"{field}.share_mode", choices=list(ShareMode)),
     }
 
 
@@ -97,7 +84,7 @@ def _unit(unit: Any, field: str, inventory_ids: set[str]) -> dict:
     slots = []
     seen: set[str] = set()
     for index, slot in enumerate(v.array(unit.get("accelerators", []), f"{field}.accelerators",
-                                         max_items=MAX_ACCELERATORS)):
+                                         max_items=MAX_INVENTORY_ITEMS)):
         path = f"{field}.accelerators[{index}]"
         slot = v.obj(slot, path, allowed={"inventory_id", "allocatable", "free"},
                      required={"inventory_id", "allocatable", "free"})
@@ -125,7 +112,7 @@ def capacity(value: Any, field: str = "capacity") -> dict:
     accelerators = []
     inventory_ids: set[str] = set()
     for index, item in enumerate(v.array(value.get("accelerators", []), f"{field}.accelerators",
-                                         max_items=MAX_ACCELERATORS)):
+                                         max_items=MAX_INVENTORY_ITEMS)):
         parsed = _accelerator(item, f"{field}.accelerators[{index}]")
         if parsed["id"] in inventory_ids:
             raise v.fail("duplicate_inventory_id", f"Accelerator id '{parsed['id']}' is reported twice.",
@@ -150,8 +137,8 @@ def heartbeat(body: Any, *, substrate: str | None) -> dict:
     fast path, where a matching digest proves the same lists already passed them for this Grove."""
     body = v.obj(body, "", allowed={"version", "change_kinds", "isolation", "capacity", "log_tail"},
                  required={"version", "change_kinds", "capacity"})
-    change_kinds = v.choices_list(body["change_kinds"], "change_kinds", choices=ChangeKind.values)
-    isolation = v.choices_list(body.get("isolation", []), "isolation", choices=IsolationMode.values)
+    change_kinds = v.choices_list(body["change_kinds"], "change_kinds", choices=list(ChangeKind))
+    isolation = v.choices_list(body.get("isolation", []), "isolation", choices=list(IsolationMode))
     if substrate is not None:
         allowed_kinds = SUBSTRATE_CHANGE_KINDS[Substrate(substrate)]
         for index, kind in enumerate(change_kinds):
@@ -161,9 +148,7 @@ def heartbeat(body: Any, *, substrate: str | None) -> dict:
         if IsolationMode.HOST_PROCESS in isolation and substrate != Substrate.NATIVE:
             raise v.fail("isolation_not_for_substrate", "Only a native Grove offers host_process isolation.",
                          "isolation")
-    lines = v.array(body.get("log_tail", []), "log_tail", max_items=MAX_LOG_LINES)
-    log_tail = [v.string(line, f"log_tail[{i}]", max_length=MAX_LOG_LINE, allow_empty=True)
-                for i, line in enumerate(lines)]
+    log_tail = v.lines(body.get("log_tail", []), "log_tail", max_items=MAX_LOG_LINES, max_length=MAX_LOG_LINE)
     return {
         "version": v.string(body["version"], "version", max_length=100, allow_empty=True),
         "change_kinds": change_kinds,

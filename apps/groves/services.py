@@ -10,7 +10,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.text import slugify
 
-from apps.core.errors import Forbidden, Gone, NotAuthenticated, NotFound, ValidationFailed
+from apps.core.errors import Forbidden, Gone, NotAuthenticated, ValidationFailed
 from apps.groves import rules, secrets
 from apps.groves.choices import CapabilityKind, Role, Substrate
 from apps.groves.models import (
@@ -150,11 +150,6 @@ def grove_credential_revoke(*, credential: GroveCredential, reason: str = "") ->
         credential.save(update_fields=["revoked_at", "revoked_reason"])
 
 
-def grove_credential_rotate(*, grove: Grove) -> str:
-    """Issue a fresh credential for a Grove (old ones stay valid until revoked)."""
-    return _issue_credential(grove)
-
-
 def _capacity_replace(grove: Grove, capacity: dict) -> None:
     PlacementUnit.objects.filter(grove=grove).delete()
     AcceleratorInventoryItem.objects.filter(grove=grove).delete()
@@ -252,10 +247,3 @@ def grove_stale_mark() -> int:
     for slug in slugs:
         log.warning("grove went stale", extra={"grove": slug})
     return count
-
-
-def grove_get(*, grove_id) -> Grove:
-    try:
-        return Grove.objects.get(pk=grove_id)
-    except (Grove.DoesNotExist, ValueError, TypeError):
-        raise NotFound("grove_not_found", f"No Grove with id '{grove_id}'.") from None

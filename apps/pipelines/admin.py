@@ -1,7 +1,7 @@
-"""Pipelines in admin: read-mostly views of runs, nodes, jobs and the outbox (services make every change)."""
+"""Pipelines in admin: read-mostly views of runs, nodes and the outbox (services make every change)."""
 from django.contrib import admin
 
-from apps.pipelines.models import GroveJob, PipelineNode, PipelineNodeEvent, PipelineOutbox, PipelineRun
+from apps.pipelines.models import PipelineNode, PipelineNodeEvent, PipelineOutbox, PipelineRun
 
 
 class NodeInline(admin.TabularInline):
@@ -23,14 +23,6 @@ class PipelineRunAdmin(admin.ModelAdmin):
     search_fields = ("id", "environment", "build_id")
     readonly_fields = [f.name for f in PipelineRun._meta.fields]
     inlines = [NodeInline]
-
-
-@admin.register(GroveJob)
-class GroveJobAdmin(admin.ModelAdmin):
-    list_display = ("idempotency_key", "grove", "status", "reason", "exit_code", "created_at")
-    list_filter = ("status", "change_kind")
-    search_fields = ("idempotency_key",)
-    readonly_fields = [f.name for f in GroveJob._meta.fields]
 
 
 @admin.register(PipelineNodeEvent)

@@ -5,7 +5,6 @@ from django.db import models
 from django.db.models import Q
 
 from apps.pipelines.choices import (
-    JobStatus,
     NodeKind,
     NodeRuntime,
     NodeStatus,
@@ -16,8 +15,6 @@ from apps.pipelines.choices import (
     Trust,
     WaitMode,
 )
-
-LIVE_JOB = Q(status__in=[JobStatus.ASSIGNED, JobStatus.CLAIMED, JobStatus.RUNNING])
 
 
 class PipelineGraph(models.Model):
@@ -75,13 +72,16 @@ class PipelineNode(models.Model):
     status = models.CharField(max_length=10, choices=NodeStatus.choices, default=NodeStatus.PENDING)
     reason = models.CharField(max_length=64, blank=True, default="")
     detail = models.TextField(blank=True, default="")
-    attempt = models.PositiveIntegerField(default=1)
+    attempt = models.PositiveIntegerField(default=1, help_text="1 + the retries taken; in the job's idempotency key")
+    # Set while a retry waits out its backoff: the exec driver dispatches the node no earlier than this.
+    retry_at = models.DateTimeField(null=True, blank=True)
     # GRAPH_DEDUP: the run whose result this node inherited at seed time, and why it could not when not.
     seeded_from_run = models.ForeignKey(PipelineRun, null=True, blank=True, on_delete=models.SET_NULL,
                                         related_name="+")
     dedup_decision = models.CharField(max_length=40, blank=True, default="")
     wait_mode = models.CharField(max_length=10, choices=WaitMode.choices, blank=True, default="")
-    current_job = models.ForeignKey("GroveJob", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    current_job = models.ForeignKey("dispatch.GroveJob", null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
     # Set only while detached: the job whose terminal report will resume this node.
     awaiting_job_id = models.UUIDField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
@@ -120,56 +120,13 @@ class PipelineNodeEvent(models.Model):
         return f"{self.node_id}: {self.from_status} -> {self.to_status}"
 
 
-class GroveJob(models.Model):
-    """A unit of work on one Grove for one attempt of one node. ``build_id`` is nullable: compute runs have none."""
-
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    run = models.ForeignKey(PipelineRun, on_delete=models.CASCADE, related_name="jobs")
-    node = models.ForeignKey(PipelineNode, on_delete=models.CASCADE, related_name="jobs")
-    grove = models.ForeignKey("groves.Grove", on_delete=models.PROTECT, related_name="jobs")
-    build_id = models.CharField(max_length=100, null=True, blank=True)
-    change_kind = models.CharField(max_length=30)
-    payload = models.JSONField()
-    idempotency_key = models.CharField(max_length=200, unique=True, help_text="run:node:attempt")
-    attempt = models.PositiveIntegerField()
-    status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.ASSIGNED)
-    reason = models.CharField(max_length=64, blank=True, default="")
-    exit_code = models.IntegerField(null=True, blank=True)
-    outputs = models.JSONField(default=dict, blank=True)
-    log_tail = models.JSONField(default=list, blank=True)
-    # A report that arrived after Host ended the job (cancelled / timed out): stored, never applied.
-    late_report = models.JSONField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    claimed_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    deadline_at = models.DateTimeField(help_text="timeout_s + scheduling grace; the sweep times out past it")
-    # Host asked the Grove to stop it; the Grove acknowledges with any later report.
-    cancel_requested_at = models.DateTimeField(null=True, blank=True)
-    cancel_acked_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-        indexes = [
-            # changes: a Grove's unclaimed work, and the cancellations it has not acknowledged.
-            models.Index(fields=["grove", "created_at"], name="grove_job_assigned", condition=Q(status="assigned")),
-            models.Index(fields=["grove"], name="grove_job_cancel_unacked",
-                         condition=Q(cancel_requested_at__isnull=False, cancel_acked_at__isnull=True)),
-            # sweep: only live jobs are indexed by deadline.
-            models.Index(fields=["deadline_at"], name="grove_job_live_deadline", condition=LIVE_JOB),
-            models.Index(fields=["run", "status"]),
-        ]
-
-    def __str__(self) -> str:
-        return self.idempotency_key
-
-
 class PipelineOutbox(models.Model):
     """Transactional outbox: written with the state change it announces, sent to Celery after commit,
     re-sent by the sweep until the consumer marks it done in the same transaction as its effect."""
 
     kind = models.CharField(max_length=40, choices=OutboxKind.choices)
     node = models.ForeignKey(PipelineNode, on_delete=models.CASCADE, related_name="outbox")
-    job = models.ForeignKey(GroveJob, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    job = models.ForeignKey("dispatch.GroveJob", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     next_send_at = models.DateTimeField(help_text="when the sweep re-sends it if still not done")
     sends = models.PositiveIntegerField(default=0)

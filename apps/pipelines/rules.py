@@ -1,9 +1,10 @@
 """Pure rules of the pipeline domain: graph validation, canonical form, digests, ordering, GRAPH_DEDUP
-eligibility, the node/job/run state machines and the wire report body. No Django.
+eligibility, detached-wait eligibility and each node's execution requirement. No Django.
 
 A Canopy Pipeline Graph is ``{"nodes": [Node, ...]}``; edges are each node's ``needs`` (the node runs
 after those). The node format is the one agreed with placement (``/docs/decisions.md``, "Canopy Pipeline
-Graph"). Every refusal is a ``ValidationFailed`` with a stable code and the exact field path.
+Graph"); this module is its one parser (compute steps are mapped to nodes and parsed here too). Every
+refusal is a ``ValidationFailed`` with a stable code and the exact field path.
 """
 from __future__ import annotations
 
@@ -12,39 +13,46 @@ import json
 import re
 from typing import Any
 
+from apps.artifacts.digests import DIGEST_RE as SHA256_DIGEST
+from apps.artifacts.vocabulary import StorageKind, is_container_image
 from apps.core import validation as v
-from apps.core.errors import Conflict, ValidationFailed
-from apps.core.platforms import PlatformError, normalise_platform
+from apps.core.errors import ValidationFailed
+from apps.dispatch.vocabulary import DEFAULT_TIMEOUT_S
+from apps.groves.vocabulary import MAX_PLATFORMS, ChangeKind, IsolationMode, Role
+from apps.pipelines.vocabulary import (
+    DEFAULT_BACKOFF,
+    MAX_ARG,
+    MAX_ARGV,
+    MAX_BACKOFF_FACTOR,
+    MAX_BACKOFF_S,
+    MAX_ENV,
+    MAX_INPUTS,
+    MAX_NODES,
+    MAX_RETRIES,
+    MAX_TIMEOUT_S,
+    RUN_KIND_FAMILY,
+    NodeKind,
+    NodeRuntime,
+    NodeStatus,
+    Reuse,
+    RunKind,
+)
+from apps.placement.derivation import requirement
+from apps.placement.requirements import ExecutionRequirement, parse_accelerators, parse_resources
+from apps.placement.vocabulary import FAMILIES, TRUST_LEVELS, ArtifactKind
 
 NODE_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-SHA256_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 PINNED_IMAGE = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
 
-NODE_KINDS = ("exec", "build_image", "deploy")
-RUNTIMES = ("container", "native")
-REUSE = ("graph_dedup", "never")
-TRUST = ("trusted", "untrusted")
-FAMILIES = ("build", "runtime", "compute")
-STORAGE_KINDS = ("oci_registry", "npm_registry", "cas", "evidence")
-RUN_KINDS = ("build", "deploy", "compute")
-FAMILY_FOR_RUN_KIND = {"build": "build", "deploy": "runtime", "compute": "compute"}
-
-MAX_NODES = 500
-MAX_ARGV = 256
-MAX_ARG = 8192
-MAX_ENV = 256
-MAX_INPUTS = 64
-MAX_TIMEOUT_S = 7 * 24 * 3600
-DEFAULT_TIMEOUT_S = 3600
-DEFAULT_CPU_MILLI = 1000
-DEFAULT_MEMORY_BYTES = 1024**3
-MAX_CPU_MILLI = 1_000_000
-MAX_MEMORY_BYTES = 1 << 44
-MAX_ACCELERATORS = 64
+NODE_KINDS = tuple(NodeKind)
+RUNTIMES = tuple(NodeRuntime)
+REUSE = tuple(Reuse)
+RUN_KINDS = tuple(RunKind)
+STORAGE_KINDS = tuple(StorageKind)
 
 NODE_FIELDS = {"id", "kind", "runtime", "image", "command", "env", "inputs", "platform", "resources",
-               "accelerators", "timeout_s", "reuse", "trust", "family", "grove", "needs"}
+               "accelerators", "timeout_s", "reuse", "trust", "family", "grove", "needs", "retries", "backoff"}
 
 
 # --- graph validation and canonical form ----------------------------------------------------------
@@ -70,38 +78,23 @@ def env_map(value: Any, field: str) -> dict[str, str]:
 
 
 def platform_list(value: Any, field: str) -> list[str]:
-    items = v.array(value, field, max_items=32)
-    if not items:
-        raise v.fail("field_blank", f"{field} must list at least one platform, or be left out.", field)
-    out: list[str] = []
-    for index, item in enumerate(items):
-        try:
-            platform = normalise_platform(item)
-        except PlatformError as exc:
-            raise v.fail("invalid_platform", str(exc), f"{field}[{index}]") from None
-        if platform not in out:  # order is preference; repeats add nothing
-            out.append(platform)
-    return out
+    return v.platforms(value, field, max_items=MAX_PLATFORMS,
+                       blank=f"{field} must list at least one platform, or be left out.")
 
 
 def resources(value: Any, field: str) -> dict:
-    value = v.obj(value, field, allowed={"cpu_milli", "memory_bytes"})
-    return {
-        "cpu_milli": v.integer(value.get("cpu_milli", DEFAULT_CPU_MILLI), f"{field}.cpu_milli", minimum=1,
-                               maximum=MAX_CPU_MILLI),
-        "memory_bytes": v.integer(value.get("memory_bytes", DEFAULT_MEMORY_BYTES), f"{field}.memory_bytes",
-                                  minimum=1, maximum=MAX_MEMORY_BYTES),
-    }
+    """A node's resources: a requirement's (one parser, one set of limits), and at least 1 of each."""
+    return parse_resources(value, field, minimum=1).to_json()
 
 
 def accelerators(value: Any, field: str) -> dict:
-    value = v.obj(value, field, allowed={"count", "vendor", "min_memory_bytes"}, required={"count"})
-    out = {"count": v.integer(value["count"], f"{field}.count", minimum=1, maximum=MAX_ACCELERATORS)}
+    """A node's accelerators, checked by the requirement's parser; stored as the node spelled them."""
+    parse_accelerators(value, field)
+    out = {"count": value["count"]}
     if value.get("vendor") is not None:
-        out["vendor"] = v.string(value["vendor"], f"{field}.vendor", max_length=50).strip().lower()
+        out["vendor"] = value["vendor"].strip().lower()
     if value.get("min_memory_bytes") is not None:
-        out["min_memory_bytes"] = v.integer(value["min_memory_bytes"], f"{field}.min_memory_bytes",
-                                            maximum=MAX_MEMORY_BYTES)
+        out["min_memory_bytes"] = value["min_memory_bytes"]
     return out
 
 
@@ -123,7 +116,32 @@ def _inputs(value: Any, field: str) -> list[dict]:
     return sorted(out, key=lambda i: (i["digest"], i["storage_kind"], i.get("ref", "")))
 
 
-def _node(value: Any, field: str) -> dict:
+def backoff(value: Any, field: str) -> dict:
+    """``{"delay_s"?, "factor"?, "max_s"?}`` with the defaults filled: the wait before each retry."""
+    value = v.obj(value, field, allowed=set(DEFAULT_BACKOFF))
+    delay = v.integer(value.get("delay_s", DEFAULT_BACKOFF["delay_s"]), f"{field}.delay_s", minimum=0,
+                      maximum=MAX_BACKOFF_S)
+    factor = v.integer(value.get("factor", DEFAULT_BACKOFF["factor"]), f"{field}.factor", minimum=1,
+                       maximum=MAX_BACKOFF_FACTOR)
+    cap = v.integer(value.get("max_s", max(delay, DEFAULT_BACKOFF["max_s"])), f"{field}.max_s", minimum=delay,
+                    maximum=MAX_BACKOFF_S)
+    return {"delay_s": delay, "factor": factor, "max_s": cap}
+
+
+def _retry_fields(value: dict, field: str) -> dict:
+    """A node's retry policy in canonical form: absent when it has none (so graphs written before retries
+    keep their digests), else ``retries`` and the filled-in ``backoff``."""
+    retries = v.integer(value.get("retries", 0), f"{field}.retries", minimum=0, maximum=MAX_RETRIES)
+    if not retries:
+        if value.get("backoff") is not None:
+            raise v.fail("backoff_without_retries", "A backoff only applies to retries; set retries (at least 1) "
+                         "or leave backoff out.", f"{field}.backoff")
+        return {}
+    return {"retries": retries, "backoff": backoff(value.get("backoff", {}), f"{field}.backoff")}
+
+
+def node_validate(value: Any, field: str) -> dict:
+    """One node of a graph (or a compute step mapped to a node) in canonical form, or raise."""
     value = v.obj(value, field, allowed=NODE_FIELDS, required={"id", "kind"})
     node_id = v.string(value["id"], f"{field}.id", max_length=63)
     if not NODE_ID.match(node_id):
@@ -159,8 +177,9 @@ def _node(value: Any, field: str) -> dict:
         node["accelerators"] = accelerators(value["accelerators"], f"{field}.accelerators")
     node["timeout_s"] = v.integer(value.get("timeout_s", DEFAULT_TIMEOUT_S), f"{field}.timeout_s", minimum=1,
                                   maximum=MAX_TIMEOUT_S)
+    node.update(_retry_fields(value, field))
     node["reuse"] = v.choice(value.get("reuse", "graph_dedup"), f"{field}.reuse", choices=REUSE)
-    node["trust"] = v.choice(value.get("trust", "trusted"), f"{field}.trust", choices=TRUST)
+    node["trust"] = v.choice(value.get("trust", "trusted"), f"{field}.trust", choices=TRUST_LEVELS)
     if value.get("family") is not None:
         node["family"] = v.choice(value["family"], f"{field}.family", choices=FAMILIES)
     if value.get("grove") is not None:
@@ -176,15 +195,13 @@ def graph_validate(graph: Any, *, field: str = "graph") -> dict:
     items = v.array(graph["nodes"], f"{field}.nodes", max_items=MAX_NODES)
     if not items:
         raise v.fail("graph_empty", "A graph needs at least one node.", f"{field}.nodes")
-    nodes: list[dict] = []
-    seen: dict[str, int] = {}
-    for index, item in enumerate(items):
-        node = _node(item, f"{field}.nodes[{index}]")
-        if node["id"] in seen:
-            raise v.fail("duplicate_node_id", f"Node id '{node['id']}' is used twice (nodes[{seen[node['id']]}] "
-                         f"and nodes[{index}]).", f"{field}.nodes[{index}].id")
-        seen[node["id"]] = index
-        nodes.append(node)
+    nodes = [node_validate(item, f"{field}.nodes[{index}]") for index, item in enumerate(items)]
+    repeat = v.first_repeat([node["id"] for node in nodes])
+    if repeat:
+        first, index = repeat
+        raise v.fail("duplicate_node_id", f"Node id '{nodes[index]['id']}' is used twice (nodes[{first}] "
+                     f"and nodes[{index}]).", f"{field}.nodes[{index}].id")
+    seen = {node["id"]: index for index, node in enumerate(nodes)}
     for node in nodes:
         index = seen[node["id"]]
         for need in node["needs"]:
@@ -250,8 +267,8 @@ def topological_order(canonical: dict) -> list[str]:
     return order
 
 
-# Fields that do not change what a node computes: where it runs, how long we wait, reuse policy.
-_NON_WORK_FIELDS = {"id", "needs", "grove", "timeout_s", "reuse"}
+# Fields that do not change what a node computes: where it runs, how long we wait, reuse and retry policy.
+_NON_WORK_FIELDS = {"id", "needs", "grove", "timeout_s", "reuse", "retries", "backoff"}
 
 
 def node_digests(canonical: dict) -> dict[str, str]:
@@ -283,69 +300,42 @@ def dedup_exclusion(node: dict) -> str | None:
     if not PINNED_IMAGE.match(node.get("image", "")):
         return "image_not_pinned"
     for item in node.get("inputs", []):
-        if item["storage_kind"] != "oci_registry":
+        if not is_container_image(item["storage_kind"]):
             return "input_not_oci"
     return None
 
 
-# --- state machines -------------------------------------------------------------------------------
+# --- step retries ---------------------------------------------------------------------------------
 
-NODE_TRANSITIONS: dict[str, set[str]] = {
-    "pending": {"queued", "cancelled", "skipped"},
-    "queued": {"awaiting", "failed", "cancelled"},
-    "awaiting": {"succeeded", "failed", "timed_out", "cancelled"},
-    "succeeded": set(), "failed": set(), "timed_out": set(), "cancelled": set(), "skipped": set(),
-}
-NODE_TERMINAL = frozenset({"succeeded", "failed", "timed_out", "cancelled", "skipped"})
-
-JOB_TRANSITIONS: dict[str, set[str]] = {
-    "assigned": {"claimed", "cancelled", "timed_out"},
-    "claimed": {"running", "succeeded", "failed", "cancelled", "timed_out"},
-    "running": {"succeeded", "failed", "cancelled", "timed_out"},
-    "succeeded": set(), "failed": set(), "cancelled": set(), "timed_out": set(),
-}
-JOB_LIVE = frozenset({"assigned", "claimed", "running"})
-JOB_TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out"})
-
-RUN_TRANSITIONS: dict[str, set[str]] = {
-    "pending": {"running", "cancelled", "failed", "succeeded"},
-    "running": {"succeeded", "failed", "cancelled"},
-    "succeeded": set(), "failed": set(), "cancelled": set(),
-}
-RUN_TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+# Only an attempt that ran and failed, or ran out of time, is retried; a cancelled one never is (someone
+# or something decided it should stop).
+RETRYABLE_OUTCOMES = frozenset({NodeStatus.FAILED, NodeStatus.TIMED_OUT})
 
 
-class IllegalTransition(Conflict):
-    def __init__(self, machine: str, current: str, target: str):
-        super().__init__("illegal_transition", f"A {machine} cannot go from {current} to {target}.")
-
-
-def check_transition(machine: str, table: dict[str, set[str]], current: str, target: str) -> None:
-    if target not in table.get(current, set()):
-        raise IllegalTransition(machine, current, target)
-
-
-def node_outcome_for_job(job_status: str) -> str:
-    """The node status a terminal job leads to. A job cancelled by its Grove (or by budget policy)
-    ends the node as cancelled; the run then fails unless the run itself was cancelled."""
-    return {"succeeded": "succeeded", "failed": "failed", "timed_out": "timed_out",
-            "cancelled": "cancelled"}[job_status]
-
-
-def run_outcome(node_statuses: list[str]) -> str | None:
-    """The run's terminal status once every node is terminal, else None."""
-    if any(s not in NODE_TERMINAL for s in node_statuses):
+def retry_delay_s(node: dict, *, attempt: int) -> int | None:
+    """Seconds to wait before the attempt after ``attempt`` (1-based), or None when the node has no
+    retries left."""
+    retries = node.get("retries", 0)
+    if attempt > retries:
         return None
-    return "succeeded" if all(s == "succeeded" for s in node_statuses) else "failed"
+    policy = node.get("backoff") or DEFAULT_BACKOFF
+    return min(policy["delay_s"] * policy["factor"] ** (attempt - 1), policy["max_s"])
+
+
+def retry_after(node: dict, *, attempt: int, outcome: str) -> int | None:
+    """How long before a node whose attempt ended ``outcome`` runs again; None: it does not."""
+    if outcome not in RETRYABLE_OUTCOMES:
+        return None
+    return retry_delay_s(node, attempt=attempt)
 
 
 # --- detached wait eligibility --------------------------------------------------------------------
 
-def detached_wait_exclusion(node: dict, *, in_build_group: bool = False) -> str | None:
+def detached_wait_exclusion(node: dict) -> str | None:
     """Why a node must wait in place (a code), or None when its runner slot may be released.
 
-    Only plain container exec steps detach: build-group members, accelerator steps, native steps and
-    other node kinds keep their runner while the job runs (DESIGN.md §4, design note).
+    Only plain container exec steps detach: accelerator steps, native steps and other node kinds keep
+    their runner while the job runs (the graph has no build groups yet, so that exclusion does not arise).
     """
     if node["kind"] != "exec":
         return "not_exec"
@@ -353,53 +343,49 @@ def detached_wait_exclusion(node: dict, *, in_build_group: bool = False) -> str 
         return "native_step"
     if node.get("accelerators"):
         return "accelerator_step"
-    if in_build_group:
-        return "build_group_member"
     return None
 
 
-# --- wire: job report body ------------------------------------------------------------------------
+# --- the execution requirement of a node ---------------------------------------------------------
 
-REPORT_STATES = ("running", "succeeded", "failed", "cancelled", "timed_out")
-MAX_LOG_LINES = 500
-MAX_LOG_LINE = 4000
-MAX_OUTPUTS_BYTES = 64 * 1024
-
-
-def job_report(body: Any) -> dict:
-    body = v.obj(body, "", allowed={"state", "exit_code", "log_tail", "outputs", "reason"}, required={"state"})
-    out: dict[str, Any] = {"state": v.choice(body["state"], "state", choices=REPORT_STATES)}
-    if body.get("exit_code") is not None:
-        out["exit_code"] = v.integer(body["exit_code"], "exit_code", minimum=-255, maximum=255)
-    lines = v.array(body.get("log_tail", []), "log_tail", max_items=MAX_LOG_LINES)
-    out["log_tail"] = [v.string(line, f"log_tail[{i}]", max_length=MAX_LOG_LINE, allow_empty=True)
-                       for i, line in enumerate(lines)]
-    outputs = body.get("outputs", {})
-    if not isinstance(outputs, dict):
-        raise v.fail("invalid_type", "outputs must be a JSON object.", "outputs")
-    if len(canonical_json(outputs)) > MAX_OUTPUTS_BYTES:
-        raise v.fail("too_large", f"outputs is larger than {MAX_OUTPUTS_BYTES} bytes.", "outputs")
-    out["outputs"] = outputs
-    if body.get("reason") is not None:
-        reason = v.string(body["reason"], "reason", max_length=64)
-        if not re.match(r"^[a-z][a-z0-9_]*$", reason):
-            raise v.fail("invalid_reason", "reason must be a stable snake_case code.", "reason")
-        out["reason"] = reason
-    return out
+# How each kind of node runs: (family or None for the run kind's, artifact kind, change kind, isolation).
+_NODE_SHAPES = {
+    (NodeKind.EXEC, NodeRuntime.CONTAINER): (None, ArtifactKind.OCI_IMAGE, ChangeKind.K8S_JOB,
+                                            IsolationMode.CONTAINER),
+    (NodeKind.EXEC, NodeRuntime.NATIVE): (None, ArtifactKind.HOST_COMMAND, ChangeKind.NATIVE_JOB,
+                                         IsolationMode.HOST_PROCESS),
+    (NodeKind.BUILD_IMAGE, NodeRuntime.CONTAINER): (Role.BUILD, ArtifactKind.OCI_IMAGE, ChangeKind.K8S_BUILD_JOB,
+                                                   IsolationMode.CONTAINER),
+    (NodeKind.DEPLOY, NodeRuntime.CONTAINER): (Role.RUNTIME, ArtifactKind.OCI_IMAGE, ChangeKind.K8S_DEPLOYMENT,
+                                              IsolationMode.CONTAINER),
+    (NodeKind.DEPLOY, NodeRuntime.NATIVE): (Role.RUNTIME, ArtifactKind.NATIVE_BUNDLE, ChangeKind.NATIVE_WORKLOAD,
+                                           IsolationMode.HOST_PROCESS),
+}
 
 
-def changes_wait(raw: str | None, *, default: int = 20, maximum: int = 30) -> int:
-    """The ``wait`` query parameter of ``changes``: 0..30 seconds."""
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValidationFailed("invalid_wait", f"wait must be a whole number of seconds 0..{maximum}.",
-                               field="wait") from None
-    if not 0 <= value <= maximum:
-        raise ValidationFailed("invalid_wait", f"wait must be between 0 and {maximum} seconds.", field="wait")
-    return value
+def node_requirement(node: dict, *, run_kind: str, artifact: dict | None = None,
+                     grove: dict | None = None) -> ExecutionRequirement:
+    """A node -> its requirement (derived once, at plan time).
+
+    exec/container -> oci_image, k8s.job, container; exec/native -> host_command, native.job,
+    host_process; build_image -> oci_image, k8s.build_job, container, family build;
+    deploy -> runtime, k8s.deployment (native.workload with a native bundle for a native runtime).
+    ``artifact`` ({"digest", "platform"}) and ``grove`` ({"slug", "platforms"}) add platform sources.
+    """
+    if not isinstance(node, dict):
+        raise ValidationFailed("invalid_type", "A pipeline node must be a JSON object.", field="node")
+    kind = v.choice(node.get("kind", NodeKind.EXEC), "kind", choices=NODE_KINDS)
+    if run_kind not in RUN_KIND_FAMILY:
+        raise ValidationFailed("invalid_choice", f"Run kind must be one of {', '.join(RUN_KIND_FAMILY)}.",
+                               field="run_kind")
+    runtime = v.choice(node.get("runtime", NodeRuntime.CONTAINER), "runtime", choices=RUNTIMES)
+    family, artifact_kind, change_kind, isolation = _NODE_SHAPES.get(
+        (kind, runtime), _NODE_SHAPES[(kind, NodeRuntime.CONTAINER)])
+    family = family or RUN_KIND_FAMILY[run_kind]
+    if node.get("family") is not None and kind == NodeKind.EXEC:
+        family = v.choice(node["family"], "family", choices=FAMILIES)
+    return requirement(node, family=family, source=f"node:{node.get('id') or '?'}", artifact=artifact, grove=grove,
+                       artifact_kind=artifact_kind, change_kind=change_kind, isolation=isolation)
 
 
 def run_request(body: Any) -> dict:

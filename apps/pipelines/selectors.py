@@ -1,14 +1,15 @@
-"""Reads for pipelines: runs with nodes, and what one Grove should see in ``changes``."""
+"""Reads for pipelines: runs with their nodes, refusals and shadow-mode warnings, and the runner pool."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
 from apps.core.errors import NotFound
-from apps.pipelines.choices import JobStatus
-from apps.pipelines.models import GroveJob, PipelineNode, PipelineRun
-
-CHANGES_MAX_JOBS = 100
+from apps.pipelines.models import PipelineNode, PipelineRun
+from apps.pipelines.vocabulary import NodeStatus, WaitMode
+from apps.placement.choices import COMPATIBILITY_FLAG, SubjectType
+from apps.placement.models import ExecutionPlacement
 
 
 def run_list() -> QuerySet[PipelineRun]:
@@ -29,32 +30,41 @@ def run_nodes(*, run: PipelineRun) -> QuerySet[PipelineNode]:
     return run.nodes.select_related("grove", "current_job").order_by("position")
 
 
-def job_wire(job: GroveJob) -> dict:
-    """A job as the wire contract spells it (docs/wire.md, ``Job``)."""
-    return {"job_id": str(job.id), "run_id": str(job.run_id), "node": job.payload.get("node", ""),
-            "change_kind": job.change_kind, "idempotency_key": job.idempotency_key, "payload": job.payload}
+def runner_status() -> dict:
+    """The runner pool that in-place waits occupy: its queue, its slots (settings) and how many steps wait
+    in place now (more than ``slots``: the rest wait for a slot; their jobs run regardless)."""
+    waiting = PipelineNode.objects.filter(status=NodeStatus.AWAITING, wait_mode=WaitMode.IN_PLACE).count()
+    return {"queue": settings.PIPELINE_RUNNER_QUEUE, "slots": settings.PIPELINE_RUNNER_SLOTS,
+            "waiting_in_place": waiting}
 
 
-def _workload_generations_for(grove) -> tuple[list[dict], bool]:
-    """Native workload generations for ``changes.workloads`` (apps/workloads owns them).
+def node_refusal(node: PipelineNode) -> dict | None:
+    """``{"code", "detail"}`` when the node ended refused before its current attempt ran (placement,
+    accelerator admission, a stored Grove gone), else None. A refused attempt has no Grove job of its own:
+    the node's job, if any, belongs to an earlier attempt. Reads ``current_job`` (select it related)."""
+    if node.status != NodeStatus.FAILED:
+        return None
+    if node.current_job_id and node.current_job.attempt == node.attempt:
+        return None  # the attempt ran; its failure is the job's, told by reason/exit_code/log_tail
+    return {"code": node.reason, "detail": node.detail}
 
-    Returns the Grove's whole desired workload state (level-triggered: the agent reconciles it every
-    time) and whether any generation is new to the agent (not yet reported on), which is what ends a
-    long-poll early; a desired state already acted on must not turn the long-poll into a busy loop.
-    """
-    from apps.workloads.selectors import grove_workloads
 
-    return grove_workloads(grove)
-
-
-def grove_changes(*, grove) -> tuple[dict, bool]:
-    """The Grove's assigned, unclaimed jobs (oldest first), the job ids whose cancellation it has not
-    acknowledged, and its desired workload generations; plus whether any of it is news that should end
-    a long-poll now. Job reads go through partial indexes on live rows only."""
-    jobs = list(GroveJob.objects.filter(grove=grove, status=JobStatus.ASSIGNED).order_by("created_at")
-                [:CHANGES_MAX_JOBS])
-    cancel = list(GroveJob.objects.filter(grove=grove, cancel_requested_at__isnull=False,
-                                          cancel_acked_at__isnull=True).values_list("pk", flat=True)[:1000])
-    workloads, workloads_new = _workload_generations_for(grove)
-    body = {"jobs": [job_wire(job) for job in jobs], "workloads": workloads, "cancel": [str(pk) for pk in cancel]}
-    return body, bool(jobs or cancel or workloads_new)
+def run_warnings(nodes: list[PipelineNode]) -> list[dict]:
+    """Shadow mode says so: for each node that would have been refused with enforcement on, its reasons
+    as ``{"node", "code", "detail", "flag"}`` — the plan-time never-placeable reasons kept on the node and
+    the incompatibilities of its stored would-refuse placement decision. One query for all the nodes."""
+    ids = [str(node.pk) for node in nodes]
+    decisions = dict(ExecutionPlacement.objects.filter(
+        subject_type=SubjectType.PIPELINE_NODE, subject_id__in=ids, would_refuse=True,
+    ).values_list("subject_id", "decision")) if ids else {}
+    out: list[dict] = []
+    for node in nodes:
+        stored = decisions.get(str(node.pk)) or {}
+        seen: set[str] = set()
+        for item in [*node.plan_warnings, *stored.get("incompatibilities", [])]:
+            if item["code"] in seen:
+                continue
+            seen.add(item["code"])
+            out.append({"node": node.node_id, "code": item["code"], "detail": item["message"],
+                        "flag": COMPATIBILITY_FLAG})
+    return out

@@ -3,17 +3,24 @@ from celery import shared_task
 
 from apps.flags.selectors import pinned_snapshot
 from apps.pipelines import services
-from apps.pipelines.choices import WaitMode
+from apps.pipelines.vocabulary import WaitMode
 
 
 @shared_task(name="pipelines.node_execute")
 def node_execute(node_id: int) -> str | None:
-    """Dispatch a queued node; an in-place step then holds this worker until its job ends."""
+    """Dispatch a queued node; an in-place step's wait is handed to a runner slot, so this worker is free
+    for the next dispatch or resume at once."""
     with pinned_snapshot():
         mode = services.pipeline_node_execute(node_id=node_id)
     if mode == WaitMode.IN_PLACE:
-        services.pipeline_node_wait_in_place(node_id=node_id)
+        services.send_to_runner(node_id)
     return mode
+
+
+@shared_task(name="pipelines.node_wait_in_place")
+def node_wait_in_place(node_id: int) -> bool:
+    """Runs on the runner pool (PIPELINE_RUNNER_QUEUE): holds one runner slot while the job runs."""
+    return services.pipeline_node_wait_in_place(node_id=node_id)
 
 
 @shared_task(name="pipeline.node_resume")
@@ -24,14 +31,3 @@ def node_resume(node_id: int) -> bool:
 @shared_task(name="pipelines.sweep")
 def sweep() -> dict:
     return services.pipeline_sweep()
-
-
-@shared_task(name="pipelines.ping")
-def ping(reply_key: str) -> None:
-    """An empty round trip for bench/resume.py's floor: record when it ran, on the broker's Redis."""
-    import time
-
-    import redis
-    from django.conf import settings
-
-    redis.Redis.from_url(settings.REDIS_URL).rpush(reply_key, repr(time.time()))

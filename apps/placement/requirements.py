@@ -1,4 +1,4 @@
-"""``ExecutionRequirement``: what one unit of work needs from a Grove (DESIGN.md §2). Pure: no Django.
+"""``ExecutionRequirement``: what one unit of work needs from a Grove (docs/design.md §2). Pure: no Django.
 
 A requirement is a frozen value with one JSON form (``to_json``), one strict parser (``from_json``,
 raising ``ValidationFailed`` with a stable code and the exact field path) and a published JSON Schema
@@ -9,25 +9,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from apps.accelerators.rules import AcceleratorRequest, parse_accelerators
+from apps.accelerators.vocabulary import MAX_ACCELERATOR_COUNT, MAX_ACCELERATOR_MEMORY
 from apps.core import validation as v
-from apps.core.platforms import PlatformError, normalise_platform
+from apps.groves.vocabulary import (
+    MAX_CPU_MILLI,
+    MAX_MEMORY_BYTES,
+    MAX_PLATFORMS,
+    substrate_for_change_kind,
+)
+from apps.placement.vocabulary import (
+    ARTIFACT_KINDS,
+    CHANGE_KINDS,
+    DEFAULT_CPU_MILLI,
+    DEFAULT_MEMORY_BYTES,
+    FAMILIES,
+    ISOLATION_MODES,
+    TRUST_LEVELS,
+)
 
-FAMILIES = ("build", "runtime", "compute")
-ARTIFACT_KINDS = ("oci_image", "native_bundle", "host_command", "none")
-CHANGE_KINDS = ("k8s.build_job", "k8s.job", "k8s.deployment", "native.job", "native.workload")
-ISOLATION_MODES = ("container", "vm", "host_process")
-TRUST_LEVELS = ("trusted", "untrusted")
-# Vendor -> the API a request for that vendor means (NVIDIA -> CUDA, Apple -> Metal).
-VENDOR_APIS = {"nvidia": "cuda", "apple": "metal", "amd": "rocm", "intel": "oneapi"}
-# A unified-memory Apple GPU is one cooperative device per machine: a request can only ever get one.
-SINGLE_DEVICE_VENDORS = frozenset({"apple"})
-
-MAX_CPU_MILLI = 100_000_000
-MAX_MEMORY_BYTES = 1 << 52
-MAX_ACCELERATORS = 4096
-MAX_ACCELERATOR_MEMORY = 1 << 44
-DEFAULT_CPU_MILLI = 1000
-DEFAULT_MEMORY_BYTES = 1 << 30
+__all__ = ["AcceleratorRequest", "ExecutionRequirement", "parse_accelerators", "substrate_for_change_kind"]
 
 
 @dataclass(frozen=True)
@@ -37,26 +38,6 @@ class Resources:
 
     def to_json(self) -> dict:
         return {"cpu_milli": self.cpu_milli, "memory_bytes": self.memory_bytes}
-
-
-@dataclass(frozen=True)
-class AcceleratorRequest:
-    """``count`` devices; ``vendor`` optional; ``api`` normalised from the vendor when not given."""
-
-    count: int = 1
-    vendor: str | None = None
-    api: str | None = None
-    min_memory_bytes: int = 0
-
-    def to_json(self) -> dict:
-        body: dict[str, Any] = {"count": self.count}
-        if self.vendor:
-            body["vendor"] = self.vendor
-        if self.api:
-            body["api"] = self.api
-        if self.min_memory_bytes:
-            body["min_memory_bytes"] = self.min_memory_bytes
-        return body
 
 
 @dataclass(frozen=True)
@@ -126,31 +107,14 @@ class ExecutionRequirement:
         return substrate_for_change_kind(self.compatibility.change_kind)
 
 
-def substrate_for_change_kind(change_kind: str) -> str | None:
-    if change_kind.startswith("native."):
-        return "native"
-    if change_kind.startswith("k8s."):
-        return "kubernetes"
-    return None
-
-
 # --- strict parsing -------------------------------------------------------------------------------
 
 def parse_platforms(value: Any, field_path: str) -> tuple[str, ...]:
-    items = v.array(value, field_path, max_items=32)
-    out: list[str] = []
-    for index, item in enumerate(items):
-        try:
-            platform = normalise_platform(item)
-        except PlatformError as exc:
-            raise v.fail("invalid_platform", str(exc), f"{field_path}[{index}]") from None
-        if platform not in out:
-            out.append(platform)
-    return tuple(out)
+    return tuple(v.platforms(value, field_path, max_items=MAX_PLATFORMS))
 
 
 def _sources(value: Any, field_path: str) -> tuple[str, ...]:
-    items = v.array(value, field_path, max_items=32)
+    items = v.array(value, field_path, max_items=MAX_PLATFORMS)
     out: list[str] = []
     for index, item in enumerate(items):
         source = v.string(item, f"{field_path}[{index}]", max_length=300)
@@ -159,38 +123,13 @@ def _sources(value: Any, field_path: str) -> tuple[str, ...]:
     return tuple(out) or ("default",)
 
 
-def parse_accelerators(value: Any, field_path: str = "accelerators") -> AcceleratorRequest:
-    value = v.obj(value, field_path, allowed={"count", "vendor", "api", "min_memory_bytes"}, required={"count"})
-    count = v.integer(value["count"], f"{field_path}.count", minimum=1, maximum=MAX_ACCELERATORS)
-    vendor = value.get("vendor")
-    if vendor is not None:
-        vendor = v.string(vendor, f"{field_path}.vendor", max_length=50).strip().lower()
-    api = value.get("api")
-    if api is not None:
-        api = v.string(api, f"{field_path}.api", max_length=30).strip().lower()
-    implied = VENDOR_APIS.get(vendor or "")
-    if api is None:
-        api = implied
-    elif implied is not None and api != implied:
-        raise v.fail("accelerator_api_mismatch",
-                     f"A {vendor} accelerator speaks {implied}, not {api}; drop 'api' or fix the vendor.",
-                     f"{field_path}.api")
-    if vendor in SINGLE_DEVICE_VENDORS and count != 1:
-        raise v.fail("apple_accelerator_count",
-                     f"An Apple GPU request must have count 1 (one unified-memory GPU per machine), not {count}.",
-                     f"{field_path}.count")
-    min_memory = v.integer(value.get("min_memory_bytes", 0), f"{field_path}.min_memory_bytes",
-                           maximum=MAX_ACCELERATOR_MEMORY)
-    return AcceleratorRequest(count=count, vendor=vendor, api=api, min_memory_bytes=min_memory)
-
-
-def parse_resources(value: Any, field_path: str = "resources") -> Resources:
+def parse_resources(value: Any, field_path: str = "resources", *, minimum: int = 0) -> Resources:
     value = v.obj(value, field_path, allowed={"cpu_milli", "memory_bytes"})
     return Resources(
         cpu_milli=v.integer(value.get("cpu_milli", DEFAULT_CPU_MILLI), f"{field_path}.cpu_milli",
-                            maximum=MAX_CPU_MILLI),
+                            minimum=minimum, maximum=MAX_CPU_MILLI),
         memory_bytes=v.integer(value.get("memory_bytes", DEFAULT_MEMORY_BYTES), f"{field_path}.memory_bytes",
-                               maximum=MAX_MEMORY_BYTES),
+                               minimum=minimum, maximum=MAX_MEMORY_BYTES),
     )
 
 
@@ -248,7 +187,7 @@ JSON_SCHEMA: dict = {
         "accelerators": {
             "type": ["object", "null"], "additionalProperties": False, "required": ["count"],
             "properties": {
-                "count": {"type": "integer", "minimum": 1, "maximum": MAX_ACCELERATORS},
+                "count": {"type": "integer", "minimum": 1, "maximum": MAX_ACCELERATOR_COUNT},
                 "vendor": {"type": "string", "minLength": 1, "maxLength": 50},
                 "api": {"type": "string", "minLength": 1, "maxLength": 30,
                         "description": "Normalised from vendor when absent: nvidia->cuda, apple->metal."},
@@ -265,10 +204,11 @@ JSON_SCHEMA: dict = {
                 "platform": {
                     "type": "object", "additionalProperties": False, "required": ["allowed"],
                     "properties": {
-                        "allowed": {"type": "array", "maxItems": 32, "uniqueItems": True,
+                        "allowed": {"type": "array", "maxItems": MAX_PLATFORMS, "uniqueItems": True,
                                     "items": {"type": "string", "pattern": r"^[a-z0-9]+/[a-z0-9]+(/[a-z0-9]+)?$"},
                                     "description": "os/arch[/variant] in preference order; empty = any."},
-                        "sources": {"type": "array", "maxItems": 32, "items": {"type": "string", "minLength": 1}},
+                        "sources": {"type": "array", "maxItems": MAX_PLATFORMS,
+                                    "items": {"type": "string", "minLength": 1}},
                     },
                 },
                 "artifact_kind": {"enum": list(ARTIFACT_KINDS)},

@@ -1,22 +1,8 @@
-from django.db import models
+"""``TextChoices`` for workload models, derived from ``vocabulary``."""
+from apps.core.choices import text_choices
+from apps.workloads import vocabulary
 
-
-class GenerationState(models.TextChoices):
-    PENDING = "pending", "Pending"
-    STARTING = "starting", "Starting"
-    LIVE = "live", "Live"
-    CRASH_LOOP = "crash_loop", "Crash loop"
-    FAILED = "failed", "Failed"
-    STOPPED = "stopped", "Stopped"
-    SUPERSEDED = "superseded", "Superseded"
-
-
-class SecretsMode(models.TextChoices):
-    ENV = "env", "Environment variables"
-    FILE = "file", "Files (0600, private directory)"
-
-
-class ProbeResult(models.TextChoices):
-    PASSING = "passing", "Passing"
-    FAILING = "failing", "Failing"
-    UNKNOWN = "unknown", "Unknown"
+GenerationState = text_choices(vocabulary.GenerationState)
+SecretsMode = text_choices(vocabulary.SecretsMode, {"env": "Environment variables",
+                                                    "file": "Files (0600, private directory)"})
+ProbeResult = text_choices(vocabulary.ProbeResult)

@@ -9,8 +9,8 @@ import re
 from typing import Any
 
 from apps.core import validation as v
-from apps.core.platforms import PlatformError, normalise_platform
-from apps.workloads.choices import GenerationState, ProbeResult, SecretsMode
+from apps.groves.vocabulary import MAX_LOG_LINE, MAX_LOG_LINES, MAX_PLATFORMS
+from apps.workloads.vocabulary import GenerationState, ProbeResult, SecretsMode
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -105,12 +105,7 @@ def workload_spec(body: Any) -> dict:
     restart_in = v.obj(body.get("restart", {}), "restart", allowed=set(DEFAULT_RESTART))
     restart = {key: v.integer(restart_in.get(key, default), f"restart.{key}", minimum=1, maximum=86400)
                for key, default in DEFAULT_RESTART.items()}
-    platforms = []
-    for i, item in enumerate(v.array(body.get("platform", []), "platform", max_items=16)):
-        try:
-            platforms.append(normalise_platform(item))
-        except PlatformError as exc:
-            raise v.fail("invalid_platform", str(exc), f"platform[{i}]") from None
+    platforms = v.platforms(body.get("platform", []), "platform", max_items=MAX_PLATFORMS)
     secret_refs = [v.string(name, f"secret_refs[{i}]", max_length=100)
                    for i, name in enumerate(v.array(body.get("secret_refs", []), "secret_refs", max_items=64))]
     for i, name in enumerate(secret_refs):
@@ -126,7 +121,7 @@ def workload_spec(body: Any) -> dict:
         "command": _argv(body["command"], "command"),
         "env": _env(body.get("env", {}), "env"),
         "secret_refs": secret_refs,
-        "secrets_mode": v.choice(body.get("secrets_mode", SecretsMode.ENV), "secrets_mode", choices=SecretsMode.values),
+        "secrets_mode": v.choice(body.get("secrets_mode", SecretsMode.ENV), "secrets_mode", choices=list(SecretsMode)),
         "ports": ports,
         "probes": {name: _probe(probe, f"probes.{name}") for name, probe in probes_in.items()},
         "ingress": _ingress(body.get("ingress"), "ingress", {p["port"] for p in ports}),
@@ -163,15 +158,13 @@ def status_report(body: Any) -> dict:
     body = v.obj(body, "", allowed={"state", "live", "restarts", "probes", "reason", "message", "log_tail"},
                  required={"state"})
     probes = v.obj(body.get("probes", {}), "probes", allowed={"readiness", "liveness"})
-    lines = v.array(body.get("log_tail", []), "log_tail", max_items=500)
     return {
-        "state": v.choice(body["state"], "state", choices=GenerationState.values),
+        "state": v.choice(body["state"], "state", choices=list(GenerationState)),
         "live": v.boolean(body.get("live", False), "live"),
         "restarts": v.integer(body.get("restarts", 0), "restarts", maximum=1_000_000),
-        "probes": {name: v.choice(result, f"probes.{name}", choices=ProbeResult.values)
+        "probes": {name: v.choice(result, f"probes.{name}", choices=list(ProbeResult))
                    for name, result in probes.items()},
         "reason": v.string(body.get("reason", ""), "reason", max_length=100, allow_empty=True),
         "message": v.string(body.get("message", ""), "message", max_length=2000, allow_empty=True),
-        "log_tail": [v.string(line, f"log_tail[{i}]", max_length=4000, allow_empty=True)
-                     for i, line in enumerate(lines)],
+        "log_tail": v.lines(body.get("log_tail", []), "log_tail", max_items=MAX_LOG_LINES, max_length=MAX_LOG_LINE),
     }

@@ -9,20 +9,25 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from apps.artifacts.choices import StorageKind
 from apps.artifacts.models import Artifact
+from apps.artifacts.services import artifact_cas_for_reference, artifact_platform_require
 from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.dispatch.wakeups import grove_wake
 from apps.flags.selectors import is_enabled
-from apps.groves.choices import ChangeKind
 from apps.groves.models import Grove
-from apps.pipelines.wakeups import grove_wake
+from apps.groves.vocabulary import ChangeKind
+from apps.placement.derivation import requirement_for_native_workload
 from apps.placement.selectors import grove_by_reference
-from apps.workloads import rules, secrets, states
+from apps.placement.services import place_execution
+from apps.placement.vocabulary import SubjectType
+from apps.workloads import rules, secrets
 from apps.workloads.models import NativeWorkload, WorkloadGeneration, WorkloadSecret
+from apps.workloads.states import GENERATION
+from apps.workloads.vocabulary import NATIVE_INGRESS_FLAG, GenerationState
 
 log = logging.getLogger(__name__)
 # One placement per workload (subject id = its slug): every generation stays on the same Grove.
-SUBJECT_TYPE = "workload_generation"
+SUBJECT_TYPE = SubjectType.WORKLOAD_GENERATION
 
 
 def workload_secret_set(*, environment: str, name: str, value: str) -> WorkloadSecret:
@@ -44,7 +49,7 @@ def _secret_values(workload: NativeWorkload) -> dict[str, str]:
 
 
 def _bundle(digest: str) -> Artifact:
-    bundle = Artifact.objects.filter(digest=digest, storage_kind=StorageKind.CAS).first()
+    bundle = artifact_cas_for_reference(digest=digest)  # share-locked: GC cannot remove it under us
     if bundle is None:
         raise ValidationFailed("artifact_not_found", f"No bundle {digest} in the content-addressed store.",
                                field="bundle_digest")
@@ -72,8 +77,6 @@ def native_workload_apply(*, body: dict) -> tuple[NativeWorkload, WorkloadGenera
 
 
 def _requirement(workload: NativeWorkload):
-    from apps.placement.derivation import requirement_for_native_workload
-
     spec = {"slug": workload.slug, "platform": workload.platform, "resources": workload.resources}
     if workload.grove_id:
         spec["grove"] = str(workload.grove_id)
@@ -90,8 +93,6 @@ def native_workload_generation_write(*, workload: NativeWorkload) -> WorkloadGen
     if not settings.FOREST_NATIVE_WORKLOAD_DISPATCH:
         raise Conflict("native_dispatch_disabled",
                        "Native workload dispatch is off on this Host (FOREST_NATIVE_WORKLOAD_DISPATCH=false).")
-    from apps.placement.services import place_execution
-
     with transaction.atomic():
         workload = NativeWorkload.objects.select_for_update().select_related("bundle").get(pk=workload.pk)
         placement = place_execution(subject_type=SUBJECT_TYPE, subject_id=workload.slug,
@@ -102,15 +103,20 @@ def native_workload_generation_write(*, workload: NativeWorkload) -> WorkloadGen
             raise Conflict("grove_lacks_native_workload",
                            f"Grove {grove.slug} does not advertise native.workload (start its agent with "
                            f"--enable-native-workloads).")
-        values = _secret_values(workload)
         bundle = workload.bundle
+        # Runtime compilation: the stored placement may predate this bundle, so its platform is checked
+        # against the Grove here (refused under host.deploy.forest_compatibility, else would_refuse).
+        artifact_platform_require(artifact=bundle, required=list(grove.platforms), subject_type=SUBJECT_TYPE,
+                                  subject_id=workload.slug, grove=grove, environment=workload.environment,
+                                  team=workload.team or None)
+        values = _secret_values(workload)
         spec = rules.generation_spec(
             workload={"command": workload.command, "env": workload.env, "secret_refs": workload.secret_refs,
                       "secrets_mode": workload.secrets_mode, "ports": workload.ports, "probes": workload.probes,
                       "ingress": workload.ingress, "restart": workload.restart},
             bundle={"digest": bundle.digest, "size": bundle.size, "signature": bundle.signature,
                     "key_id": bundle.signing_key_id},
-            ingress_enabled=is_enabled("host.deploy.native_ingress", environment=workload.environment,
+            ingress_enabled=is_enabled(NATIVE_INGRESS_FLAG, environment=workload.environment,
                                        team=workload.team or None),
         )
         digest = rules.spec_digest(spec, values)
@@ -143,18 +149,17 @@ def workload_status_record(*, grove: Grove, generation_id, body: dict) -> Worklo
         generation = None
     if generation is None:
         raise NotFound("generation_not_found", f"No workload generation {generation_id} on this Grove.")
-    generation.state = states.transition(generation.state, data["state"])
-    generation.live = data["live"] or data["state"] == states.LIVE
-    generation.restarts = data["restarts"]
-    generation.probes = data["probes"]
-    generation.reason = data["reason"]
-    generation.message = data["message"]
+    changes = {"live": data["live"] or data["state"] == GenerationState.LIVE, "restarts": data["restarts"],
+               "probes": data["probes"], "reason": data["reason"], "message": data["message"]}
     if data["log_tail"]:
-        generation.log_tail = data["log_tail"][-200:]
-    generation.observed_at = timezone.now()
-    generation.save()
-    if generation.state == states.LIVE:
-        # The agent switched atomically to this generation: older ones are no longer running.
-        WorkloadGeneration.objects.filter(workload_id=generation.workload_id, number__lt=generation.number).exclude(
-            state=states.SUPERSEDED).update(state=states.SUPERSEDED, live=False, observed_at=timezone.now())
+        changes["log_tail"] = data["log_tail"][-200:]
+    now = timezone.now()
+    GENERATION.apply(generation, data["state"], reason=data["reason"], now=now, changes=changes)
+    if generation.state == GenerationState.LIVE:
+        # The agent switched atomically to this generation: older ones are no longer running. A bulk
+        # transition: only rows in a state the lifecycle lets become superseded are touched.
+        WorkloadGeneration.objects.filter(
+            workload_id=generation.workload_id, number__lt=generation.number,
+            state__in=GENERATION.sources(GenerationState.SUPERSEDED),
+        ).update(state=GenerationState.SUPERSEDED, live=False, observed_at=now)
     return generation

@@ -11,7 +11,7 @@ from apps.accelerators import rules, selectors, services
 from apps.accelerators.models import AcceleratorClaim
 from apps.core.errors import ForestError
 from apps.flags import services as flags
-from apps.placement import derivation
+from apps.pipelines.rules import node_requirement
 from tests.factories import nvidia_gpu, unit
 from tests.placement.conftest import grove_make
 
@@ -45,7 +45,7 @@ def _gpu_grove(name, gpus):
         {"inventory_id": d["id"], "allocatable": 1, "free": 1} for d in devices])], accelerators=devices)
 
 
-REQ = derivation.requirement_for_node({"id": "t", "kind": "exec", "accelerators": {"count": 1, "vendor": "nvidia"}},
+REQ = node_requirement({"id": "t", "kind": "exec", "accelerators": {"count": 1, "vendor": "nvidia"}},
                                       run_kind="compute")
 
 

@@ -1,8 +1,6 @@
 """Accelerator claims, release, policy refusals, the usage ledger and the budget beat task, on PostgreSQL."""
 from __future__ import annotations
 
-import sys
-import types
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,7 +10,7 @@ from apps.accelerators import services, tasks
 from apps.accelerators.models import AcceleratorClaim, AcceleratorUsage
 from apps.core.errors import ForestError
 from apps.flags import services as flags
-from apps.placement import derivation
+from apps.pipelines.rules import node_requirement
 from tests.factories import apple_gpu, nvidia_gpu, unit
 
 pytestmark = pytest.mark.django_db
@@ -26,14 +24,14 @@ def gpu_grove(make_grove, name="gpu", gpus=1, free=None):
 
 
 def wants(count=1, vendor="nvidia", **extra):
-    return derivation.requirement_for_node({"id": "t", "kind": "exec", "accelerators": {"count": count,
+    return node_requirement({"id": "t", "kind": "exec", "accelerators": {"count": count,
                                                                                         "vendor": vendor, **extra}},
                                            run_kind="compute")
 
 
 def test_no_accelerators_requested_claims_nothing(make_grove):
     grove = gpu_grove(make_grove)
-    plain = derivation.requirement_for_node({"id": "t", "kind": "exec"}, run_kind="compute")
+    plain = node_requirement({"id": "t", "kind": "exec"}, run_kind="compute")
     assert services.accelerator_claim(grove=grove, requirement=plain, job_ref="j1", team=None) is None
     assert not AcceleratorClaim.objects.exists()
 
@@ -117,12 +115,10 @@ def test_accrual_is_idempotent_and_splits_late_runs_by_day(make_grove):
 
 @pytest.fixture
 def cancelled(monkeypatch):
-    """A stand-in for apps.pipelines.services (another issue's module, which may not exist yet): records
-    the cancellations the budget task asks for. The claim/ledger side is all real."""
+    """Records the Grove-job cancellations the budget task asks dispatch for (the claims here have no real
+    job behind them). The claim/ledger side is all real."""
     calls: list[dict] = []
-    module = types.ModuleType("apps.pipelines.services")
-    module.grove_job_cancel = lambda **kwargs: calls.append(kwargs)
-    monkeypatch.setitem(sys.modules, "apps.pipelines.services", module)
+    monkeypatch.setattr(services, "grove_job_cancel", lambda **kwargs: calls.append(kwargs) or True)
     return calls
 
 

@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from apps.compute.services import compute_job_submit
+from apps.dispatch.models import GroveJob
 from apps.flags.services import flag_override_set
 from apps.groves.models import Grove
 from apps.groves.services import enrollment_token_create
-from apps.pipelines.models import GroveJob, PipelineNode, PipelineRun
+from apps.pipelines.models import PipelineNode, PipelineRun
 from apps.pipelines.services import pipeline_run_create
 from tests.pipelines.conftest import wait_for
 

@@ -14,9 +14,10 @@ import time
 import pytest
 
 from apps.compute.services import compute_job_submit
+from apps.dispatch.models import GroveJob
 from apps.flags.services import flag_override_set
 from apps.groves.models import Grove
-from apps.pipelines.models import GroveJob, PipelineNode, PipelineRun
+from apps.pipelines.models import PipelineNode, PipelineRun
 from apps.pipelines.services import pipeline_run_cancel
 from tests.e2e.conftest import AGENT
 from tests.pipelines.conftest import wait_for

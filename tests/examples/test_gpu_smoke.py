@@ -17,10 +17,11 @@ from forest_agent.kube.render import RenderConfig, render
 from forest_agent.kube.spec import CHANGE_KINDS, parse_job
 from forest_agent.kube.validate import validate_all
 
+from apps.dispatch.models import GroveJob
+from apps.dispatch.selectors import job_wire
 from apps.groves import services as grove_services
 from apps.pipelines import services
-from apps.pipelines.models import GroveJob
-from apps.pipelines.selectors import job_wire
+from apps.pipelines.models import PipelineNode
 from tests.pipelines.conftest import execute_queued
 
 pytestmark = pytest.mark.django_db
@@ -43,6 +44,10 @@ OUTPUTS = {
     "evaluate": {},
 }
 
+
+
+def _job(run, name: str) -> GroveJob:
+    return GroveJob.objects.get(node_id=PipelineNode.objects.get(run=run, node_id=name).pk)
 
 def _graph_module():
     spec = importlib.util.spec_from_file_location("gpu_smoke_graph", EXAMPLE / "graph.py")
@@ -77,7 +82,7 @@ def test_each_step_renders_to_its_golden(enroll, wire, update_goldens):
     config = RenderConfig(grove_id=GROVE_ID)
     for name in ("prepare", "inspect", "evaluate"):
         execute_queued(run)
-        job = GroveJob.objects.get(run=run, node__node_id=name)
+        job = _job(run, name)
         objects = validate_all(render(parse_job(_normalised(job), models=models), config))
         text = to_yaml(objects)
         golden = EXAMPLE / "rendered" / f"{name}.yaml"
@@ -88,9 +93,9 @@ def test_each_step_renders_to_its_golden(enroll, wire, update_goldens):
         assert ("runtimeClassName" in pod) == (name == "inspect")  # only the accelerated step is on a GPU
         grove_wire.run_job(job.pk, outputs=OUTPUTS[name])
         assert services.pipeline_node_resume(node_id=job.node_id)
-    inspect = GroveJob.objects.get(run=run, node__node_id="inspect")
+    inspect = _job(run, "inspect")
     assert inspect.payload["accelerator_claim"]["devices"] == [{"inventory_id": "gpu-node-1/nvidia", "count": 1}]
-    evaluate = GroveJob.objects.get(run=run, node__node_id="evaluate")
+    evaluate = _job(run, "evaluate")
     assert evaluate.payload["needs_outputs"] == {"inspect": OUTPUTS["inspect"], "prepare": OUTPUTS["prepare"]}
     run.refresh_from_db()
     assert run.status == "succeeded"

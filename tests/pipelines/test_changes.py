@@ -11,9 +11,9 @@ from asgiref.sync import async_to_sync
 from django.db import connection
 from django.test import AsyncClient
 
+from apps.dispatch.api.wire import changes_view
+from apps.dispatch.models import GroveJob
 from apps.pipelines import services
-from apps.pipelines.api.wire import changes_view
-from apps.pipelines.models import GroveJob
 from tests.pipelines.conftest import V1, execute_queued
 from tests.pipelines.graphs import exec_node, graph
 
@@ -43,7 +43,7 @@ def test_returns_at_once_with_only_this_groves_unclaimed_jobs(k8s_grove, fresh_g
     response, elapsed = _poll(*k8s_grove, "wait=10")
     assert response.status_code == 200 and elapsed < 3
     body = response.json()
-    job = GroveJob.objects.get(run=run)
+    job = GroveJob.objects.get(run_id=run.id)
     assert body["workloads"] == [] and body["cancel"] == []
     assert body["jobs"] == [{"job_id": str(job.id), "run_id": str(run.id), "node": "a", "change_kind": "k8s.job",
                              "idempotency_key": f"{run.id}:a:1", "payload": job.payload}]

@@ -17,8 +17,10 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from apps.dispatch import services as dispatch_services
+from apps.dispatch.models import GroveJob
 from apps.pipelines import services
-from apps.pipelines.models import GroveJob, PipelineNode, PipelineNodeEvent, PipelineOutbox, PipelineRun
+from apps.pipelines.models import PipelineNode, PipelineNodeEvent, PipelineOutbox, PipelineRun
 from tests.pipelines.conftest import WireGrove, wait_for
 from tests.pipelines.graphs import exec_node, graph
 
@@ -76,7 +78,7 @@ def test_broker_loses_the_resume_and_the_sweep_recovers_it(grove, worker, celery
     wait_for(lambda: PipelineRun.objects.get(pk=run.pk).status == "succeeded", what="the run to finish")
     for node_id in ("a", "b"):
         node = _node(run, node_id)
-        assert _tails(node) == 1 and GroveJob.objects.filter(node=node).count() == 1
+        assert _tails(node) == 1 and GroveJob.objects.filter(node_id=node.pk).count() == 1
 
 
 def test_three_concurrent_identical_terminal_reports_make_one_resume_and_one_tail(grove, worker):
@@ -104,7 +106,7 @@ def test_three_concurrent_identical_terminal_reports_make_one_resume_and_one_tai
     a = _node(run, "a")
     assert PipelineOutbox.objects.filter(node=a).count() == 1
     assert _tails(a) == 1 and a.outputs == {"n": 1}
-    assert GroveJob.objects.filter(node=_node(run, "b")).count() == 1
+    assert GroveJob.objects.filter(node_id=_node(run, "b").pk).count() == 1
 
 
 def _lock_run_in_another_connection(run_id, holder: dict, locked: threading.Event, release: threading.Event):
@@ -157,7 +159,8 @@ def test_overdue_job_is_timed_out_by_the_sweep_and_a_late_report_does_not_revive
     wire = _wire(grove)
     wire.claim(job_a)
     wire.report(job_a, state="running")
-    counts = services.pipeline_sweep(now=timezone.now() + timedelta(seconds=5 + services.scheduling_grace_s() + 1))
+    grace = dispatch_services.scheduling_grace_s()
+    counts = services.pipeline_sweep(now=timezone.now() + timedelta(seconds=5 + grace + 1))
     assert counts["timed_out"] == 1
     wait_for(lambda: _node(run, "a").status == "timed_out", what="the timed-out node to resume")
     job = GroveJob.objects.get(pk=job_a)
@@ -203,4 +206,4 @@ def test_two_runs_of_one_graph_in_parallel_land_on_their_own_runs(grove, worker)
         wait_for(lambda run=run: PipelineRun.objects.get(pk=run.pk).status == "succeeded", what="both runs")
         for node in run.nodes.all():
             assert node.outputs == {"run": str(run.id)} and _tails(node) == 1
-            assert GroveJob.objects.get(node=node).run_id == run.id
+            assert GroveJob.objects.get(node_id=node.pk).run_id == run.id

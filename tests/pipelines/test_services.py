@@ -10,8 +10,10 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.core.errors import ValidationFailed
+from apps.dispatch import services as dispatch_services
+from apps.dispatch.models import GroveJob
 from apps.pipelines import services
-from apps.pipelines.models import GroveJob, PipelineGraph, PipelineNode, PipelineNodeEvent, PipelineOutbox
+from apps.pipelines.models import PipelineGraph, PipelineNode, PipelineNodeEvent, PipelineOutbox
 from apps.placement.models import ExecutionPlacement
 from tests.pipelines.conftest import execute_queued
 from tests.pipelines.graphs import IMAGE, exec_node, graph
@@ -43,7 +45,7 @@ def test_two_runs_of_one_graph_share_the_graph_but_never_node_rows(k8s_grove):
     assert {n.node_id: n.status for n in one.nodes.all()} == {"prep": "queued", "train": "pending"}
     execute_queued(one)
     execute_queued(two)
-    job_one, job_two = GroveJob.objects.get(run=one), GroveJob.objects.get(run=two)
+    job_one, job_two = GroveJob.objects.get(run_id=one.id), GroveJob.objects.get(run_id=two.id)
     assert job_one.idempotency_key == f"{one.id}:prep:1" and job_two.idempotency_key == f"{two.id}:prep:1"
     assert job_one.payload["run_id"] == str(one.id) and job_two.payload["run_id"] == str(two.id)
     assert job_one.build_id is None  # a compute run has no build, and dispatch does not need one
@@ -88,7 +90,7 @@ def test_node_is_placed_through_placement_with_subject_pipeline_node(k8s_grove):
     assert placement.grove_id == k8s_grove[0].id == node.current_job.grove_id
     # A re-delivered execute message does nothing: the node is no longer queued.
     assert services.pipeline_node_execute(node_id=node.pk) is None
-    assert GroveJob.objects.filter(node=node).count() == 1
+    assert GroveJob.objects.filter(node_id=node.pk).count() == 1
 
 
 # --- GRAPH_DEDUP ----------------------------------------------------------------------------------
@@ -107,7 +109,7 @@ def test_eligible_node_is_seeded_from_an_earlier_success_and_records_the_run(k8s
     node = _node(second, "a")
     assert node.status == "succeeded" and node.seeded_from_run_id == first.id
     assert node.dedup_decision == "seeded" and node.outputs == {"image": "done"}
-    assert not GroveJob.objects.filter(run=second).exists()
+    assert not GroveJob.objects.filter(run_id=second.id).exists()
     second.refresh_from_db()
     assert second.status == "succeeded"
     # Seeded from a seeded node: the record names the run that really did the work.
@@ -253,7 +255,7 @@ def test_sweep_resends_due_resumes_only(k8s_grove, wire, detached):
 def test_sweep_resumes_a_node_whose_job_ended_by_another_path(k8s_grove, detached):
     run = _run([exec_node("a")], environment="prod")
     execute_queued(run)
-    GroveJob.objects.filter(run=run).update(status="succeeded", exit_code=0)  # e.g. fixed by hand in admin
+    GroveJob.objects.filter(run_id=run.id).update(status="succeeded", exit_code=0)  # e.g. fixed by hand in admin
     assert services.pipeline_sweep()["orphans"] == 1
     assert services.pipeline_sweep()["orphans"] == 0  # a resume is now pending; not written twice
     services.pipeline_node_resume(node_id=_node(run, "a").pk)
@@ -313,10 +315,10 @@ def test_cancel_touches_only_its_own_run(k8s_grove):
     execute_queued(one)
     execute_queued(two)
     services.pipeline_run_cancel(run_id=one.id)
-    assert GroveJob.objects.get(run=one).status == "cancelled"
-    assert GroveJob.objects.get(run=two).status == "assigned"
+    assert GroveJob.objects.get(run_id=one.id).status == "cancelled"
+    assert GroveJob.objects.get(run_id=two.id).status == "assigned"
     # Never claimed: nothing for the Grove to stop, so it is not listed in ``cancel``.
-    assert GroveJob.objects.get(run=one).cancel_acked_at is not None
+    assert GroveJob.objects.get(run_id=one.id).cancel_acked_at is not None
 
 
 def test_grove_job_cancel_ends_the_node_through_the_tail(k8s_grove, wire):
@@ -324,8 +326,8 @@ def test_grove_job_cancel_ends_the_node_through_the_tail(k8s_grove, wire):
     execute_queued(run)
     job_id = _node(run, "a").current_job_id
     wire(k8s_grove).claim(job_id)
-    assert services.grove_job_cancel(job_id=str(job_id), reason="accelerator_budget_exhausted") is True
-    assert services.grove_job_cancel(job_id=str(job_id), reason="accelerator_budget_exhausted") is False
+    assert dispatch_services.grove_job_cancel(job_id=str(job_id), reason="accelerator_budget_exhausted") is True
+    assert dispatch_services.grove_job_cancel(job_id=str(job_id), reason="accelerator_budget_exhausted") is False
     services.pipeline_node_resume(node_id=_node(run, "a").pk)
     node = _node(run, "a")
     assert node.status == "cancelled" and node.reason == "accelerator_budget_exhausted"
@@ -344,6 +346,6 @@ def test_illegal_node_transition_raises(k8s_grove):
 def test_image_is_carried_into_the_job_payload(k8s_grove):
     run = _run([exec_node("a", env={"K": "v"}, timeout_s=120)])
     execute_queued(run)
-    payload = GroveJob.objects.get(run=run).payload
+    payload = GroveJob.objects.get(run_id=run.id).payload
     assert payload["image"] == IMAGE and payload["env"] == {"K": "v"} and payload["timeout_s"] == 120
     assert payload["command"][0] == "python" and payload["node"] == "a"

@@ -6,13 +6,14 @@ import threading
 import pytest
 from django.db import connection
 
-from apps.placement import derivation, selectors, services
+from apps.pipelines.rules import node_requirement
+from apps.placement import selectors, services
 from apps.placement.models import ExecutionPlacement
 from tests.placement.conftest import grove_make
 
 
 def _requirement():
-    return derivation.requirement_for_node({"id": "n", "kind": "exec", "image": "r@sha256:" + "1" * 64},
+    return node_requirement({"id": "n", "kind": "exec", "image": "r@sha256:" + "1" * 64},
                                            run_kind="build")
 
 

@@ -1,9 +1,10 @@
-"""Deriving requirements from nodes, build jobs, workloads, native jobs and compute steps."""
+"""Deriving requirements from pipeline nodes and workloads."""
 from __future__ import annotations
 
 import pytest
 
 from apps.core.errors import ValidationFailed
+from apps.pipelines.rules import node_requirement
 from apps.placement import derivation
 
 IMAGE = "registry.example/app@sha256:" + "a" * 64
@@ -25,7 +26,7 @@ IMAGE = "registry.example/app@sha256:" + "a" * 64
      ("compute", "oci_image", "k8s.job", "container")),
 ])
 def test_node_kinds_map_to_artifact_change_kind_and_isolation(node, run_kind, expected):
-    requirement = derivation.requirement_for_node(node, run_kind=run_kind)
+    requirement = node_requirement(node, run_kind=run_kind)
     compat = requirement.compatibility
     assert (requirement.family, compat.artifact_kind, compat.change_kind, compat.isolation) == expected
 
@@ -35,7 +36,7 @@ def test_node_fields_carry_over_with_sources():
             "resources": {"cpu_milli": 4000, "memory_bytes": 8 << 30},
             "accelerators": {"count": 2, "vendor": "nvidia", "min_memory_bytes": 40 << 30},
             "trust": "untrusted", "grove": "gpu-1"}
-    requirement = derivation.requirement_for_node(node, run_kind="compute")
+    requirement = node_requirement(node, run_kind="compute")
     assert requirement.to_json() == {
         "family": "compute", "resources": {"cpu_milli": 4000, "memory_bytes": 8 << 30},
         "accelerators": {"count": 2, "vendor": "nvidia", "api": "cuda", "min_memory_bytes": 40 << 30},
@@ -45,7 +46,7 @@ def test_node_fields_carry_over_with_sources():
 
 
 def test_no_platform_means_any_with_a_default_source():
-    requirement = derivation.requirement_for_node({"id": "x", "kind": "exec", "image": IMAGE}, run_kind="build")
+    requirement = node_requirement({"id": "x", "kind": "exec", "image": IMAGE}, run_kind="build")
     assert requirement.compatibility.platform.allowed == ()
     assert requirement.compatibility.platform.sources == ("default",)
 
@@ -62,22 +63,16 @@ def test_artifact_and_grove_platforms_intersect_and_are_recorded():
 
 def test_sources_that_share_no_platform_are_an_error_at_derivation():
     with pytest.raises(ValidationFailed) as exc:
-        derivation.requirement_for_node({"id": "x", "kind": "build_image", "platform": ["linux/amd64"]},
-                                        run_kind="build", artifact={"digest": "sha256:1", "platform": "linux/arm64"})
+        node_requirement({"id": "x", "kind": "build_image", "platform": ["linux/amd64"]},
+                         run_kind="build", artifact={"digest": "sha256:1", "platform": "linux/arm64"})
     assert exc.value.code == "platform_conflict"
 
 
 @pytest.mark.parametrize(("function", "spec", "expected"), [
-    (derivation.requirement_for_build_job, {"id": "b1", "platform": ["linux/arm64"]},
-     ("build", "oci_image", "k8s.build_job", "container", ("linux/arm64",), ("build:b1",))),
     (derivation.requirement_for_workload, {"name": "web"},
      ("runtime", "oci_image", "k8s.deployment", "container", (), ("default",))),
     (derivation.requirement_for_native_workload, {"name": "mlx", "platform": ["darwin/arm64"]},
      ("runtime", "native_bundle", "native.workload", "host_process", ("darwin/arm64",), ("workload:mlx",))),
-    (derivation.requirement_for_native_job, {"id": "sign", "platform": ["darwin/arm64"]},
-     ("compute", "host_command", "native.job", "host_process", ("darwin/arm64",), ("job:sign",))),
-    (derivation.requirement_for_compute_step, {"id": "s1", "image": IMAGE, "platform": ["linux/amd64"]},
-     ("compute", "oci_image", "k8s.job", "container", ("linux/amd64",), ("node:s1",))),
 ])
 def test_other_derivations(function, spec, expected):
     requirement = function(spec)
@@ -96,5 +91,5 @@ def test_other_derivations(function, spec, expected):
 ])
 def test_bad_nodes_fail_with_codes(node, code):
     with pytest.raises(ValidationFailed) as exc:
-        derivation.requirement_for_node(node, run_kind="build")
+        node_requirement(node, run_kind="build")
     assert exc.value.code == code

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from apps.core.errors import ForestError
 from apps.flags import services as flags
 from apps.groves.models import Grove
-from apps.placement import derivation, rules, selectors, services
+from apps.pipelines.rules import node_requirement
+from apps.placement import rules, services, snapshot
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import ExecutionRequirement
 from tests.factories import UserFactory, unit
@@ -26,7 +27,7 @@ def flag(name: str, on: bool, **scope) -> None:
 
 
 def container(platform=("linux/amd64",), family="build", **extra) -> ExecutionRequirement:
-    return derivation.requirement_for_node({"id": "n", "kind": "exec", "image": IMAGE, "platform": list(platform),
+    return node_requirement({"id": "n", "kind": "exec", "image": IMAGE, "platform": list(platform),
                                             **extra}, run_kind={"build": "build", "runtime": "deploy",
                                                                 "compute": "compute"}[family])
 
@@ -255,7 +256,7 @@ def test_unknown_subject_type_is_refused(make_grove):
 def test_plan_check_reports_never_placeable(make_grove, enforced, caplog):
     flag(COMPAT, enforced)
     make_grove("k8s-arm", platforms=("linux/arm64",))
-    native = derivation.requirement_for_node({"id": "sign", "kind": "exec", "runtime": "native",
+    native = node_requirement({"id": "sign", "kind": "exec", "runtime": "native",
                                               "platform": ["darwin/arm64"]}, run_kind="build")
     assert services.placement_plan_check(requirement=container(platform=("linux/arm64",))).never_placeable is False
     if enforced:
@@ -299,16 +300,16 @@ def test_enforced_placement_never_picks_a_grove_the_checker_rejects(db, specs, n
     node = {"id": "n", **node}
     if "grove" in node:
         node["grove"] = made[node["grove"] % len(made)].slug
-    requirement = derivation.requirement_for_node(node, run_kind=run_kind)
+    requirement = node_requirement(node, run_kind=run_kind)
     try:
         result = place(requirement)
     except ForestError as exc:
         assert exc.code in {"placement_refused", "no_eligible_grove"}
-        compatible = [g for g in made if not rules.check(requirement, selectors.facts(g))]
+        compatible = [g for g in made if not rules.check(requirement, snapshot.grove_facts(g))]
         if requirement.target is None:
             assert not compatible  # refused only when the checker rejects every Grove
         return
-    assert rules.check(requirement, selectors.facts(result.grove)) == []
+    assert rules.check(requirement, snapshot.grove_facts(result.grove)) == []
     assert not result.would_refuse
 
 
@@ -316,7 +317,7 @@ def test_bounded_candidates_still_pick_the_true_best_and_cap_totals(make_grove, 
     """With fewer verdict slots than eligible Groves, the first (best-key, slug-ordered) query and the full
     ranking agree; totals beyond the cap are reported as 'N+'."""
     monkeypatch.setattr(services, "CANDIDATE_LIMIT", 2)
-    monkeypatch.setattr(selectors, "COUNT_CAP", 3)
+    monkeypatch.setattr(snapshot, "COUNT_CAP", 3)
     make_grove("a-second-platform", platforms=("linux/arm64", "linux/amd64"))
     make_grove("b-full", units=[unit(cpu=8000, free_cpu=0)])
     for name in ("c-best", "d-best", "e-best"):
@@ -325,6 +326,6 @@ def test_bounded_candidates_still_pick_the_true_best_and_cap_totals(make_grove, 
     assert [c["grove_slug"] for c in result.decision["candidates"] if c["eligible"]] == ["c-best", "d-best"]
     assert result.decision["eligible_total"] == 3 and result.decision["summary"].startswith("3+/")
     make_grove("z-arm", platforms=("linux/arm64",))
-    found = selectors.candidates(container(platform=("linux/arm64",)), limit=2)
+    found = snapshot.candidates(container(platform=("linux/arm64",)), limit=2)
     # only a-second-platform and z-arm accept arm64 at all; both list it first
-    assert [c.slug for c in found.eligible] == ["a-second-platform", "z-arm"]
+    assert [c.facts.slug for c in found.eligible] == ["a-second-platform", "z-arm"]

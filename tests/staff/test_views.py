@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import pytest
 
+from apps.accounts.roles import VIEWER
 from apps.flags.services import flag_override_set
-from apps.placement.derivation import requirement_for_node
+from apps.pipelines.rules import node_requirement
 from apps.placement.services import place_execution
+from tests.factories import UserFactory, grant
 
 pytestmark = pytest.mark.django_db
 FLAG = "host.staff.execution_observability"
@@ -33,7 +35,7 @@ def _place(subject_id: str, target: str | None = None):
     node = {"id": subject_id, "kind": "exec", "runtime": "container", "image": "repo/app@sha256:" + "a" * 64,
             "command": ["true"], "platform": ["linux/amd64"]}
     return place_execution(subject_type="pipeline_node", subject_id=subject_id,
-                           requirement=requirement_for_node(node, run_kind="compute"), target=target)
+                           requirement=node_requirement(node, run_kind="compute"), target=target)
 
 
 def test_pages_are_404_with_an_explanation_while_the_flag_is_off(staff_browser):
@@ -82,3 +84,11 @@ def test_placements_explain_would_refuse_and_candidates(staff_browser, observabi
     assert codes and all(code.encode() in detail.content for code in codes)
     good = staff_browser.get(f"/staff/placements/{_place('good').placement.pk}/")
     assert b'id="candidates"' in good.content and b"k8s-compute" in good.content
+
+
+def test_pages_need_a_role_that_reads_groves(client, observability_on):
+    bare = UserFactory(username="bare-staff", is_staff=True)
+    client.force_login(bare)
+    assert client.get("/staff/groves/").status_code == 403
+    client.force_login(grant(UserFactory(username="viewer-staff", is_staff=False), VIEWER))
+    assert client.get("/staff/groves/").status_code == 200

@@ -1,4 +1,9 @@
-"""Grove credentials (``Authorization: Bearer fgc_...``), accepted only on the Grove wire endpoints."""
+"""Grove credentials (``Authorization: Bearer fgc_...``), accepted only on the Grove wire endpoints.
+
+``grove_for_request`` is the one check every wire view makes (DRF views through the authentication class,
+the async ``changes`` long-poll and the heartbeat's full path directly): the credential is valid, and
+when the URL names a Grove, the credential is that Grove's.
+"""
 from __future__ import annotations
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -6,32 +11,48 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.permissions import BasePermission
 
 from apps.core.errors import Forbidden, NotAuthenticated
+from apps.groves.models import Grove
 from apps.groves.services import grove_authenticate
+
+NEEDS_BEARER = "Grove endpoints need 'Authorization: Bearer <credential>'."
+WWW_AUTHENTICATE = 'Bearer realm="forest-grove"'
 
 
 def bearer_credential(request) -> str:
     """The presented Grove credential, or 401 with a code."""
     header = get_authorization_header(request).split()
     if not header or header[0].lower() != b"bearer":
-        raise NotAuthenticated("not_authenticated", "Grove endpoints need 'Authorization: Bearer <credential>'.")
+        raise NotAuthenticated("not_authenticated", NEEDS_BEARER)
     if len(header) != 2:
         raise NotAuthenticated("credential_malformed", "Send 'Authorization: Bearer <credential>'.")
     return header[1].decode(errors="replace")
 
 
+def grove_for_request(request, grove_id=None) -> Grove:
+    """The Grove whose credential signed ``request``; 401 for a missing, unknown or revoked credential,
+    403 ``grove_mismatch`` when ``grove_id`` (from the URL) names another Grove."""
+    credential = grove_authenticate(presented=bearer_credential(request))
+    if grove_id is not None and str(credential.grove_id) != str(grove_id):
+        raise Forbidden("grove_mismatch", "This credential belongs to another Grove.")
+    return credential.grove
+
+
 class GroveCredentialAuthentication(BaseAuthentication):
+    """``request.user`` is a ``GrovePrincipal`` and ``request.auth`` the Grove (checked against the URL's
+    ``grove_id`` when there is one)."""
+
     keyword = b"bearer"
 
     def authenticate(self, request):
         header = get_authorization_header(request).split()
         if not header or header[0].lower() != self.keyword:
             return None
-        credential = grove_authenticate(presented=bearer_credential(request))
-        # The Grove acts as no Django user; request.auth carries the credential and its Grove.
-        return (GrovePrincipal(credential.grove), credential)
+        kwargs = (getattr(request, "parser_context", None) or {}).get("kwargs") or {}
+        grove = grove_for_request(request, kwargs.get("grove_id"))
+        return (GrovePrincipal(grove), grove)
 
     def authenticate_header(self, request):
-        return 'Bearer realm="forest-grove"'
+        return WWW_AUTHENTICATE
 
 
 class GrovePrincipal:
@@ -41,22 +62,19 @@ class GrovePrincipal:
     is_staff = False
     is_superuser = False
 
-    def __init__(self, grove):
+    def __init__(self, grove: Grove):
         self.grove = grove
 
     def __str__(self) -> str:
         return f"grove:{self.grove.slug}"
 
 
-class IsOwnGrove(BasePermission):
-    """The credential must belong to the Grove named in the URL."""
+class IsGrove(BasePermission):
+    """A Grove credential was presented (whose Grove, the authentication class has checked)."""
 
     def has_permission(self, request, view):
-        credential = request.auth
-        if credential is None or not hasattr(credential, "grove_id"):
-            raise NotAuthenticated("not_authenticated", "Grove endpoints need 'Authorization: Bearer <credential>'.")
-        if str(credential.grove_id) != str(view.kwargs.get("grove_id")):
-            raise Forbidden("grove_mismatch", "This credential belongs to another Grove.")
+        if not isinstance(request.user, GrovePrincipal):
+            raise NotAuthenticated("not_authenticated", NEEDS_BEARER)
         return True
 
 

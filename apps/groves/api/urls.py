@@ -3,8 +3,6 @@ from django.urls import path
 from apps.groves.api import views
 
 urlpatterns = [
-    path("groves/enroll", views.EnrollView.as_view(), name="grove-enroll"),
-    path("groves/<uuid:grove_id>/heartbeat", views.HeartbeatView.as_view(), name="grove-heartbeat"),
     path("groves", views.GroveListView.as_view(), name="grove-list"),
     path("groves/<uuid:grove_id>", views.GroveDetailView.as_view(), name="grove-detail"),
 ]

@@ -1,6 +1,6 @@
 """What this machine can run: accelerator inventory items and the one machine placement unit.
 
-Descriptions of capacity, never measured utilisation (DESIGN.md §2).
+Descriptions of capacity, never measured utilisation (docs/design.md §2).
 """
 
 from forest_agent.inventory.accelerators import AcceleratorItem, collect_accelerators

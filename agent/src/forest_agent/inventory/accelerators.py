@@ -1,4 +1,4 @@
-"""The accelerator inventory item (DESIGN.md §2) and collection for the current platform."""
+"""The accelerator inventory item (docs/design.md §2) and collection for the current platform."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The capacity report for the heartbeat: one placement unit (the machine) plus accelerators.
 
 `free` equals `allocatable`: the agent does not know what Host reserved for the work it sent, and a
-capacity report describes capacity, never measured utilisation (DESIGN.md §2).
+capacity report describes capacity, never measured utilisation (docs/design.md §2).
 """
 
 from __future__ import annotations

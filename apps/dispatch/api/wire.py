@@ -1,5 +1,6 @@
 """``GET groves/{id}/changes``: the long-poll, as a plain async Django view so a waiting Grove holds no
-thread. It reuses the Grove bearer authentication and the error shape of the DRF wire views.
+thread. It authenticates with the same ``grove_for_request`` and answers in the same error shape as the
+DRF wire views.
 
 Each wake (a Redis pub/sub message on the Grove's channel, or the recheck interval) re-reads the
 database, which is the only truth; the wait is bounded by ``wait`` (0..30 s). Without ``REDIS_URL``
@@ -13,18 +14,10 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import JsonResponse
 
-from apps.core.errors import Forbidden, ForestError
-from apps.groves.api.authentication import bearer_credential
-from apps.groves.services import grove_authenticate
-from apps.pipelines import rules, selectors, wakeups
-from apps.pipelines.api.views import ChangesSchemaView
-
-
-async def _grove_for(request, grove_id):
-    credential = await sync_to_async(grove_authenticate)(presented=bearer_credential(request))
-    if str(credential.grove_id) != str(grove_id):
-        raise Forbidden("grove_mismatch", "This credential belongs to another Grove.")
-    return credential.grove
+from apps.core.errors import ForestError
+from apps.dispatch import rules, selectors, wakeups
+from apps.dispatch.api.views import ChangesSchemaView
+from apps.groves.api.authentication import WWW_AUTHENTICATE, grove_for_request
 
 
 async def changes_view(request, grove_id):
@@ -32,12 +25,12 @@ async def changes_view(request, grove_id):
         return JsonResponse({"code": "method_not_allowed", "detail": f'Method "{request.method}" not allowed.'},
                             status=405)
     try:
-        grove = await _grove_for(request, grove_id)
+        grove = await sync_to_async(grove_for_request)(request, grove_id)
         wait = rules.changes_wait(request.GET.get("wait"))
     except ForestError as exc:
         response = JsonResponse(exc.as_dict(), status=exc.status)
         if exc.status == 401:
-            response["WWW-Authenticate"] = 'Bearer realm="forest-grove"'
+            response["WWW-Authenticate"] = WWW_AUTHENTICATE
         return response
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait

@@ -1,0 +1,31 @@
+"""Reads for dispatch: a job as the wire spells it, and what one Grove should see in ``changes``."""
+from __future__ import annotations
+
+from apps.dispatch import hooks
+from apps.dispatch.models import GroveJob
+from apps.dispatch.vocabulary import CHANGES_MAX_CANCELS, CHANGES_MAX_JOBS, JobStatus
+from apps.groves.models import Grove
+
+
+def job_wire(job: GroveJob) -> dict:
+    """A job as the wire contract spells it (docs/wire.md, ``Job``)."""
+    return {"job_id": str(job.id), "run_id": str(job.run_id), "node": job.payload.get("node", ""),
+            "change_kind": job.change_kind, "idempotency_key": job.idempotency_key, "payload": job.payload}
+
+
+def grove_changes(*, grove: Grove) -> tuple[dict, bool]:
+    """The Grove's assigned, unclaimed jobs (oldest first), the job ids whose cancellation it has not
+    acknowledged, and what each registered source adds (workload generations); plus whether any of it is
+    news that should end a long-poll now. Job reads go through partial indexes on live rows only."""
+    jobs = list(GroveJob.objects.filter(grove=grove, status=JobStatus.ASSIGNED).order_by("created_at")
+                [:CHANGES_MAX_JOBS])
+    cancel = list(GroveJob.objects.filter(grove=grove, cancel_requested_at__isnull=False,
+                                          cancel_acked_at__isnull=True).values_list("pk", flat=True)
+                  [:CHANGES_MAX_CANCELS])
+    body: dict = {"jobs": [job_wire(job) for job in jobs]}
+    news = bool(jobs or cancel)
+    for key, source in hooks.changes_sources().items():
+        body[key], fresh = source(grove)
+        news = news or fresh
+    body["cancel"] = [str(pk) for pk in cancel]
+    return body, news

@@ -1,0 +1,175 @@
+"""Writes for Grove jobs: create, claim, report, Host-side cancellation and time-out.
+
+Every status change goes through ``job_transition`` (the ``states.JOB`` lifecycle). A job that ends runs
+the registered ``hooks.JobEnded`` handlers in the same transaction. Row locks are ``FOR NO KEY UPDATE``:
+plain ``FOR UPDATE`` would also block the foreign-key checks other rows' commits run against the job.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime, timedelta
+from functools import partial
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from apps.core.errors import Conflict, NotFound
+from apps.dispatch import hooks, rules, wakeups
+from apps.dispatch.models import GroveJob
+from apps.dispatch.states import JOB, JOB_LIVE, JOB_TERMINAL
+from apps.dispatch.vocabulary import DEFAULT_TIMEOUT_S, JobStatus
+from apps.groves.models import Grove
+
+log = logging.getLogger(__name__)
+
+
+def scheduling_grace_s() -> float:
+    """How long a job may sit unclaimed/unreported beyond its own timeout before the sweep times it out."""
+    return getattr(settings, "PIPELINE_SCHEDULING_GRACE_S", 300)
+
+
+def job_deadline(*, timeout_s: float, now: datetime) -> datetime:
+    """The one deadline rule: the step's own timeout plus the scheduling grace, counted from ``now`` (the
+    job's creation, then again from its claim)."""
+    return now + timedelta(seconds=timeout_s + scheduling_grace_s())
+
+
+def wake_after_commit(grove_id) -> None:
+    transaction.on_commit(partial(wakeups.grove_wake, grove_id))
+
+
+def job_transition(*, job: GroveJob, to: str, reason: str = "", by_host: bool = False,
+                   now: datetime | None = None, changes: dict | None = None) -> GroveJob:
+    """The only way a Grove job changes status (with ``changes`` saved in the same UPDATE); a terminal
+    state runs the ``JobEnded`` hooks."""
+    now = now or timezone.now()
+    changes = dict(changes or {})
+    if reason:
+        changes["reason"] = reason
+    if to == JobStatus.CLAIMED:
+        # The step's own timeout counts from the claim; before it, only the scheduling grace applies.
+        changes["deadline_at"] = job_deadline(timeout_s=job.payload.get("timeout_s", DEFAULT_TIMEOUT_S), now=now)
+    JOB.apply(job, to, reason=reason, now=now, changes=changes)
+    if to in JOB_TERMINAL:
+        hooks.job_ended(hooks.JobEnded(job=job, status=to, reason=reason, by_host=by_host, at=now))
+    return job
+
+
+def grove_job_create(*, grove: Grove, run_id, node_id: int, change_kind: str, payload: dict, idempotency_key: str,
+                     attempt: int, build_id: str | None = None, job_id: uuid.UUID | None = None) -> GroveJob:
+    """Assign a job to ``grove``; its long-poll is woken after commit. ``job_id`` may be chosen by the caller
+    (it is the accelerator claim's ``job_ref``, made before the row)."""
+    now = timezone.now()
+    job = GroveJob.objects.create(
+        id=job_id or uuid.uuid4(), run_id=run_id, node_id=node_id, grove=grove, build_id=build_id,
+        change_kind=change_kind, payload=payload, idempotency_key=idempotency_key, attempt=attempt,
+        deadline_at=job_deadline(timeout_s=payload.get("timeout_s", DEFAULT_TIMEOUT_S), now=now),
+    )
+    wake_after_commit(grove.pk)
+    return job
+
+
+def _grove_job(grove: Grove, job_id, *, lock: bool) -> GroveJob:
+    qs = GroveJob.objects.filter(grove=grove)
+    if lock:
+        qs = qs.select_for_update(no_key=True)
+    try:
+        job = qs.filter(pk=job_id).first()
+    except (ValueError, TypeError, ValidationError):
+        job = None
+    if job is None:
+        raise NotFound("job_not_found", f"Grove {grove.slug} has no job '{job_id}'.")
+    return job
+
+
+@transaction.atomic
+def grove_job_claim(*, grove: Grove, job_id) -> GroveJob:
+    """Exactly one claimer wins: the row lock serialises claimers and only ``assigned`` can be claimed."""
+    job = _grove_job(grove, job_id, lock=True)
+    if job.status in (JobStatus.CANCELLED, JobStatus.TIMED_OUT):
+        raise Conflict("job_cancelled", f"Job {job.id} was {job.status.replace('_', ' ')} by Host; do not run it.")
+    if job.status != JobStatus.ASSIGNED:
+        raise Conflict("already_claimed", f"Job {job.id} was already claimed.")
+    return job_transition(job=job, to=JobStatus.CLAIMED)
+
+
+def grove_job_report(*, grove: Grove, job_id, body: dict) -> dict:
+    """Progress and terminal reports. A repeated terminal report is a no-op; a report for a job Host
+    already ended (cancelled, timed out) is stored as ``late_report`` and never revives the node."""
+    data = rules.job_report(body)
+    now = timezone.now()
+    with transaction.atomic():
+        job = _grove_job(grove, job_id, lock=True)
+        fields: list[str] = []
+        if job.cancel_requested_at and not job.cancel_acked_at:
+            job.cancel_acked_at = now  # any report after a cancellation acknowledges it
+            fields.append("cancel_acked_at")
+        if job.status in JOB_TERMINAL:
+            if job.cancel_requested_at and job.late_report is None:
+                job.late_report = {**data, "received_at": now.isoformat()}
+                fields.append("late_report")
+            if fields:
+                job.save(update_fields=fields)
+            return {"job_id": str(job.id), "status": job.status, "accepted": False}
+        if job.status == JobStatus.ASSIGNED:
+            raise Conflict("job_not_claimed", f"Claim job {job.id} before reporting on it.")
+        if data["log_tail"]:
+            job.log_tail = data["log_tail"][-settings.GROVE_LOG_TAIL_LINES:]
+            fields.append("log_tail")
+        if data["state"] == "running":
+            if fields:
+                job.save(update_fields=fields)
+            if job.status == JobStatus.CLAIMED:
+                job_transition(job=job, to=JobStatus.RUNNING, now=now)
+            return {"job_id": str(job.id), "status": job.status, "accepted": True}
+        changes = {name: getattr(job, name) for name in fields}
+        changes.update(exit_code=data.get("exit_code"), outputs=data["outputs"])
+        job_transition(job=job, to=data["state"], reason=data.get("reason", ""), now=now, changes=changes)
+    return {"job_id": str(job.id), "status": job.status, "accepted": True}
+
+
+def job_end_by_host(*, job: GroveJob, to: str, reason: str, now: datetime) -> None:
+    """Host ends a live job (the caller holds its row lock): the Grove is told through ``changes.cancel``
+    unless it never claimed it."""
+    changes = {"cancel_requested_at": now}
+    if job.claimed_at is None:
+        changes["cancel_acked_at"] = now  # never handed out: nothing for the Grove to stop
+    job_transition(job=job, to=to, reason=reason, by_host=True, now=now, changes=changes)
+    wake_after_commit(job.grove_id)
+
+
+def grove_job_time_out(*, job_id, now: datetime | None = None) -> bool:
+    """Time out one live job past its deadline (step timeout + scheduling grace). A later report from the
+    Grove is stored and ignored."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        job = GroveJob.objects.select_for_update(skip_locked=True, no_key=True).filter(pk=job_id).first()
+        if job is None or job.status not in JOB_LIVE or job.deadline_at > now:
+            return False
+        job_end_by_host(job=job, to=JobStatus.TIMED_OUT, reason="deadline_exceeded", now=now)
+    log.warning("grove job timed out", extra={"job": str(job.id), "key": job.idempotency_key})
+    return True
+
+
+def grove_jobs_time_out_overdue(*, now: datetime, limit: int) -> int:
+    """The sweep's part for jobs: time out live jobs past their deadline (through a partial index)."""
+    overdue = GroveJob.objects.filter(status__in=JOB_LIVE, deadline_at__lte=now).values_list("pk", flat=True)
+    return sum(grove_job_time_out(job_id=job_id, now=now) for job_id in list(overdue[:limit]))
+
+
+def grove_job_cancel(*, job_id, reason: str = "cancelled") -> bool:
+    """Cancel one live job (e.g. the accelerator budget task); its owner hears of it through the hooks, and
+    the Grove on its next poll."""
+    now = timezone.now()
+    with transaction.atomic():
+        try:
+            job = GroveJob.objects.select_for_update(no_key=True).filter(pk=job_id).first()
+        except (ValueError, TypeError, ValidationError):
+            job = None
+        if job is None or job.status not in JOB_LIVE:
+            return False
+        job_end_by_host(job=job, to=JobStatus.CANCELLED, reason=reason, now=now)
+    return True

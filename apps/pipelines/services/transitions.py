@@ -1,0 +1,39 @@
+"""The node and run transition functions (``states.NODE``/``states.RUN``): the only writers of their status."""
+from __future__ import annotations
+
+import logging
+
+from django.utils import timezone
+
+from apps.core.lifecycle import TransitionEvent
+from apps.pipelines.models import PipelineNode, PipelineNodeEvent, PipelineRun
+from apps.pipelines.states import NODE, NODE_TERMINAL, RUN
+
+log = logging.getLogger(__name__)
+
+
+def _record_node_event(event: TransitionEvent) -> None:
+    PipelineNodeEvent.objects.create(node=event.subject, from_status=event.old, to_status=event.new,
+                                     reason=event.reason)
+
+
+NODE.listen(_record_node_event)
+
+
+def node_transition(*, node: PipelineNode, to: str, reason: str = "", detail: str = "",
+                    changes: dict | None = None) -> PipelineNode:
+    """The only way a node changes status: checks the allowed from-states and records an event.
+    ``changes`` are other fields saved with the status (one write)."""
+    changes = dict(changes or {})
+    if reason:
+        changes.update(reason=reason, detail=detail[:2000])
+    if to in NODE_TERMINAL:
+        changes["awaiting_job_id"] = None
+    NODE.apply(node, to, reason=reason, now=timezone.now(), changes=changes)
+    return node
+
+
+def run_transition(*, run: PipelineRun, to: str, reason: str = "") -> PipelineRun:
+    RUN.apply(run, to, reason=reason, now=timezone.now(), changes={"reason": reason} if reason else {})
+    log.info("pipeline run %s", to, extra={"run": str(run.id), "reason": reason})
+    return run

@@ -1,0 +1,52 @@
+"""Placement's vocabulary: what a requirement may say, and how a decision is made. One value each.
+Pure: stdlib only. The string values are stored and appear in the API.
+
+The role, change kind and isolation values are the Grove domain's (``apps.groves.vocabulary``): a
+requirement asks for exactly what a Grove can advertise.
+"""
+from __future__ import annotations
+
+from enum import StrEnum
+
+from apps.flags.registry import FOREST_COMPATIBILITY, PERSISTED_PLACEMENT
+from apps.groves.vocabulary import ChangeKind, IsolationMode, Role
+
+
+class ArtifactKind(StrEnum):
+    OCI_IMAGE = "oci_image"
+    NATIVE_BUNDLE = "native_bundle"
+    HOST_COMMAND = "host_command"
+    NONE = "none"
+
+
+class Trust(StrEnum):
+    TRUSTED = "trusted"
+    UNTRUSTED = "untrusted"
+
+
+class SubjectType(StrEnum):
+    PIPELINE_NODE = "pipeline_node"
+    WORKLOAD_GENERATION = "workload_generation"
+    COMPUTE_STEP = "compute_step"
+
+
+class Chooser(StrEnum):
+    # The requirement (or the caller) named the Grove: compatibility is still checked.
+    EXPLICIT = "explicit"
+    # Selection among fresh Groves holding the role, ranked by platform preference and capacity fit.
+    SELECTION = "selection"
+    # Shadow mode: nothing compatible, so the old role-only choice was made and recorded as would-refuse.
+    FALLBACK = "fallback"
+
+
+FAMILIES = tuple(Role)
+ARTIFACT_KINDS = tuple(ArtifactKind)
+CHANGE_KINDS = tuple(ChangeKind)
+ISOLATION_MODES = tuple(IsolationMode)
+TRUST_LEVELS = tuple(Trust)
+
+DEFAULT_CPU_MILLI = 1000
+DEFAULT_MEMORY_BYTES = 1 << 30
+
+COMPATIBILITY_FLAG = FOREST_COMPATIBILITY
+PERSISTED_FLAG = PERSISTED_PLACEMENT
