@@ -110,16 +110,6 @@ def _name(spec: dict) -> str:
     return str(spec.get("name") or spec.get("slug") or "?")
 
 
-def requirement_for_workload(workload: dict, *, artifact: dict | None = None,
-                             grove: dict | None = None) -> ExecutionRequirement:
-    """A desired runtime workload on Kubernetes: {"name", "image", "platform", "resources", "accelerators", ...}.
-
-    ``artifact`` is the image's Artifact ({"digest", "platform"}): its config platform is a constraint.
-    """
-    return requirement(workload, family="runtime", source=f"workload:{_name(workload)}", artifact=artifact,
-                        grove=grove, artifact_kind="oci_image", change_kind="k8s.deployment", isolation="container")
-
-
 def requirement_for_native_workload(workload: dict, *, artifact: dict | None = None,
                                     grove: dict | None = None) -> ExecutionRequirement:
     """A native workload (a signed bundle run as host processes by forest-agent)."""

@@ -52,7 +52,7 @@ def test_no_platform_means_any_with_a_default_source():
 
 
 def test_artifact_and_grove_platforms_intersect_and_are_recorded():
-    requirement = derivation.requirement_for_workload(
+    requirement = derivation.requirement_for_native_workload(
         {"name": "web", "platform": ["linux/amd64", "linux/arm64"]},
         artifact={"digest": "sha256:abc", "platform": "linux/arm64"},
         grove={"slug": "pi", "platforms": ["linux/arm64"]})
@@ -69,8 +69,6 @@ def test_sources_that_share_no_platform_are_an_error_at_derivation():
 
 
 @pytest.mark.parametrize(("function", "spec", "expected"), [
-    (derivation.requirement_for_workload, {"name": "web"},
-     ("runtime", "oci_image", "k8s.deployment", "container", (), ("default",))),
     (derivation.requirement_for_native_workload, {"name": "mlx", "platform": ["darwin/arm64"]},
      ("runtime", "native_bundle", "native.workload", "host_process", ("darwin/arm64",), ("workload:mlx",))),
 ])
