@@ -97,11 +97,20 @@ TEMPLATES = [
     },
 ]
 
+# PostgreSQL connections are pooled per process (Django 5.2 + psycopg_pool; see apps/core/db.py): under
+# uvicorn every request runs in a fresh thread, so a per-thread connection (CONN_MAX_AGE) either reconnects
+# per request (0) or leaks one connection per thread (>0). The pool bounds each process to
+# DATABASE_POOL_MAX_SIZE connections; its health check costs a round trip only after an idle spell.
+# DATABASE_POOL=0 falls back to Django's per-thread connections (CONN_MAX_AGE, health check per request).
+DATABASE_POOL = env_bool("DATABASE_POOL", True)
+DATABASE_POOL_MIN_SIZE = int(os.environ.get("DATABASE_POOL_MIN_SIZE", "1"))
+DATABASE_POOL_MAX_SIZE = int(os.environ.get("DATABASE_POOL_MAX_SIZE", "6"))
+DATABASE_POOL_TIMEOUT_S = float(os.environ.get("DATABASE_POOL_TIMEOUT_S", "10"))
+# Connections of the lean wire routes' async pool (apps/dispatch/api/lean.py), per web process.
+DATABASE_POOL_ASYNC_SIZE = int(os.environ.get("DATABASE_POOL_ASYNC_SIZE", "4"))
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'forest.sqlite3'}"),
-        # 0 by default: under ASGI each request may run in its own thread, and a persistent connection per
-        # thread exhausts PostgreSQL. Raise it for WSGI servers (gunicorn sync workers) or use a pooler.
         conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
         conn_health_checks=True,
     )
@@ -110,6 +119,12 @@ DATABASES["default"]["TEST"] = {"NAME": os.environ.get("DATABASE_TEST_NAME", "fo
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"]["OPTIONS"] = {"timeout": 20}
     DATABASES["default"]["TEST"] = {}
+elif DATABASE_POOL:
+    # The backend is Django's PostgreSQL one with the cheap pool health check of apps/core/db.py.
+    DATABASES["default"].update(ENGINE="apps.core.dbbackend", CONN_MAX_AGE=0, CONN_HEALTH_CHECKS=False)
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": DATABASE_POOL_MIN_SIZE, "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": DATABASE_POOL_TIMEOUT_S, "max_idle": 300.0}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
