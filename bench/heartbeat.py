@@ -210,13 +210,26 @@ def stop(proc: subprocess.Popen) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def server_cpu(proc: subprocess.Popen | None) -> float:
+    import psutil
+
+    if proc is None:
+        return 0.0
+    parent = psutil.Process(proc.pid)
+    total = 0.0
+    for p in [parent, *parent.children(recursive=True)]:
+        times = p.cpu_times()
+        total += times.user + times.system
+    return total
+
+
 def run_wrk(url: str, groves: list[tuple[str, str]], bodies: list[dict], concurrency: int, seconds: float,
-            work: Path) -> dict:
+            work: Path, server: subprocess.Popen | None = None) -> dict:
     targets, payloads, script = work / "targets.txt", work / "bodies.txt", work / "heartbeat.lua"
     targets.write_text("".join(f"{g} {c}\n" for g, c in groves))
     payloads.write_text("".join(json.dumps(b, separators=(",", ":")) + "\n" for b in bodies))
     script.write_text(LUA)
-    started = os.times()
+    started, cpu = os.times(), server_cpu(server)
     done = subprocess.run([WRK, "-t", "1", "-c", str(concurrency), "-d", f"{round(seconds)}s", "--timeout", "30s",
                            "-s", str(script), url], env={**os.environ, "BENCH_TARGETS": str(targets),
                                                          "BENCH_BODIES": str(payloads)},
@@ -224,14 +237,14 @@ def run_wrk(url: str, groves: list[tuple[str, str]], bodies: list[dict], concurr
     out = done.stdout
     if done.returncode:
         raise SystemExit(f"wrk failed ({done.returncode}): {done.stderr or out}")
-    ended = os.times()
+    ended, cpu = os.times(), server_cpu(server) - cpu
     match = re.search(r"^BENCH (\d+) (\S+) (\S+) (\S+) (\d+)$", out, re.M)
     if match is None:
         raise SystemExit(f"wrk gave no summary:\n{out}")
     requests, duration, p50, p99, errors = match.groups()
     client_cpu = (ended.children_user + ended.children_system) - (started.children_user + started.children_system)
     return {"rps": int(requests) / float(duration), "p50": float(p50), "p99": float(p99), "errors": int(errors),
-            "client_cpu": client_cpu / float(duration)}
+            "client_cpu": client_cpu / float(duration), "server_ms": 1000 * cpu / max(1, int(requests))}
 
 
 async def run_floor(groves: list[tuple[str, str]], concurrency: int, seconds: float) -> dict:
@@ -256,7 +269,8 @@ async def run_floor(groves: list[tuple[str, str]], concurrency: int, seconds: fl
     elapsed = time.perf_counter() - started
     latencies.sort()
     return {"rps": len(latencies) / elapsed, "p50": statistics.median(latencies) * 1000,
-            "p99": latencies[int(len(latencies) * 0.99) - 1] * 1000, "errors": 0, "client_cpu": float("nan")}
+            "p99": latencies[int(len(latencies) * 0.99) - 1] * 1000, "errors": 0, "client_cpu": float("nan"),
+            "server_ms": float("nan")}
 
 
 def server_rss(proc: subprocess.Popen) -> int:
@@ -330,7 +344,7 @@ def main() -> None:
                 vacuum()
                 print(f"N={size}: {label} heartbeats for {args.seconds}s, concurrency {concurrency} ...", flush=True)
                 upd, hot = hot_counters()
-                ours = run_wrk(url, groves, WORKLOADS[label], concurrency, args.seconds, work)
+                ours = run_wrk(url, groves, WORKLOADS[label], concurrency, args.seconds, work, server)
                 upd2, hot2 = hot_counters()
                 floor = asyncio.run(run_floor(groves, concurrency, args.seconds))
                 http = run_wrk(empty_url, groves, WORKLOADS[label], concurrency, args.seconds, work)
@@ -349,14 +363,15 @@ def main() -> None:
     print(f"\nserver: {args.server} x{args.workers} workers; client: wrk (1 thread); {load}")
     print(f"{'N':>6} {'load':<9} {'conc':>4} | {'ours rps':>8} {'p50 ms':>7} {'p99 ms':>7} {'err':>4} {'HOT':>5} | "
           f"{'UPDATE rps':>10} {'p50 ms':>7} | {'HTTP rps':>8} {'p50 ms':>7} | {'/UPDATE':>7} {'/HTTP':>6} "
-          f"{'wrk cpu':>7}")
+          f"{'wrk cpu':>7} {'web ms/req':>10}")
     for size, label, conc, ours, floor, http, hot in rows:
         print(f"{size:>6} {label:<9} {conc:>4} | {ours['rps']:>8.0f} {ours['p50']:>7.2f} {ours['p99']:>7.2f} "
               f"{ours['errors']:>4} {hot:>5.0%} | {floor['rps']:>10.0f} {floor['p50']:>7.2f} | "
               f"{http['rps']:>8.0f} {http['p50']:>7.2f} | {ours['rps'] / floor['rps']:>6.2f}x "
-              f"{ours['rps'] / http['rps']:>5.2f}x {ours['client_cpu']:>6.0%}")
+              f"{ours['rps'] / http['rps']:>5.2f}x {ours['client_cpu']:>6.0%} {ours['server_ms']:>10.2f}")
     print("\n/UPDATE, /HTTP = our req/s over the floor's (target >= 0.5x the bare UPDATE); HOT = share of the Grove "
-          "row's UPDATEs that were heap-only; wrk cpu = the client's share of one core while driving ours.")
+          "row's UPDATEs that were heap-only;\nwrk cpu = the client's share of one core while driving ours; "
+          "web ms/req = CPU of the web processes per request.")
     if longpoll:
         print(f"\nlong-poll: {longpoll['n']} Groves waiting at once (opened in {longpoll['open_s']:.1f}s): server RSS "
               f"{longpoll['before'] / 2**20:.0f} -> {longpoll['during'] / 2**20:.0f} MiB, "

@@ -230,6 +230,8 @@ FLAGS_CACHE_TTL_S = float(os.environ.get("FLAGS_CACHE_TTL_S", "1.0"))
 # How stale one process's placement fleet snapshot may get (s); defaults to the flag snapshot's budget.
 PLACEMENT_FLEET_REFRESH_S = float(os.environ.get("PLACEMENT_FLEET_REFRESH_S", FLAGS_CACHE_TTL_S))
 
+# The lean ASGI routes for heartbeat and changes (apps/dispatch/api/lean.py); off sends them through Django.
+FOREST_LEAN_WIRE = env_bool("FOREST_LEAN_WIRE", True)
 FOREST_NATIVE_WORKLOAD_DISPATCH = env_bool("FOREST_NATIVE_WORKLOAD_DISPATCH", False)
 # Where agents reach Host (bundle URLs in workload generations are built on it).
 FOREST_PUBLIC_URL = os.environ.get("FOREST_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")

@@ -76,3 +76,26 @@ async def async_pool():
             if pool.closed:
                 await pool.open()
     return pool
+
+
+def released(fn):
+    """``fn`` (a sync database read for an async caller) giving its connection back to the pool when it
+    returns, so a coroutine that waits between reads (the ``changes`` long-poll) holds no connection while
+    it waits. Inside a transaction (a test's) the connection stays: closing it would break the transaction."""
+    from django.db import connection
+
+    def run(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if not connection.in_atomic_block:
+                connection.close()
+
+    return run
+
+
+async def async_pool_close() -> None:
+    """Close this event loop's lean-route pool (tests that drive the ASGI app, process shutdown)."""
+    entry = _async_pools.pop(asyncio.get_running_loop(), None)
+    if entry is not None:
+        await entry[0].close()
