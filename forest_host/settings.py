@@ -207,9 +207,12 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Recovery of a resume the broker lost is bounded by the sweep interval plus the resend delay.
+PIPELINE_SWEEP_INTERVAL_S = float(os.environ.get("PIPELINE_SWEEP_INTERVAL_S", "15"))
+PIPELINE_RESUME_RESEND_AFTER_S = float(os.environ.get("PIPELINE_RESUME_RESEND_AFTER_S", "30"))
 CELERY_BEAT_SCHEDULE = {
     "groves.mark_stale": {"task": "groves.mark_stale", "schedule": timedelta(seconds=30)},
-    "pipelines.sweep": {"task": "pipelines.sweep", "schedule": timedelta(seconds=15)},
+    "pipelines.sweep": {"task": "pipelines.sweep", "schedule": timedelta(seconds=PIPELINE_SWEEP_INTERVAL_S)},
     "accelerators.accrue_usage": {"task": "accelerators.accrue_usage", "schedule": timedelta(seconds=60)},
 }
 
@@ -238,6 +241,10 @@ FOREST_PUBLIC_URL = os.environ.get("FOREST_PUBLIC_URL", "http://127.0.0.1:8000")
 FOREST_CAS_ROOT = Path(os.environ.get("FOREST_CAS_ROOT", VAR_DIR / "cas"))
 FOREST_MAX_BLOB_BYTES = int(os.environ.get("FOREST_MAX_BLOB_BYTES", str(4 * 1024**3)))
 PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS = env_list("PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS")
+# A node's tail runs in its job's terminal report when cheap (apps/pipelines/services/resume.py); off, or
+# for runs above the node count, through the pipeline.node_resume task and its outbox row.
+PIPELINE_INLINE_TAIL = env_bool("PIPELINE_INLINE_TAIL", True)
+PIPELINE_INLINE_TAIL_MAX_NODES = int(os.environ.get("PIPELINE_INLINE_TAIL_MAX_NODES", "200"))
 
 # --- logging: structlog renders JSON in production, console lines in DEBUG --------------------
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")

@@ -20,9 +20,13 @@ def _record_node_event(event: TransitionEvent) -> None:
 NODE.listen(_record_node_event)
 
 
-def node_transition(*, node: PipelineNode, to: str, reason: str = "", detail: str = "") -> PipelineNode:
-    """The only way a node changes status: checks the allowed from-states and records an event."""
-    changes: dict = {"reason": reason, "detail": detail[:2000]} if reason else {}
+def node_transition(*, node: PipelineNode, to: str, reason: str = "", detail: str = "",
+                    changes: dict | None = None) -> PipelineNode:
+    """The only way a node changes status: checks the allowed from-states and records an event
+    (``changes``: other fields saved in the same UPDATE)."""
+    changes = dict(changes or {})
+    if reason:
+        changes.update(reason=reason, detail=detail[:2000])
     if to in NODE_TERMINAL:
         changes["awaiting_job_id"] = None
     NODE.apply(node, to, reason=reason, now=timezone.now(), changes=changes)
