@@ -23,7 +23,7 @@ Tables are vacuumed between sizes. ``--longpoll N`` then holds N ``changes`` lon
 prints the web processes' RSS growth per waiting Grove.
 
 Needs PostgreSQL and Redis on 127.0.0.1 (``scripts/services-up.sh``); uses database ``forest_bench_heartbeat``
-and Redis db 6. ``uptime`` is printed first: figures on a shared box are only comparable within a run.
+and Redis db 4. ``uptime`` is printed first: figures on a shared box are only comparable within a run.
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ DB_URL = os.environ.get("BENCH_DATABASE_URL", f"postgres://postgres@127.0.0.1:54
 ENV = {
     "DATABASE_URL": DB_URL, "SECRET_KEY": "bench-secret-key", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0",
     "ALLOWED_HOSTS": "127.0.0.1,localhost", "CELERY_BROKER_URL": os.environ.get("BENCH_REDIS_URL",
-                                                                                "redis://127.0.0.1:6379/6"),
+                                                                                "redis://127.0.0.1:6379/4"),
     "LOG_LEVEL": "WARNING",
 }
 GIB = 1024**3

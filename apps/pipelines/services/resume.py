@@ -45,16 +45,12 @@ def write_resume(job: GroveJob, *, now: datetime) -> PipelineOutbox | None:
 
 def _tail_inline(job: GroveJob) -> bool:
     """Run the node's tail now if its run and node locks are free and the run is small; True when it ran."""
-    if job.node_id is None:
-        return False
-    run = (PipelineRun.objects.select_for_update(no_key=True, skip_locked=True, of=("self",))
-           .filter(nodes__pk=job.node_id).first())
-    if run is None:
-        return False
-    node = (PipelineNode.objects.select_for_update(no_key=True, skip_locked=True)
-            .filter(pk=job.node_id, status=NodeStatus.AWAITING, current_job_id=job.id).first())
+    # The node and its run locked in one statement; SKIP LOCKED on both, so it never waits.
+    node = (PipelineNode.objects.select_for_update(no_key=True, skip_locked=True, of=("self", "run"))
+            .select_related("run").filter(pk=job.node_id, status=NodeStatus.AWAITING, current_job_id=job.id).first())
     if node is None:
         return False
+    run = node.run
     nodes = list(run.nodes.order_by("position"))
     if len(nodes) > settings.PIPELINE_INLINE_TAIL_MAX_NODES:
         return False
