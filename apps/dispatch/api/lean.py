@@ -15,7 +15,8 @@ for its whole wait), URL resolution, DRF's negotiation and a pooled-connection r
   ``wire.changes_answer`` as the Django view; every refusal is handed to Django for its error body.
 
 Responses carry the headers Django's security middleware would add. ``FOREST_LEAN_WIRE=0`` turns the
-routes off (everything goes to Django). Counted in ``forest_wire_lean_total{route,outcome}``.
+routes off (everything goes to Django), as does a database other than PostgreSQL.
+Counted in ``forest_wire_lean_total{route,outcome}``.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import uuid
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connections
 from django.http.request import split_domain_port, validate_host
 from django.utils import timezone
 from prometheus_client import Counter
@@ -111,8 +113,14 @@ class LeanWire:
     def __init__(self, app) -> None:
         self.app = app
 
+    @staticmethod
+    def _on() -> bool:
+        # PostgreSQL only: the statement and the async pool are psycopg's (the embedded SQLite of
+        # `make run` sends everything to Django).
+        return settings.FOREST_LEAN_WIRE and connections["default"].vendor == "postgresql"
+
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and getattr(settings, "FOREST_LEAN_WIRE", True):
+        if scope["type"] == "http" and self._on():
             method, path = scope["method"], scope["path"]
             if method == "POST" and (match := HEARTBEAT.fullmatch(path)):
                 return await self.heartbeat(match["grove"], scope, receive, send)
