@@ -251,6 +251,7 @@ def run(*, jobs: int, groves: int, env: dict, log_dir: Path, faults: bool, flush
     ``flush()`` empties the broker (FLUSHDB, or the test's private queue)."""
     from django.db import transaction
 
+    from apps.groves.models import Grove
     from apps.pipelines import services as pipelines
     from apps.pipelines.models import PipelineNode, PipelineOutbox, PipelineRun
 
@@ -271,20 +272,23 @@ def run(*, jobs: int, groves: int, env: dict, log_dir: Path, faults: bool, flush
                     run_ids.append(pipelines.pipeline_run_create(graph=graph, kind="compute",
                                                                  environment=environment).id)
 
-        # With faults, the second half of the runs is created just before the broker is flushed, so the
-        # flush drops messages for certain (their nodes' execute tasks), and the sweep must recover them.
-        create(jobs - jobs // 2 if faults else jobs)
+        # Runs are created a batch per tick while the Groves work, so faults and cancellations land mid-run.
+        # With faults, the second half is held back and created just before the broker is flushed, so the
+        # flush drops messages for certain (their nodes' execute tasks) and the sweep must recover them.
+        first_wave = jobs - jobs // 2 if faults else jobs
         plan = [(0.10, "kill web"), (0.20, "kill worker"), (0.30, "flush broker")] if faults else []
-        to_cancel = set(random.Random(tag).sample(run_ids, max(1, jobs // 20)))
+        cancel_target = max(1, jobs // 20)
         deadline = time.monotonic() + timeout_s
         while True:
+            if len(run_ids) < first_wave:
+                create(min(25, first_wave - len(run_ids)))
             runs = PipelineRun.objects.filter(pk__in=run_ids)
             done = runs.filter(status__in=("succeeded", "failed", "cancelled")).count()
-            for run_id in list(to_cancel):
-                if done >= jobs * 0.1:
+            if len(cancelled) < cancel_target and done >= jobs * 0.05:
+                for run_id in runs.filter(status="running").exclude(pk__in=cancelled).values_list(
+                        "pk", flat=True)[: cancel_target - len(cancelled)]:
                     pipelines.pipeline_run_cancel(run_id=run_id, reason="ha-bench")
                     cancelled.append(run_id)
-                    to_cancel.discard(run_id)
             while plan and done >= jobs * plan[0][0]:
                 _, what = plan.pop(0)
                 at = time.time()
@@ -304,7 +308,7 @@ def run(*, jobs: int, groves: int, env: dict, log_dir: Path, faults: bool, flush
                         PipelineOutbox.objects.filter(node__run_id__in=run_ids, done_at__isnull=True)
                         .values_list("pk", flat=True))}
                 events.append((round(at - started, 1), what, done))
-                say(f"  t={at - started:5.1f}s {what} ({done}/{jobs} runs finished)")
+                say(f"  t={at - started:5.1f}s {what} ({done}/{jobs} runs finished)", flush=True)
             if recovery is not None and "s" not in recovery:
                 stuck = (PipelineNode.objects.filter(pk__in=recovery["nodes"], status="queued",
                                                      queued_at__lte=_dt(recovery["at"])).count()
@@ -323,6 +327,8 @@ def run(*, jobs: int, groves: int, env: dict, log_dir: Path, faults: bool, flush
         sim.stop.set()
         sim.thread.join(30)
         cluster.stop()
+        # Nobody serves these Groves any more: a later run must not place work on them.
+        Grove.objects.filter(pk__in=[g for g, _ in enrolled]).update(enabled=False)
     result = counts(run_ids)
     tails = dict(PipelineNode.objects.filter(run_id__in=run_ids, current_job_id__isnull=False)
                  .values_list("current_job_id", "finished_at"))

@@ -29,7 +29,7 @@ def test_process_loss_loses_nothing_doubles_nothing_and_revives_nothing(celery_q
            "FOREST_VAR_DIR": str(tmp_path), "DATABASE_POOL_MAX_SIZE": "3", "DATABASE_POOL_ASYNC_SIZE": "2"}
     broker = redis.Redis.from_url(django_settings.CELERY_BROKER_URL)
     result = ha.run(jobs=12, groves=2, env=env, log_dir=tmp_path, faults=True, tag="test", timeout_s=180,
-                    flush=lambda: broker.delete(celery_queue), say=lambda line: None)
+                    flush=lambda: broker.delete(celery_queue), say=lambda *a, **k: None)
     logs = "\n".join(p.read_text(errors="replace")[-1500:] for p in tmp_path.glob("*.log"))
     assert [what for _, what, _ in result["events"]] == ["kill web", "kill worker", "flush broker"], logs
     assert result["lost"] == 0, (result, logs)
