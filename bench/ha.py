@@ -300,7 +300,7 @@ def run(*, jobs: int, groves: int, env: dict, log_dir: Path, faults: bool, flush
                     cluster.workers[0].kill()
                     cluster.workers[0].start()
                 else:
-                    create(jobs // 2)
+                    create(jobs - len(run_ids))
                     flush()
                     recovery = {"at": at, "nodes": set(
                         PipelineNode.objects.filter(run_id__in=run_ids, status__in=["queued", "awaiting"])
