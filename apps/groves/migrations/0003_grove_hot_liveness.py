@@ -10,8 +10,8 @@ from django.db import migrations, models
 # Grove's snapshot copy lags by at most that window (GUC forest.grove_liveness_touch_s, default 30 s, a
 # third of the default 90 s staleness; ALTER DATABASE ... SET forest.grove_liveness_touch_s = ... to change);
 # (3) free space on the row's page for the new version: fillfactor 50.
-# Every other write (any column outside liveness, a heartbeat moving backwards, the first heartbeat, one
-# past the window) is stamped as before.
+# Liveness is last_heartbeat_at, stale_since and log_tail. Every other write (any other column, the agent's
+# version included, a heartbeat moving backwards, the first heartbeat, one past the window) is stamped.
 TRIGGER = """
 CREATE OR REPLACE FUNCTION groves_grove_touch() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -21,12 +21,12 @@ BEGIN
        AND NEW.last_heartbeat_at < OLD.liveness_stamped_at + make_interval(secs => coalesce(
            nullif(current_setting('forest.grove_liveness_touch_s', true), '')::float8, 30))
        AND (NEW.id, NEW.slug, NEW.name, NEW.roles, NEW.substrate, NEW.platforms, NEW.isolation_modes,
-            NEW.change_kinds, NEW.capacity_digest, NEW.free_digest, NEW.capacity_reported_at, NEW.enabled,
-            NEW.created_at)
+            NEW.change_kinds, NEW.version, NEW.capacity_digest, NEW.free_digest, NEW.capacity_reported_at,
+            NEW.enabled, NEW.created_at)
            IS NOT DISTINCT FROM
            (OLD.id, OLD.slug, OLD.name, OLD.roles, OLD.substrate, OLD.platforms, OLD.isolation_modes,
-            OLD.change_kinds, OLD.capacity_digest, OLD.free_digest, OLD.capacity_reported_at, OLD.enabled,
-            OLD.created_at)
+            OLD.change_kinds, OLD.version, OLD.capacity_digest, OLD.free_digest, OLD.capacity_reported_at,
+            OLD.enabled, OLD.created_at)
     THEN
         NEW.updated_at := OLD.updated_at;
         NEW.liveness_stamped_at := OLD.liveness_stamped_at;
