@@ -229,3 +229,36 @@ def test_the_trigger_names_every_grove_column():
     for field in Grove._meta.concrete_fields:
         if field.column not in liveness:
             assert f"NEW.{field.column}" in trigger and f"OLD.{field.column}" in trigger, field.column
+
+
+def test_waiting_long_polls_hold_no_database_connection(fresh_grove):
+    """40 Groves waiting in ``changes`` at once: the database sees only the pools' few connections (each
+    read gives its connection back before the wait), not one per waiting Grove."""
+    import psycopg
+    from django.db import connection
+
+    groves = [fresh_grove(name=f"g{i}") for i in range(40)]
+    name = connection.settings_dict["NAME"]
+    connection.close()
+    seen = {}
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application),
+                                     base_url="http://testserver", timeout=30) as client:
+            async def poll(grove, credential):
+                return await client.get(f"{V1}/groves/{grove.id}/changes?wait=3",
+                                        headers={"Authorization": f"Bearer {credential}"})
+
+            async def sample():
+                await asyncio.sleep(1.5)  # every poll is in its wait by now
+                async with await psycopg.AsyncConnection.connect(dbname="postgres", host="127.0.0.1",
+                                                                 user="postgres", autocommit=True) as admin:
+                    cursor = await admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [name])
+                    seen["sessions"] = (await cursor.fetchone())[0]
+
+            answers = await asyncio.gather(*(poll(g, c) for g, c in groves), sample())
+            return answers[:-1]
+
+    answers = asyncio.run(go())
+    assert [a.status_code for a in answers] == [200] * 40
+    assert seen["sessions"] < 20, seen
