@@ -17,7 +17,7 @@ TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:543
 
 PYTEST_ARGS ?= -n 2
 
-.PHONY: run test lint venv clean help
+.PHONY: run test fuzz lint venv clean help
 
 help:  ## Show the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml $(wildcard agent/pyproject.toml)
 venv: $(STAMP)  ## Create .venv and install Host, the agent and the dev tools
 
 run: $(STAMP)  ## Migrate, load the demo and serve Host (web :8000 + worker + beat); Ctrl-C stops all
-	@mkdir -p var/broker/queue var/broker/processed
+	@mkdir -p var/broker/queue var/broker/processed var/broker/control
 	$(RUN_ENV) $(BIN)/python manage.py migrate --noinput
 	$(RUN_ENV) $(BIN)/python manage.py load_demo
 	@echo "Forest Host on http://127.0.0.1:8000/  (admin: /admin/, API schema: /api/schema/)"
@@ -41,6 +41,11 @@ test: $(STAMP)  ## Architecture contracts, then the whole suite against real Pos
 	$(BIN)/lint-imports
 	@scripts/services-up.sh
 	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+fuzz: $(STAMP)  ## The API fuzz and hostile corpus with many more examples (FOREST_FUZZ_EXAMPLES, default 150)
+	@scripts/services-up.sh
+	$(TEST_ENV) FOREST_FUZZ_EXAMPLES=$${FOREST_FUZZ_EXAMPLES:-150} $(BIN)/python -m pytest -q \
+		tests/core/test_schemathesis_api.py tests/core/test_hostile.py tests/groves/test_schemathesis.py
 
 lint: $(STAMP)  ## ruff and the import-linter contracts
 	$(BIN)/ruff check .

@@ -161,16 +161,16 @@ def refresh_costs(n: int) -> dict:
     from django.utils import timezone
 
     from apps.groves.models import Grove
-    from apps.placement import selectors
+    from apps.placement import snapshot
 
     def timed(**kwargs) -> float:
         t0 = time.perf_counter()
-        selectors.fleet_refresh(**kwargs)
+        snapshot.fleet_refresh(**kwargs)
         return (time.perf_counter() - t0) * 1000
 
     full = min(timed(full=True) for _ in range(3))
-    time.sleep(selectors.WATERMARK_OVERLAP.total_seconds() + 0.1)  # past the overlap window of the load
-    selectors.fleet_refresh()
+    time.sleep(snapshot.WATERMARK_OVERLAP.total_seconds() + 0.1)  # past the overlap window of the load
+    snapshot.fleet_refresh()
     idle = min(timed() for _ in range(5))
     beating = max(1, n // 100)
     ids = list(Grove.objects.order_by("?").values_list("id", flat=True)[:beating])
@@ -228,7 +228,7 @@ def main() -> None:
     from unittest import mock
 
     from apps.core.errors import ForestError
-    from apps.placement import selectors, services
+    from apps.placement import services, snapshot
     from tests.placement.oracle import sql_candidates
 
     mix = requirements()
@@ -252,7 +252,7 @@ def main() -> None:
             services.placement_decide(requirement=mix[i % len(mix)])
 
         def sql_preview(i: int) -> None:
-            with mock.patch.object(selectors, "candidates", sql_candidates):
+            with mock.patch.object(snapshot, "candidates", sql_candidates):
                 services.placement_decide(requirement=mix[i % len(mix)])
 
         def persisted(i: int, run: str = f"{n}-{time.monotonic_ns()}") -> None:

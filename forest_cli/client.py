@@ -66,6 +66,37 @@ class ForestClient:
     def compute_cancel(self, job_id: str) -> dict:
         return self.request("POST", f"/compute/jobs/{job_id}/cancel")
 
+    def compute_logs(self, job_id: str) -> list[dict]:
+        return self.request("GET", f"/compute/jobs/{job_id}/logs")
+
+    # staff reads (staff token, host.staff.execution_observability on)
+    def groves_list(self, **filters) -> list[dict]:
+        return self._all("/staff/groves", filters)
+
+    def inventory(self) -> dict:
+        return self.request("GET", "/staff/inventory")
+
+    def placements_list(self, *, limit: int = 50, **filters) -> list[dict]:
+        return self._all("/staff/placements", filters, limit=limit)
+
+    def refusals(self, *, since: str | None = None, until: str | None = None) -> dict:
+        return self.request("GET", "/staff/refusals", params=_params(since=since, until=until))
+
+    def plan(self, body: dict) -> dict:
+        return self.request("POST", "/plan", json=body)
+
+    def _all(self, path: str, filters: dict, *, limit: int | None = None) -> list[dict]:
+        """Follow page numbers until ``limit`` rows (or the end); pages are Host's bounded pages."""
+        params = {**_params(**filters), "page_size": min(limit or 500, 500)}
+        rows: list[dict] = []
+        page = 1
+        while True:
+            body = self.request("GET", path, params={**params, "page": page})
+            rows.extend(body["results"])
+            if not body.get("next") or (limit is not None and len(rows) >= limit):
+                return rows[:limit] if limit is not None else rows
+            page += 1
+
     # runs
     def runs_list(self, **filters) -> list[dict]:
         params = {k: v for k, v in filters.items() if v}
@@ -92,6 +123,12 @@ class ForestClient:
             subject_type, subject_id = node["placement_subject"].split(":", 1)
         body = self.request("GET", "/placements", params={"subject_type": subject_type, "subject_id": subject_id})
         return body["results"] if isinstance(body, dict) and "results" in body else body
+
+
+def _params(**values) -> dict:
+    """Query parameters without the unset ones; booleans as Host's filters spell them."""
+    return {k: ("true" if v else "false") if isinstance(v, bool) else v for k, v in values.items()
+            if v is not None and v != ""}
 
 
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

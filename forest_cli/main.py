@@ -1,16 +1,18 @@
-"""``forest``: compute jobs, pipeline runs and placement explanations from a terminal, and ``forest mcp``."""
+"""``forest``: compute jobs, pipeline runs, placements, Groves and the "would refuse" report from a
+terminal; ``forest plan`` previews before submitting; ``forest mcp`` serves the same as MCP tools."""
 from __future__ import annotations
 
 import json
 import shlex
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 import yaml
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -20,7 +22,8 @@ from forest_cli.client import TERMINAL, ForestClient, ForestClientError
 app = typer.Typer(help="Forest: place work on Groves and explain why.", no_args_is_help=True)
 compute = typer.Typer(help="Compute jobs: steps run one after another on Groves.", no_args_is_help=True)
 runs = typer.Typer(help="Pipeline runs.", no_args_is_help=True)
-placements = typer.Typer(help="Placement decisions.", no_args_is_help=True)
+placements = typer.Typer(help="Placement decisions: `forest placements [--refused]` lists them (staff); "
+                              "`forest placements explain SUBJECT` explains one.")
 app.add_typer(compute, name="compute")
 app.add_typer(runs, name="runs")
 app.add_typer(placements, name="placements")
@@ -64,23 +67,53 @@ def _print_json(data) -> None:
 
 def _steps_table(job: dict) -> Table:
     table = Table(title=f"{job['name']}  {job['id']}  [bold]{job['status']}[/bold]", title_justify="left")
-    for column in ("step", "status", "grove", "exit", "job", "reason"):
+    for column in ("step", "status", "try", "wait", "grove", "exit", "job", "reason"):
         table.add_column(column)
     colours = {"succeeded": "green", "failed": "red", "timed_out": "red", "cancelled": "yellow",
                "awaiting": "cyan", "queued": "blue"}
     for step in job["steps"]:
         colour = colours.get(step["status"], "white")
-        table.add_row(step["name"], f"[{colour}]{step['status']}[/{colour}]", step["grove"] or "-",
+        attempts = f"{step.get('attempt', 1)}/{1 + step.get('retries', 0)}"
+        table.add_row(step["name"], f"[{colour}]{step['status']}[/{colour}]", attempts,
+                      (step.get("wait_mode") or "-").replace("_", " "), step["grove"] or "-",
                       "-" if step["exit_code"] is None else str(step["exit_code"]), step["job_id"] or "-",
                       step.get("reason") or "")
     return table
+
+
+def _notes(view: dict, *, item: str) -> list[Text]:
+    """The lines under a job or run table: refusals (code and sentence), shadow-mode warnings (code,
+    sentence, the flag that would refuse) and the runner pool."""
+    lines = []
+    for entry in view.get("steps", view.get("nodes", [])):
+        refusal = entry.get("refusal")
+        if refusal:
+            name = entry.get("name") or entry.get("id")
+            lines.append(Text("refused ", style="red") + Text(f"{item} {name}: [{refusal['code']}] "
+                                                              f"{refusal['detail']}"))
+        elif entry.get("status") == "queued" and entry.get("retry_at"):
+            name = entry.get("name") or entry.get("id")
+            lines.append(Text("retry ", style="blue") + Text(f"{item} {name}: {entry.get('detail') or ''}"))
+    for warning in view.get("warnings", []):
+        lines.append(Text("warning ", style="yellow") + Text(
+            f"{item} {warning.get(item, '?')}: [{warning['code']}] {warning['detail']} "
+            f"(would be refused with {warning['flag']} on)"))
+    runner = view.get("runner")
+    if runner:
+        lines.append(Text(f"runner slots: {runner['slots']} ({runner['waiting_in_place']} steps waiting in place "
+                          "on Host)", style="dim"))
+    return lines
+
+
+def _job_view(job: dict) -> Group:
+    return Group(_steps_table(job), *_notes(job, item="step"))
 
 
 def _show_job(ctx: typer.Context, job: dict) -> None:
     if ctx.obj["json"]:
         _print_json(job)
     else:
-        out.print(_steps_table(job))
+        out.print(_job_view(job), soft_wrap=True)
 
 
 def _load(path: Path) -> dict:
@@ -105,11 +138,11 @@ def _watch(ctx: typer.Context, client: ForestClient, job_id: str, interval: floa
             job = client.compute_get(job_id)
         _print_json(job)
         return job
-    with Live(_steps_table(job), console=out, refresh_per_second=4) as live:
+    with Live(_job_view(job), console=out, refresh_per_second=4) as live:
         while job["status"] not in TERMINAL:
             time.sleep(interval)
             job = client.compute_get(job_id)
-            live.update(_steps_table(job))
+            live.update(_job_view(job))
     return job
 
 
@@ -226,11 +259,17 @@ def runs_list(ctx: typer.Context, status: Annotated[str | None, typer.Option()] 
     out.print(table)
 
 
+def _show_run(ctx: typer.Context, run: dict) -> None:
+    if ctx.obj["json"]:
+        _print_json(run)
+    else:
+        out.print(Group(_run_table(run), *_notes(run, item="node")), soft_wrap=True)
+
+
 @runs.command("show")
 def runs_show(ctx: typer.Context, run_id: str) -> None:
     """One run with its nodes."""
-    run = _call(ctx, lambda c: c.run_get(run_id))
-    _print_json(run) if ctx.obj["json"] else out.print(_run_table(run))
+    _show_run(ctx, _call(ctx, lambda c: c.run_get(run_id)))
 
 
 @runs.command("create")
@@ -242,15 +281,13 @@ def runs_create(ctx: typer.Context, file: Path, kind: Annotated[str, typer.Optio
     except ForestClientError as exc:
         _fail(exc)
     body = {"graph": graph, "kind": kind, **({"environment": environment} if environment else {})}
-    run = _call(ctx, lambda c: c.run_create(body))
-    _print_json(run) if ctx.obj["json"] else out.print(_run_table(run))
+    _show_run(ctx, _call(ctx, lambda c: c.run_create(body)))
 
 
 @runs.command("cancel")
 def runs_cancel(ctx: typer.Context, run_id: str) -> None:
     """Cancel a run and its own Grove jobs."""
-    run = _call(ctx, lambda c: c.run_cancel(run_id))
-    _print_json(run) if ctx.obj["json"] else out.print(_run_table(run))
+    _show_run(ctx, _call(ctx, lambda c: c.run_cancel(run_id)))
 
 
 @placements.command("explain")
@@ -279,6 +316,186 @@ def placements_explain(ctx: typer.Context, subject: Annotated[str, typer.Argumen
             reasons = "; ".join(i.get("code", "") for i in candidate.get("incompatibilities", []))
             table.add_row(candidate.get("grove_slug", "?"), str(candidate.get("eligible")), reasons)
         out.print(table)
+
+
+@compute.command("logs")
+def compute_logs(ctx: typer.Context, job_id: str) -> None:
+    """The output of a compute job: each step's Grove job log tail, attempt by attempt."""
+    items = _call(ctx, lambda c: c.compute_logs(job_id))
+    if ctx.obj["json"]:
+        _print_json(items)
+        return
+    if not items:
+        err.print("no Grove job has run for this compute job yet")
+    for item in items:
+        code = "-" if item["exit_code"] is None else item["exit_code"]
+        out.print(f"[bold]== {item['step']}[/bold] (attempt {item['attempt']}) on {item['grove']}: "
+                  f"{item['status']}, exit {code}", highlight=False)
+        for line in item["log_tail"] or ["(no output reported)"]:
+            out.print(line, markup=False, highlight=False)
+
+
+# --- staff reads ----------------------------------------------------------------------------------
+
+def _age(iso: str | None) -> str:
+    if not iso:
+        return "never"
+    moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    seconds = int((datetime.now(UTC) - moment).total_seconds())
+    return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m" if seconds < 7200 else f"{seconds // 3600}h"
+
+
+def _gib(value) -> str:
+    return "-" if value is None else f"{value / 1024**3:g} GiB"
+
+
+@app.command("groves")
+def groves_list(
+    ctx: typer.Context,
+    substrate: Annotated[str | None, typer.Option(help="kubernetes | native")] = None,
+    role: Annotated[str | None, typer.Option(help="build | runtime | compute")] = None,
+    api: Annotated[str | None, typer.Option("--api", help="Accelerator API (cuda, metal)")] = None,
+    stale: Annotated[bool | None, typer.Option("--stale/--fresh", help="Only stale / only fresh Groves")] = None,
+    search: Annotated[str | None, typer.Option("--search", "-q", help="Slug or name contains")] = None,
+) -> None:
+    """Groves with their last report (staff)."""
+    rows = _call(ctx, lambda c: c.groves_list(substrate=substrate, role=role, accelerator_api=api, stale=stale,
+                                              q=search))
+    if ctx.obj["json"]:
+        _print_json(rows)
+        return
+    table = Table("grove", "substrate", "roles", "platforms", "cpu free/alloc", "memory free/alloc",
+                  "accelerators", "report")
+    for grove in rows:
+        units = grove["capacity"]["placement_units"]
+        cpu = (f"{sum(u['cpu_milli']['free'] for u in units) / 1000:g}/"
+               f"{sum(u['cpu_milli']['allocatable'] for u in units) / 1000:g}")
+        mem = (f"{_gib(sum(u['memory_bytes']['free'] for u in units))}/"
+               f"{_gib(sum(u['memory_bytes']['allocatable'] for u in units))}")
+        accelerators = ", ".join(sorted({f"{a['model']} ({','.join(a['apis'])})"
+                                         for a in grove["capacity"]["accelerators"]})) or "-"
+        state = "[red]stale[/red]" if grove["stale"] else "[green]fresh[/green]"
+        table.add_row(grove["slug"], grove["substrate"], ",".join(grove["roles"]), ",".join(grove["platforms"]),
+                      cpu, mem, accelerators, f"{state} {_age(grove['last_heartbeat_at'])}")
+    out.print(table)
+
+
+@app.command("inventory")
+def inventory(ctx: typer.Context) -> None:
+    """Accelerators across Groves by api/vendor/model, and each team's use this period (staff)."""
+    body = _call(ctx, lambda c: c.inventory())
+    if ctx.obj["json"]:
+        _print_json(body)
+        return
+    table = Table("api", "vendor", "model", "memory", "sharing", "groves", "items", "devices free/alloc",
+                  title="Accelerators", title_justify="left")
+    for g in body["accelerators"]:
+        table.add_row(g["api"], g["vendor"], g["model"], f"{_gib(g['memory_bytes'])} {g['memory_kind']}",
+                      g["share_mode"], str(g["groves"]), str(g["items"]), f"{g['free']}/{g['allocatable']}")
+    out.print(table)
+    teams = Table("team", "api/vendor", "in use/max", "used/budget (accelerator-s)", "period", "refusals",
+                  title="Teams", title_justify="left")
+    for t in body["teams"]:
+        teams.add_row(t["team"], f"{t['api'] or 'any'}/{t['vendor'] or 'any'}",
+                      f"{t['concurrent']}/{t['max_concurrent'] if t['max_concurrent'] is not None else '-'}",
+                      f"{t['used_accelerator_seconds']:g}/{t['budget_accelerator_seconds'] or '-'}", t["period"],
+                      str(t["refusals"]))
+    out.print(teams)
+
+
+@placements.callback(invoke_without_command=True)
+def placements_list(
+    ctx: typer.Context,
+    refused: Annotated[bool, typer.Option("--refused", help="Only refused / would-refuse placements")] = False,
+    grove: Annotated[str | None, typer.Option(help="Grove slug")] = None,
+    code: Annotated[str | None, typer.Option(help="Incompatibility code")] = None,
+    subject_type: Annotated[str | None, typer.Option("--subject-type")] = None,
+    platform: Annotated[str | None, typer.Option()] = None,
+    team: Annotated[str | None, typer.Option()] = None,
+    since: Annotated[str | None, typer.Option(help="ISO timestamp: placed at or after")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many rows")] = 50,
+) -> None:
+    """Stored placements, newest first (staff); `explain SUBJECT` explains one."""
+    if ctx.invoked_subcommand is not None:
+        return
+    rows = _call(ctx, lambda c: c.placements_list(limit=limit, refused=refused or None, grove_slug=grove, code=code,
+                                                  subject_type=subject_type, platform=platform, team=team,
+                                                  created_after=since))
+    if ctx.obj["json"]:
+        _print_json(rows)
+        return
+    table = Table("id", "subject", "status", "grove", "platform", "chooser", "verdict", "placed")
+    for row in rows:
+        codes = " ".join(i.get("code", "") for i in row["decision"].get("incompatibilities", []))
+        verdict = (f"[yellow]would refuse[/yellow] {codes}" if row["would_refuse"]
+                   else f"[red]refused[/red] {codes}" if codes else "[green]compatible[/green]")
+        table.add_row(str(row["id"]), row["subject"].get("label") or f"{row['subject_type']}:{row['subject_id']}",
+                      row["subject"].get("status") or "-", row["grove_slug"], row["selected_platform"] or "-",
+                      row["chooser"], verdict, _age(row["created_at"]))
+    out.print(table)
+
+
+@app.command("refusals")
+def refusals(
+    ctx: typer.Context,
+    since: Annotated[str, typer.Option(help="Window start: 7d, 12h, 2026-01-31 or an ISO timestamp")] = "14d",
+    until: Annotated[str | None, typer.Option(help="Window end (default now)")] = None,
+) -> None:
+    """The "would have refused" report: counts by code, Grove and team over a window, and the daily trend."""
+    body = _call(ctx, lambda c: c.refusals(since=since, until=until))
+    if ctx.obj["json"]:
+        _print_json(body)
+        return
+    out.print(f"[bold]{body['total']}[/bold] placements would be refused between {body['since']} and "
+              f"{body['until']}", highlight=False)
+    for title, key, name in (("by code", "by_code", "code"), ("by Grove", "by_grove", "grove"),
+                             ("by team", "by_team", "team"), ("nodes refused at dispatch", "node_refusals",
+                                                              "reason")):
+        table = Table(name, "count", title=title, title_justify="left")
+        for item in body[key]:
+            table.add_row(str(item[name]), str(item["count"]))
+        out.print(table)
+    peak = max((day["count"] for day in body["trend"]), default=0) or 1
+    for day in body["trend"]:
+        out.print(f"{day['day']}  {'#' * round(30 * day['count'] / peak):<30} {day['count']}", highlight=False)
+
+
+@app.command("plan")
+def plan(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="A compute request (with steps) or a pipeline graph (JSON/YAML)")],
+    kind: Annotated[str, typer.Option(help="Run kind for a pipeline graph")] = "build",
+    environment: Annotated[str | None, typer.Option("--environment", "-e")] = None,
+) -> None:
+    """Preview where each node would run, and why, before submitting (nothing is stored); exit 1 if refused."""
+    try:
+        data = _load(file)
+    except ForestClientError as exc:
+        _fail(exc)
+    # A compute request carries steps; anything else is a pipeline graph.
+    body = {**data, "name": data.get("name") or file.stem} if "steps" in data else {"graph": data, "kind": kind}
+    if environment:
+        body["environment"] = environment
+    result = _call(ctx, lambda c: c.plan(body))
+    if ctx.obj["json"]:
+        _print_json(result)
+    else:
+        enforced = "on" if result["enforced"] else "off (shadow: incompatibilities are recorded, not refused)"
+        out.print(f"{result['kind']} plan, compatibility enforcement {enforced}", highlight=False)
+        table = Table("node", "needs", "grove", "platform", "chooser", "verdict")
+        for node in result["nodes"]:
+            if node["refusal"]:
+                verdict = f"[red]refused[/red] {node['refusal']['code']}: {node['refusal']['detail']}"
+            elif node["would_refuse"]:
+                verdict = "[yellow]would refuse[/yellow] " + "; ".join(
+                    f"{i['code']}: {i['message']}" for i in node["incompatibilities"])
+            else:
+                verdict = "[green]ok[/green] " + (node["summary"] or "")
+            table.add_row(node["node"], ",".join(node["needs"]) or "-", node["grove"] or "-", node["platform"] or "-",
+                          node["chooser"], verdict)
+        out.print(table)
+    if not result["placeable"]:
+        raise typer.Exit(1)
 
 
 @app.command("mcp")

@@ -1,21 +1,85 @@
-"""``forest mcp``: compute, runs and placement operations as MCP tools over stdio (official ``mcp`` SDK).
+"""``forest mcp``: compute, runs, placements, Groves, inventory, the refusal report and plan previews as MCP
+tools over stdio (official ``mcp`` SDK).
 
 Each tool calls the same REST API as the CLI with the same token, so the flag, validation and error
-codes are Host's own; a refusal comes back as a tool error carrying ``code: detail``.
+codes are Host's own; a refusal comes back as a tool error carrying ``code: detail``. Inputs are typed
+(Pydantic models and ``Literal`` choices), so a client sees a real JSON Schema for every tool; request
+models allow extra keys so Host, not the schema, names an unknown field (with its nearest match).
 """
 from __future__ import annotations
 
-from typing import Any
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, ConfigDict, Field
 
+from apps.groves.vocabulary import Role, Substrate
+from apps.pipelines.vocabulary import RunKind, RunStatus
+from apps.placement.vocabulary import SubjectType
 from forest_cli.client import ForestClient, ForestClientError
+
+# The enumerations are Host's own vocabulary (one definition each, stdlib only: no Django needed here).
+RunStatusName = Literal[tuple(m.value for m in RunStatus)]
+RunKindName = Literal[tuple(m.value for m in RunKind)]
+SubstrateName = Literal[tuple(m.value for m in Substrate)]
+RoleName = Literal[tuple(m.value for m in Role)]
+SubjectTypeName = Literal[tuple(m.value for m in SubjectType)]
+
+
+def server_version() -> str:
+    try:
+        return version("forest-host")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "0+unknown"
+
+
+class Resources(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    cpu_milli: int | None = Field(None, ge=1, description="CPU in milli-cores (1000 = one core)")
+    memory_bytes: int | None = Field(None, ge=1, description="Memory in bytes")
+
+
+class Accelerators(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    count: int = Field(..., ge=1, description="How many accelerators (Apple: exactly 1)")
+    vendor: str | None = Field(None, description="nvidia, apple, ...")
+    api: str | None = Field(None, description="cuda, metal, ...")
+    min_memory_bytes: int | None = Field(None, ge=1)
+
+
+class ComputeStep(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(..., description="Step name, unique in the job")
+    kind: Literal["container", "native"] = Field("container", description="container image or native host command")
+    image: str | None = Field(None, description="Image reference (container steps)")
+    command: list[str] = Field(..., description="argv to run")
+    env: dict[str, str] | None = None
+    platform: list[str] | None = Field(None, description="Acceptable os/arch[/variant], e.g. linux/amd64")
+    resources: Resources | None = None
+    accelerators: Accelerators | None = None
+    timeout_s: int | None = Field(None, ge=1)
+
+
+class ComputeRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(..., description="Job name")
+    environment: str | None = None
+    team: str | None = None
+    grove: str | None = Field(None, description="Pin every step to this Grove (id or slug)")
+    steps: list[ComputeStep] = Field(..., description="Steps, run one after another")
+
+
+def _body(model: BaseModel) -> dict:
+    return model.model_dump(exclude_none=True)
 
 
 def build_server(*, host: str | None, token: str | None) -> MCPServer:
-    server = MCPServer(name="forest", instructions="Submit and follow compute jobs and pipeline runs on Forest "
-                                                   "Groves, and explain where work was placed and why.")
+    server = MCPServer(name="forest", version=server_version(),
+                       instructions="Submit and follow compute jobs and pipeline runs on Forest Groves, preview "
+                                    "where work would run, list Groves, accelerators and placements, and explain "
+                                    "where work was placed and why (the staff tools need a staff token).")
 
     def call(fn, *args) -> Any:
         client = ForestClient(host, token)
@@ -27,18 +91,17 @@ def build_server(*, host: str | None, token: str | None) -> MCPServer:
             client.close()
 
     @server.tool()
-    def compute_submit(request: dict) -> dict:
-        """Submit a compute job: {"name", "environment"?, "grove"?, "steps": [{"name", "kind": "container"|"native",
-        "image"?, "command": [...], "env"?, "platform"?, "resources"?, "accelerators"?, "timeout_s"?}]}."""
-        return call(lambda c: c.compute_submit(request))
+    def compute_submit(request: ComputeRequest) -> dict:
+        """Submit a compute job; its steps run one after another on Groves."""
+        return call(lambda c: c.compute_submit(_body(request)))
 
     @server.tool()
-    def compute_status(job_id: str) -> dict:
+    def compute_status(job_id: Annotated[str, Field(description="Compute job id (UUID)")]) -> dict:
         """A compute job with per-step status, Grove, job id and exit code."""
         return call(lambda c: c.compute_get(job_id))
 
     @server.tool()
-    def compute_cancel(job_id: str) -> dict:
+    def compute_cancel(job_id: Annotated[str, Field(description="Compute job id (UUID)")]) -> dict:
         """Cancel a compute job and its Grove jobs."""
         return call(lambda c: c.compute_cancel(job_id))
 
@@ -48,24 +111,63 @@ def build_server(*, host: str | None, token: str | None) -> MCPServer:
         return call(lambda c: c.compute_list())
 
     @server.tool()
-    def runs_list(status: str | None = None, environment: str | None = None) -> list[dict]:
-        """Recent pipeline runs, optionally filtered."""
-        return call(lambda c: c.runs_list(status=status, environment=environment))
+    def compute_logs(job_id: Annotated[str, Field(description="Compute job id (UUID)")]) -> list[dict]:
+        """The output of a compute job: each step's Grove job log tail, attempt by attempt."""
+        return call(lambda c: c.compute_logs(job_id))
 
     @server.tool()
-    def run_show(run_id: str) -> dict:
+    def runs_list(status: RunStatusName | None = None, environment: str | None = None,
+                  kind: RunKindName | None = None) -> list[dict]:
+        """Recent pipeline runs, optionally filtered."""
+        return call(lambda c: c.runs_list(status=status, environment=environment, kind=kind))
+
+    @server.tool()
+    def run_show(run_id: Annotated[str, Field(description="Run id (UUID)")]) -> dict:
         """One pipeline run with its nodes."""
         return call(lambda c: c.run_get(run_id))
 
     @server.tool()
-    def run_cancel(run_id: str) -> dict:
+    def run_cancel(run_id: Annotated[str, Field(description="Run id (UUID)")]) -> dict:
         """Cancel a pipeline run and its own Grove jobs."""
         return call(lambda c: c.run_cancel(run_id))
 
     @server.tool()
-    def placements_explain(subject: str) -> list[dict]:
-        """Stored placement decisions for TYPE:ID (pipeline_node:42) or RUN_ID:NODE."""
+    def placements_explain(subject: Annotated[str, Field(
+            description="TYPE:ID (pipeline_node:42, compute_step:x) or RUN_ID:NODE")]) -> list[dict]:
+        """Stored placement decisions for one subject."""
         return call(lambda c: c.placements_explain(subject))
+
+    @server.tool()
+    def plan(request: Annotated[dict[str, Any], Field(
+            description='A compute request ({"name", "steps": [...]}) or a run request ({"graph", "kind"})')]) -> dict:
+        """Preview where each node would run and why, before submitting. Nothing is stored."""
+        return call(lambda c: c.plan(request))
+
+    @server.tool()
+    def groves_list(substrate: SubstrateName | None = None, role: RoleName | None = None,
+                    accelerator_api: str | None = None, stale: bool | None = None) -> list[dict]:
+        """Groves with their latest capacity report (staff)."""
+        return call(lambda c: c.groves_list(substrate=substrate, role=role, accelerator_api=accelerator_api,
+                                            stale=stale))
+
+    @server.tool()
+    def inventory() -> dict:
+        """Accelerators by api/vendor/model across Groves, and per-team use this period (staff)."""
+        return call(lambda c: c.inventory())
+
+    @server.tool()
+    def placements_list(refused: bool = False, grove_slug: str | None = None, code: str | None = None,
+                        subject_type: SubjectTypeName | None = None,
+                        limit: Annotated[int, Field(ge=1, le=500)] = 50) -> list[dict]:
+        """Stored placements, newest first; refused=true lists only refused / would-refuse ones (staff)."""
+        return call(lambda c: c.placements_list(limit=limit, refused=refused or None, grove_slug=grove_slug,
+                                                code=code, subject_type=subject_type))
+
+    @server.tool()
+    def refusals_report(since: Annotated[str, Field(description="7d, 12h, YYYY-MM-DD or ISO timestamp")] = "14d",
+                        until: str | None = None) -> dict:
+        """The "would have refused" report: counts by code, Grove and team, and the daily trend (staff)."""
+        return call(lambda c: c.refusals(since=since, until=until))
 
     return server
 

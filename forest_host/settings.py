@@ -44,13 +44,16 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.humanize",
     "django_prometheus",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_filters",
     "django_htmx",
+    "django_tables2",
     "apps.core",
+    "apps.accounts",
     "apps.flags",
     "apps.groves",
     "apps.placement",
@@ -67,10 +70,13 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "apps.core.middleware.RequestMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "apps.core.middleware.ApiErrorShapeMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "apps.accounts.middleware.AuditMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -116,8 +122,20 @@ DATABASES = {
     )
 }
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("DATABASE_TEST_NAME", "forest_test")}
+# How long an embedded (SQLite) writer waits for the write lock before "database is locked" (s).
+SQLITE_BUSY_TIMEOUT_S = float(os.environ.get("SQLITE_BUSY_TIMEOUT_S", "20"))
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-    DATABASES["default"]["OPTIONS"] = {"timeout": 20}
+    # The embedded default must hold with web + worker + beat writing at once:
+    # - WAL: readers never block the writer, nor the writer readers;
+    # - IMMEDIATE: every transaction takes the write lock at BEGIN, where the busy timeout applies. A
+    #   deferred transaction that reads and then writes cannot wait for the lock (SQLite answers
+    #   "database is locked" at once, whatever the timeout), which is what broke the second job;
+    # - the busy timeout (sqlite3's ``timeout``) makes a second writer wait its turn.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": SQLITE_BUSY_TIMEOUT_S,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
     DATABASES["default"]["TEST"] = {}
 elif DATABASE_POOL:
     # The backend is Django's PostgreSQL one with the cheap pool health check of apps/core/db.py.
@@ -126,6 +144,9 @@ elif DATABASE_POOL:
         "min_size": DATABASE_POOL_MIN_SIZE, "max_size": DATABASE_POOL_MAX_SIZE,
         "timeout": DATABASE_POOL_TIMEOUT_S, "max_idle": 300.0}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Django's model backend, reading a user's own and role permissions in one query (apps.accounts.backends).
+AUTHENTICATION_BACKENDS = ["apps.accounts.backends.RoleBackend"]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -165,7 +186,7 @@ X_FRAME_OPTIONS = "DENY"
 # --- REST framework -----------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "apps.accounts.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -187,18 +208,29 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "COMPONENT_SPLIT_REQUEST": True,
+    # Served from drf-spectacular-sidecar's static files: the docs work with no internet access.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Celery -------------------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    # Every folder the filesystem transport writes, under var/ (kombu's defaults are relative to the
+    # working directory: an unset control folder left ``control/`` in the checkout).
     _broker_dir = VAR_DIR / "broker"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
+    # kombu creates only the control folder, and only its last component: whichever process starts
+    # first (web, worker or beat) makes them all.
+    for _folder in ("queue", "processed", "control"):
+        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_IGNORE_RESULT = True
@@ -214,6 +246,7 @@ CELERY_BEAT_SCHEDULE = {
     "groves.mark_stale": {"task": "groves.mark_stale", "schedule": timedelta(seconds=30)},
     "pipelines.sweep": {"task": "pipelines.sweep", "schedule": timedelta(seconds=PIPELINE_SWEEP_INTERVAL_S)},
     "accelerators.accrue_usage": {"task": "accelerators.accrue_usage", "schedule": timedelta(seconds=60)},
+    "artifacts.gc": {"task": "artifacts.gc", "schedule": timedelta(hours=1)},
 }
 
 # Redis is also the wake-up channel for long-polling Groves; without it Host polls the database.
@@ -227,6 +260,8 @@ GROVE_STALE_AFTER_S = int(os.environ.get("GROVE_STALE_AFTER_S", "90"))
 # Capacity reports kept per Grove (a new row only when the reported capacity changes).
 GROVE_REPORT_HISTORY = int(os.environ.get("GROVE_REPORT_HISTORY", "20"))
 GROVE_LOG_TAIL_LINES = int(os.environ.get("GROVE_LOG_TAIL_LINES", "200"))
+# Staff/CI API tokens always expire; `manage.py api_token create --expires-in DAYS` picks another term.
+API_TOKEN_DEFAULT_TTL_DAYS = int(os.environ.get("API_TOKEN_DEFAULT_TTL_DAYS", "90"))
 ENROLLMENT_TOKEN_DEFAULT_TTL_S = int(os.environ.get("ENROLLMENT_TOKEN_DEFAULT_TTL_S", str(24 * 3600)))
 # How long one process may reuse its snapshot of flag overrides (a request pins one snapshot).
 FLAGS_CACHE_TTL_S = float(os.environ.get("FLAGS_CACHE_TTL_S", "1.0"))
@@ -240,11 +275,37 @@ FOREST_NATIVE_WORKLOAD_DISPATCH = env_bool("FOREST_NATIVE_WORKLOAD_DISPATCH", Fa
 FOREST_PUBLIC_URL = os.environ.get("FOREST_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
 FOREST_CAS_ROOT = Path(os.environ.get("FOREST_CAS_ROOT", VAR_DIR / "cas"))
 FOREST_MAX_BLOB_BYTES = int(os.environ.get("FOREST_MAX_BLOB_BYTES", str(4 * 1024**3)))
+# The content-addressed artifact store: "filesystem" (embedded default, FOREST_CAS_ROOT) or "s3" (a bucket
+# every Host replica shares; credentials from FOREST_CAS_S3_* or boto3's usual chain: AWS_* env, profile, role).
+FOREST_CAS_BACKEND = os.environ.get("FOREST_CAS_BACKEND", "filesystem")
+FOREST_CAS_S3_BUCKET = os.environ.get("FOREST_CAS_S3_BUCKET", "forest-artifacts")
+FOREST_CAS_S3_REGION = os.environ.get("FOREST_CAS_S3_REGION", "us-east-1")
+FOREST_CAS_S3_ENDPOINT_URL = os.environ.get("FOREST_CAS_S3_ENDPOINT_URL", "")  # MinIO/RGW; empty: AWS
+FOREST_CAS_S3_PREFIX = os.environ.get("FOREST_CAS_S3_PREFIX", "")
+FOREST_CAS_S3_ACCESS_KEY_ID = os.environ.get("FOREST_CAS_S3_ACCESS_KEY_ID", "")
+FOREST_CAS_S3_SECRET_ACCESS_KEY = os.environ.get("FOREST_CAS_S3_SECRET_ACCESS_KEY", "")
+FOREST_CAS_S3_TIMEOUT_S = float(os.environ.get("FOREST_CAS_S3_TIMEOUT_S", "30"))
+# GC removes unreferenced blobs (and crashed uploads' staged bytes) only once they are this old.
+FOREST_CAS_GC_GRACE_S = float(os.environ.get("FOREST_CAS_GC_GRACE_S", str(24 * 3600)))
+# OCI registries: how long one registry request may take, which registries speak plain HTTP (host:port),
+# and the platforms an index is resolved for when the destination Grove reports no usable platform.
+FOREST_OCI_TIMEOUT_S = float(os.environ.get("FOREST_OCI_TIMEOUT_S", "10"))
+FOREST_OCI_INSECURE_REGISTRIES = env_list("FOREST_OCI_INSECURE_REGISTRIES")
+FOREST_OCI_FALLBACK_PLATFORMS = env_list("FOREST_OCI_FALLBACK_PLATFORMS", "linux/amd64")
 PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS = env_list("PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS")
 # A node's tail runs in its job's terminal report when cheap (apps/pipelines/services/resume.py); off, or
 # for runs above the node count, through the pipeline.node_resume task and its outbox row.
 PIPELINE_INLINE_TAIL = env_bool("PIPELINE_INLINE_TAIL", True)
 PIPELINE_INLINE_TAIL_MAX_NODES = int(os.environ.get("PIPELINE_INLINE_TAIL_MAX_NODES", "200"))
+# /metrics answers a staff session, or a scraper sending "Authorization: Bearer <this token>"; unset = staff only.
+FOREST_METRICS_TOKEN = os.environ.get("FOREST_METRICS_TOKEN", "")
+DJANGO_TABLES2_TEMPLATE = "staff/_table.html"
+
+# Runner slots: steps that wait in place hold a slot of their own pool (``manage.py pipeline_runner``, a
+# Celery worker on PIPELINE_RUNNER_QUEUE with this many processes), never a worker that dispatches or
+# resumes. More in-place steps than slots: the extra waits queue; their jobs still run and finish.
+PIPELINE_RUNNER_QUEUE = os.environ.get("PIPELINE_RUNNER_QUEUE", "forest.runner")
+PIPELINE_RUNNER_SLOTS = int(os.environ.get("PIPELINE_RUNNER_SLOTS", "4"))
 
 # --- logging: structlog renders JSON in production, console lines in DEBUG --------------------
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import pytest
 from django.db import connections
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from apps.accounts.roles import STAFF_ADMIN
 from apps.groves import services as grove_services
-from tests.factories import UserFactory, heartbeat_body
+from tests.factories import UserFactory, api_token_for, grant, heartbeat_body
+
+pytest_plugins = ["tests.estate"]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -24,14 +26,14 @@ def _pools_closed_before_teardown(django_db_setup, django_db_blocker):
 
 @pytest.fixture
 def staff_user(db):
-    return UserFactory(username="staff", is_staff=True)
+    """A staff admin: every role permission, every team."""
+    return grant(UserFactory(username="staff", is_staff=True), STAFF_ADMIN)
 
 
 @pytest.fixture
 def staff_client(staff_user) -> APIClient:
-    token, _ = Token.objects.get_or_create(user=staff_user)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_for(staff_user, 'staff-client')}")
     return client
 
 

@@ -52,3 +52,22 @@ def heartbeat_body(*, substrate: str = "native", gpus: int = 0, version: str = "
         "capacity": {"placement_units": [unit(accelerators=slots)], "accelerators": accelerators},
         "log_tail": log_tail or [],
     }
+
+
+def api_token_for(user, name: str = "test") -> str:
+    """A real hashed API token for ``user`` (``Authorization: Token <value>``)."""
+    from apps.accounts.services import api_token_create
+
+    return api_token_create(user=user, name=name)[1]
+
+
+def grant(user, *roles: str, teams: tuple[str, ...] = ()):
+    """Give ``user`` roles (Django groups) and team memberships, as ``manage.py roles/teams`` would."""
+    from apps.accounts.services import role_grant, team_member_set
+
+    for role in roles:
+        role_grant(username=user.get_username(), role=role)
+    for team in teams:
+        team_member_set(slug=team, username=user.get_username(), member=True)
+    user.refresh_from_db()
+    return user

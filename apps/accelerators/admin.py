@@ -1,11 +1,12 @@
-"""Accelerator entitlements (editable) and the claim/usage ledger (read-only: services write it)."""
+"""Accelerator entitlements (editable, every change audited) and the claim/usage ledger (read-only)."""
 from django.contrib import admin
 
 from apps.accelerators.models import AcceleratorClaim, AcceleratorEntitlement, AcceleratorUsage
+from apps.accounts.admin import AuditedAdmin
 
 
 @admin.register(AcceleratorEntitlement)
-class AcceleratorEntitlementAdmin(admin.ModelAdmin):
+class AcceleratorEntitlementAdmin(AuditedAdmin):
     list_display = ("team", "api", "vendor", "max_concurrent", "budget_accelerator_seconds", "period", "updated_at")
     list_filter = ("period", "api", "vendor")
     search_fields = ("team", "note")

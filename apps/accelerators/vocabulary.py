@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from apps.flags.registry import ACCELERATOR_POLICY
 from apps.groves.vocabulary import MAX_ACCELERATOR_COUNT, MAX_ACCELERATOR_MEMORY
 
 
@@ -25,7 +26,7 @@ VENDOR_APIS = {"nvidia": "cuda", "apple": "metal", "amd": "rocm", "intel": "onea
 # A unified-memory Apple GPU is one cooperative device per machine: a request can only ever get one.
 SINGLE_DEVICE_VENDORS = frozenset({"apple"})
 
-POLICY_FLAG = "host.accelerators.policy"
+POLICY_FLAG = ACCELERATOR_POLICY
 # The code a budget revocation ends a claim (and cancels its job) with.
 BUDGET_EXHAUSTED = "accelerator_budget_exhausted"
 

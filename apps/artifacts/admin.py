@@ -1,14 +1,30 @@
 from django.contrib import admin
 
-from apps.artifacts.models import Artifact
+from apps.artifacts.models import Artifact, ArtifactPlatformCheck
 
 
-@admin.register(Artifact)
-class ArtifactAdmin(admin.ModelAdmin):
-    list_display = ("digest", "storage_kind", "reference", "media_type", "size", "platform", "created_at")
-    list_filter = ("storage_kind",)
-    search_fields = ("digest", "reference")
-    readonly_fields = [f.name for f in Artifact._meta.fields]
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Artifacts and their checks are written by Host (uploads, builds, imports), never by hand."""
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
 
     def has_add_permission(self, request):
         return False
+
+
+@admin.register(Artifact)
+class ArtifactAdmin(ReadOnlyAdmin):
+    list_display = ("digest", "storage_kind", "reference", "media_type", "size", "platform", "platform_status",
+                    "producing_run_id", "producing_node", "created_at")
+    list_filter = ("storage_kind", "platform_status", "platform")
+    search_fields = ("digest", "reference", "producing_run_id")
+
+
+@admin.register(ArtifactPlatformCheck)
+class ArtifactPlatformCheckAdmin(ReadOnlyAdmin):
+    list_display = ("subject_type", "subject_id", "artifact", "grove", "artifact_platform", "verdict", "enforced",
+                    "code", "created_at")
+    list_filter = ("verdict", "enforced", "subject_type")
+    search_fields = ("subject_id", "artifact__digest")
+    list_select_related = ("artifact", "grove")

@@ -2,8 +2,9 @@
 
 Request (extend, never rename): ``{"name", "environment"?, "team"?, "grove"?, "steps": [Step, ...]}``,
 ``Step = {"name", "kind": "container"|"native", "image"?, "command", "env"?, "platform"?, "resources"?,
-"accelerators"?, "timeout_s"?}``. Container steps become ``k8s.job`` work, native steps ``native.job``
-work. Input artifacts are refused with ``compute_inputs_unsupported`` until the artifacts work adds them.
+"accelerators"?, "timeout_s"?, "retries"?, "backoff"?}``. Container steps become ``k8s.job`` work, native
+steps ``native.job`` work. Input artifacts are refused with ``compute_inputs_unsupported`` until the
+artifacts work adds them.
 """
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from apps.pipelines.vocabulary import NodeKind, NodeRuntime, Reuse
 MAX_STEPS = 100
 STEP_KINDS = tuple(NodeRuntime)
 STEP_FIELDS = {"name", "kind", "image", "command", "env", "platform", "resources", "accelerators", "timeout_s",
-               "inputs"}
+               "inputs", "retries", "backoff"}
 # A step is an exec node of a compute run: the node fields it fills itself.
-_STEP_AS_NODE = {"command", "env", "platform", "resources", "accelerators", "timeout_s", "image"}
+_STEP_AS_NODE = {"command", "env", "platform", "resources", "accelerators", "timeout_s", "image", "retries",
+                 "backoff"}
 
 
 def _step(value: Any, field: str) -> dict:
@@ -52,17 +54,17 @@ def compute_request(body: Any) -> dict:
     if not steps:
         raise v.fail("compute_steps_empty", "A compute job needs at least one step.", "steps")
     nodes: list[dict] = []
-    seen: dict[str, int] = {}
     for index, raw in enumerate(steps):
         node = _step(raw, f"steps[{index}]")
-        if node["id"] in seen:
-            raise v.fail("duplicate_step_name", f"Step name '{node['id']}' is used twice (steps[{seen[node['id']]}] "
-                         f"and steps[{index}]).", f"steps[{index}].name")
-        seen[node["id"]] = index
         # Steps run one after another, in the order given.
         node["needs"] = [nodes[-1]["id"]] if nodes else []
         if out["grove"]:
             node["grove"] = out["grove"]
         nodes.append(node)
+    repeat = v.first_repeat([node["id"] for node in nodes])
+    if repeat:
+        first, index = repeat
+        raise v.fail("duplicate_step_name", f"Step name '{nodes[index]['id']}' is used twice (steps[{first}] "
+                     f"and steps[{index}]).", f"steps[{index}].name")
     out["graph"] = {"nodes": nodes}
     return out

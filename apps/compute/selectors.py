@@ -6,9 +6,13 @@ from django.db.models import QuerySet
 
 from apps.compute.models import ComputeJob
 from apps.core.errors import Forbidden, NotFound
+from apps.dispatch.models import GroveJob
+from apps.flags.registry import COMPUTE_JOBS
 from apps.flags.selectors import is_enabled
+from apps.pipelines.models import PipelineNode
+from apps.pipelines.selectors import node_refusal, run_warnings, runner_status
 
-FLAG = "host.deploy.forest_compute_jobs"
+FLAG = COMPUTE_JOBS
 
 
 def compute_enabled_or_refuse(*, environment: str | None = None) -> None:
@@ -30,14 +34,38 @@ def compute_job_get(*, job_id) -> ComputeJob:
     return job
 
 
-def compute_job_view(job: ComputeJob) -> dict:
-    """The compute response shape: ``{"id", "run_id", "status", "steps": [...]}`` (plus name/environment)."""
-    nodes = job.run.nodes.select_related("grove", "current_job").order_by("position")
+def _step_view(node: PipelineNode) -> dict:
+    job = node.current_job if node.current_job_id else None
+    return {"name": node.node_id, "status": node.status, "grove": node.grove.slug if node.grove_id else None,
+            "job_id": str(node.current_job_id) if job else None, "exit_code": node.exit_code,
+            "reason": node.reason, "detail": node.detail, "refusal": node_refusal(node),
+            "wait_mode": node.wait_mode or None, "attempt": node.attempt, "retries": node.spec.get("retries", 0),
+            "retry_at": node.retry_at.isoformat() if node.retry_at else None,
+            "log_tail": job.log_tail[-20:] if job else []}
+
+
+def compute_job_view(job: ComputeJob, *, runner: dict | None = None) -> dict:
+    """The compute response shape: ``{"id", "run_id", "status", "steps": [...]}`` plus name/environment, the
+    runner pool, and ``warnings`` (what enforcement would have refused)."""
+    nodes = list(job.run.nodes.select_related("grove", "current_job").order_by("position"))
     return {
         "id": str(job.id), "run_id": str(job.run_id), "name": job.name, "environment": job.environment,
+        "team": job.team,
         "status": job.run.status, "reason": job.run.reason, "created_at": job.created_at.isoformat(),
-        "steps": [{"name": n.node_id, "status": n.status, "grove": n.grove.slug if n.grove_id else None,
-                   "job_id": str(n.current_job_id) if n.current_job_id else None, "exit_code": n.exit_code,
-                   "reason": n.reason, "log_tail": n.current_job.log_tail[-20:] if n.current_job_id else []}
-                  for n in nodes],
+        "warnings": [{"step": w.pop("node"), **w} for w in run_warnings(nodes)],
+        "runner": runner or runner_status(),
+        "steps": [_step_view(node) for node in nodes],
     }
+
+
+def compute_job_logs(job: ComputeJob) -> list[dict]:
+    """Every Grove job of the compute job's run, step by step and attempt by attempt, with the full log
+    tail its Grove reported (``GET compute/jobs/{id}/logs``, ``forest compute logs``)."""
+    nodes = {node.pk: node for node in job.run.nodes.only("pk", "node_id", "position")}
+    grove_jobs = GroveJob.objects.filter(run_id=job.run_id).select_related("grove")
+    return [
+        {"step": nodes[grove_job.node_id].node_id, "job_id": str(grove_job.id), "attempt": grove_job.attempt,
+         "grove": grove_job.grove.slug, "status": grove_job.status, "exit_code": grove_job.exit_code,
+         "log_tail": list(grove_job.log_tail or [])}
+        for grove_job in sorted(grove_jobs, key=lambda j: (nodes[j.node_id].position, j.attempt))
+    ]

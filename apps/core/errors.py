@@ -52,3 +52,15 @@ class Gone(ForestError):
 
 class PayloadTooLarge(ForestError):
     status = 413
+
+
+class UpstreamFailed(ForestError):
+    """Something Host depends on (an OCI registry) answered badly or not at all."""
+
+    status = 502
+
+
+class ServiceUnavailable(ForestError):
+    """Host cannot serve this now (e.g. its object-store bucket is missing); retrying later may work."""
+
+    status = 503

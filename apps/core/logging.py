@@ -22,4 +22,6 @@ def structured_formatter(console: bool = False) -> logging.Formatter:
         cache_logger_on_first_use=True,
     )
     renderer = structlog.dev.ConsoleRenderer(colors=False) if console else structlog.processors.JSONRenderer()
-    return structlog.stdlib.ProcessorFormatter(processor=renderer, foreign_pre_chain=_SHARED)
+    # ExtraAdder keeps the fields of ``log.info("...", extra={...})`` from standard-library loggers.
+    return structlog.stdlib.ProcessorFormatter(
+        processor=renderer, foreign_pre_chain=[*_SHARED, structlog.stdlib.ExtraAdder()])

@@ -5,6 +5,7 @@ magnitude cheaper per field and produce the same ``{"code", "detail", "field"}``
 """
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from apps.core.errors import ValidationFailed
@@ -15,13 +16,21 @@ def fail(code: str, detail: str, field: str) -> ValidationFailed:
     return ValidationFailed(code, detail, field=field)
 
 
+def unknown_field_sentence(name: str, allowed) -> str:
+    """'x' is not a field here, with the nearest declared name when one is close (a typo)."""
+    nearest = difflib.get_close_matches(str(name), sorted(allowed), n=1, cutoff=0.6)
+    if nearest:
+        return f"'{name}' is not a field here; did you mean '{nearest[0]}'?"
+    return f"'{name}' is not a field here (expected one of: {', '.join(sorted(allowed))})."
+
+
 def obj(value: Any, field: str, *, allowed: set[str], required: set[str] = frozenset()) -> dict:
     if not isinstance(value, dict):
         raise fail("invalid_type", f"{field or 'The body'} must be a JSON object.", field)
     unknown = sorted(set(value) - allowed)
     if unknown:
         path = f"{field}.{unknown[0]}" if field else unknown[0]
-        raise fail("unknown_field", f"'{unknown[0]}' is not a field here.", path)
+        raise fail("unknown_field", unknown_field_sentence(unknown[0], allowed), path)
     for name in sorted(required):
         if name not in value:
             path = f"{field}.{name}" if field else name
@@ -78,6 +87,16 @@ def choices_list(value: Any, field: str, *, choices: set[str] | list[str], max_i
         if picked not in out:
             out.append(picked)
     return out
+
+
+def first_repeat(values: list[str]) -> tuple[int, int] | None:
+    """(index of the first occurrence, index of the repeat) of the first value listed twice, or None."""
+    seen: dict[str, int] = {}
+    for index, value in enumerate(values):
+        if value in seen:
+            return seen[value], index
+        seen[value] = index
+    return None
 
 
 def lines(value: Any, field: str, *, max_items: int, max_length: int) -> list[str]:

@@ -2,6 +2,9 @@
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.views.defaults import page_not_found
+
+from apps.core.middleware import API_PREFIX, error_body
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -16,3 +19,10 @@ def healthz(request: HttpRequest) -> JsonResponse:
     except Exception as exc:  # any driver error means "not ready"
         return JsonResponse({"status": "unavailable", "detail": str(exc)}, status=503)
     return JsonResponse({"status": "ok"})
+
+
+def not_found(request: HttpRequest, exception=None) -> HttpResponse:
+    """Django's 404 for URLs no route matches: the API's error shape under /api/, Django's page elsewhere."""
+    if request.path.startswith(API_PREFIX):
+        return JsonResponse(error_body(request, 404), status=404)
+    return page_not_found(request, exception)

@@ -25,49 +25,58 @@ class UnknownFlag(KeyError):
         return f"'{self.name}' is not a declared feature flag (see apps/flags/registry.py)."
 
 
+# Names other apps test by (one spelling each).
+FOREST_COMPATIBILITY = "host.deploy.forest_compatibility"
+PERSISTED_PLACEMENT = "host.deploy.persisted_placement"
+DETACHED_WAIT = "host.pipeline_detached_wait"
+COMPUTE_JOBS = "host.deploy.forest_compute_jobs"
+ACCELERATOR_POLICY = "host.accelerators.policy"
+NATIVE_INGRESS = "host.deploy.native_ingress"
+STAFF_OBSERVABILITY = "host.staff.execution_observability"
+
 FLAGS: dict[str, FlagDefinition] = {
     flag.name: flag
     for flag in (
         FlagDefinition(
-            "host.deploy.forest_compatibility",
+            FOREST_COMPATIBILITY,
             False,
             "experimental",
             "Refuse incompatible placements, never-placeable plans and wrong-platform artifacts "
             "before dispatch. Off: record and log 'would refuse' only.",
         ),
         FlagDefinition(
-            "host.deploy.persisted_placement",
+            PERSISTED_PLACEMENT,
             True,
             "stable",
             "Write each placement decision and let retries re-read it instead of choosing again.",
         ),
         FlagDefinition(
-            "host.pipeline_detached_wait",
+            DETACHED_WAIT,
             False,
             "experimental",
             "Eligible exec steps release their runner while the Grove job runs (the environment must "
             "also be listed in PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS).",
         ),
         FlagDefinition(
-            "host.deploy.forest_compute_jobs",
+            COMPUTE_JOBS,
             False,
             "internal",
             "The compute job API, CLI and MCP tools.",
         ),
         FlagDefinition(
-            "host.accelerators.policy",
+            ACCELERATOR_POLICY,
             False,
             "internal",
             "Enforce accelerator entitlements, budgets (accelerator-seconds) and concurrency.",
         ),
         FlagDefinition(
-            "host.deploy.native_ingress",
+            NATIVE_INGRESS,
             False,
             "internal",
             "Expose native workloads through the agent's nginx proxy.",
         ),
         FlagDefinition(
-            "host.staff.execution_observability",
+            STAFF_OBSERVABILITY,
             False,
             "internal",
             "Staff pages and API for Grove inventory and placements.",

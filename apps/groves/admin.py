@@ -2,6 +2,7 @@
 from django import forms
 from django.contrib import admin, messages
 
+from apps.core import formatting
 from apps.groves import services
 from apps.groves.choices import Role, Substrate
 from apps.groves.models import (
@@ -18,9 +19,21 @@ class PlacementUnitInline(admin.TabularInline):
     model = PlacementUnit
     extra = 0
     can_delete = False
-    fields = ("unit_id", "cpu_milli_allocatable", "cpu_milli_free", "memory_bytes_allocatable",
-              "memory_bytes_free", "accelerators")
+    fields = ("unit_id", "cpu", "memory", "accelerator_slots")
     readonly_fields = fields
+
+    @admin.display(description="CPU free / allocatable (cores)")
+    def cpu(self, obj: PlacementUnit) -> str:
+        return f"{formatting.cores(obj.cpu_milli_free)} / {formatting.cores(obj.cpu_milli_allocatable)}"
+
+    @admin.display(description="memory free / allocatable")
+    def memory(self, obj: PlacementUnit) -> str:
+        return f"{formatting.bytes_h(obj.memory_bytes_free)} / {formatting.bytes_h(obj.memory_bytes_allocatable)}"
+
+    @admin.display(description="accelerator slots free / allocatable")
+    def accelerator_slots(self, obj: PlacementUnit) -> str:
+        return "; ".join(f"{slot.get('inventory_id')}: {slot.get('free')} / {slot.get('allocatable')}"
+                         for slot in obj.accelerators or []) or "—"
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -31,13 +44,17 @@ class AcceleratorInline(admin.TabularInline):
     extra = 0
     can_delete = False
     # "model" would resolve to InlineModelAdmin.model (the class), so the device model has its own display.
-    fields = ("inventory_id", "kind", "vendor", "device_model", "apis", "memory_bytes", "memory_kind",
+    fields = ("inventory_id", "kind", "vendor", "device_model", "apis", "memory", "memory_kind",
               "memory_enforced", "share_mode")
     readonly_fields = fields
 
     @admin.display(description="model")
     def device_model(self, obj: AcceleratorInventoryItem) -> str:
         return obj.model
+
+    @admin.display(description="memory")
+    def memory(self, obj: AcceleratorInventoryItem) -> str:
+        return formatting.bytes_h(obj.memory_bytes)
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -61,8 +78,7 @@ class GroveAdmin(admin.ModelAdmin):
     list_filter = ("substrate", "enabled")
     search_fields = ("slug", "name")
     readonly_fields = ("id", "substrate", "platforms", "isolation_modes", "change_kinds", "version",
-                       "last_heartbeat_at", "stale_since", "capacity_reported_at", "capacity", "log_tail",
-                       "created_at")
+                       "last_heartbeat_at", "stale_since", "capacity_reported_at", "log_tail", "created_at")
     fields = ("id", "slug", "name", "enabled", "roles", *readonly_fields[1:])
     inlines = [PlacementUnitInline, AcceleratorInline, CredentialInline]
 

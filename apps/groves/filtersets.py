@@ -6,16 +6,17 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.core.filters import YesNoFilter
 from apps.groves.choices import CapabilityKind, Role, Substrate
 from apps.groves.models import Grove, GroveCapability
 
 
 class GroveFilterSet(django_filters.FilterSet):
     q = django_filters.CharFilter(method="filter_q", label="Search")
-    substrate = django_filters.ChoiceFilter(choices=Substrate.choices)
-    role = django_filters.ChoiceFilter(choices=Role.choices, method="filter_capability")
+    substrate = django_filters.ChoiceFilter(choices=Substrate.choices, empty_label="any")
+    role = django_filters.ChoiceFilter(choices=Role.choices, method="filter_capability", empty_label="any")
     accelerator_api = django_filters.CharFilter(method="filter_capability", label="Accelerator API")
-    stale = django_filters.BooleanFilter(method="filter_stale")
+    stale = YesNoFilter(method="filter_stale")
 
     class Meta:
         model = Grove

@@ -6,5 +6,8 @@ class PipelinesConfig(AppConfig):
     label = "pipelines"
 
     def ready(self) -> None:
-        # Importing the services registers their ``dispatch.hooks`` handlers (the resume outbox row).
-        from apps.pipelines import services  # noqa: F401
+        # Importing the services registers their ``dispatch.hooks`` handlers (the resume outbox row); the
+        # artifact scope tells ``artifacts.hooks`` what pipeline work references in the CAS.
+        from apps.pipelines import artifact_scope, services  # noqa: F401
+
+        artifact_scope.register()

@@ -72,7 +72,9 @@ class PipelineNode(models.Model):
     status = models.CharField(max_length=10, choices=NodeStatus.choices, default=NodeStatus.PENDING)
     reason = models.CharField(max_length=64, blank=True, default="")
     detail = models.TextField(blank=True, default="")
-    attempt = models.PositiveIntegerField(default=1)
+    attempt = models.PositiveIntegerField(default=1, help_text="1 + the retries taken; in the job's idempotency key")
+    # Set while a retry waits out its backoff: the exec driver dispatches the node no earlier than this.
+    retry_at = models.DateTimeField(null=True, blank=True)
     # GRAPH_DEDUP: the run whose result this node inherited at seed time, and why it could not when not.
     seeded_from_run = models.ForeignKey(PipelineRun, null=True, blank=True, on_delete=models.SET_NULL,
                                         related_name="+")

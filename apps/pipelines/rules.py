@@ -13,21 +13,27 @@ import json
 import re
 from typing import Any
 
-from apps.artifacts.vocabulary import StorageKind
+from apps.artifacts.digests import DIGEST_RE as SHA256_DIGEST
+from apps.artifacts.vocabulary import StorageKind, is_container_image
 from apps.core import validation as v
 from apps.core.errors import ValidationFailed
 from apps.dispatch.vocabulary import DEFAULT_TIMEOUT_S
 from apps.groves.vocabulary import MAX_PLATFORMS, ChangeKind, IsolationMode, Role
 from apps.pipelines.vocabulary import (
+    DEFAULT_BACKOFF,
     MAX_ARG,
     MAX_ARGV,
+    MAX_BACKOFF_FACTOR,
+    MAX_BACKOFF_S,
     MAX_ENV,
     MAX_INPUTS,
     MAX_NODES,
+    MAX_RETRIES,
     MAX_TIMEOUT_S,
     RUN_KIND_FAMILY,
     NodeKind,
     NodeRuntime,
+    NodeStatus,
     Reuse,
     RunKind,
 )
@@ -37,7 +43,6 @@ from apps.placement.vocabulary import FAMILIES, TRUST_LEVELS, ArtifactKind
 
 NODE_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-SHA256_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 PINNED_IMAGE = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
 
 NODE_KINDS = tuple(NodeKind)
@@ -47,7 +52,7 @@ RUN_KINDS = tuple(RunKind)
 STORAGE_KINDS = tuple(StorageKind)
 
 NODE_FIELDS = {"id", "kind", "runtime", "image", "command", "env", "inputs", "platform", "resources",
-               "accelerators", "timeout_s", "reuse", "trust", "family", "grove", "needs"}
+               "accelerators", "timeout_s", "reuse", "trust", "family", "grove", "needs", "retries", "backoff"}
 
 
 # --- graph validation and canonical form ----------------------------------------------------------
@@ -111,6 +116,30 @@ def _inputs(value: Any, field: str) -> list[dict]:
     return sorted(out, key=lambda i: (i["digest"], i["storage_kind"], i.get("ref", "")))
 
 
+def backoff(value: Any, field: str) -> dict:
+    """``{"delay_s"?, "factor"?, "max_s"?}`` with the defaults filled: the wait before each retry."""
+    value = v.obj(value, field, allowed=set(DEFAULT_BACKOFF))
+    delay = v.integer(value.get("delay_s", DEFAULT_BACKOFF["delay_s"]), f"{field}.delay_s", minimum=0,
+                      maximum=MAX_BACKOFF_S)
+    factor = v.integer(value.get("factor", DEFAULT_BACKOFF["factor"]), f"{field}.factor", minimum=1,
+                       maximum=MAX_BACKOFF_FACTOR)
+    cap = v.integer(value.get("max_s", max(delay, DEFAULT_BACKOFF["max_s"])), f"{field}.max_s", minimum=delay,
+                    maximum=MAX_BACKOFF_S)
+    return {"delay_s": delay, "factor": factor, "max_s": cap}
+
+
+def _retry_fields(value: dict, field: str) -> dict:
+    """A node's retry policy in canonical form: absent when it has none (so graphs written before retries
+    keep their digests), else ``retries`` and the filled-in ``backoff``."""
+    retries = v.integer(value.get("retries", 0), f"{field}.retries", minimum=0, maximum=MAX_RETRIES)
+    if not retries:
+        if value.get("backoff") is not None:
+            raise v.fail("backoff_without_retries", "A backoff only applies to retries; set retries (at least 1) "
+                         "or leave backoff out.", f"{field}.backoff")
+        return {}
+    return {"retries": retries, "backoff": backoff(value.get("backoff", {}), f"{field}.backoff")}
+
+
 def node_validate(value: Any, field: str) -> dict:
     """One node of a graph (or a compute step mapped to a node) in canonical form, or raise."""
     value = v.obj(value, field, allowed=NODE_FIELDS, required={"id", "kind"})
@@ -148,6 +177,7 @@ def node_validate(value: Any, field: str) -> dict:
         node["accelerators"] = accelerators(value["accelerators"], f"{field}.accelerators")
     node["timeout_s"] = v.integer(value.get("timeout_s", DEFAULT_TIMEOUT_S), f"{field}.timeout_s", minimum=1,
                                   maximum=MAX_TIMEOUT_S)
+    node.update(_retry_fields(value, field))
     node["reuse"] = v.choice(value.get("reuse", "graph_dedup"), f"{field}.reuse", choices=REUSE)
     node["trust"] = v.choice(value.get("trust", "trusted"), f"{field}.trust", choices=TRUST_LEVELS)
     if value.get("family") is not None:
@@ -165,15 +195,13 @@ def graph_validate(graph: Any, *, field: str = "graph") -> dict:
     items = v.array(graph["nodes"], f"{field}.nodes", max_items=MAX_NODES)
     if not items:
         raise v.fail("graph_empty", "A graph needs at least one node.", f"{field}.nodes")
-    nodes: list[dict] = []
-    seen: dict[str, int] = {}
-    for index, item in enumerate(items):
-        node = node_validate(item, f"{field}.nodes[{index}]")
-        if node["id"] in seen:
-            raise v.fail("duplicate_node_id", f"Node id '{node['id']}' is used twice (nodes[{seen[node['id']]}] "
-                         f"and nodes[{index}]).", f"{field}.nodes[{index}].id")
-        seen[node["id"]] = index
-        nodes.append(node)
+    nodes = [node_validate(item, f"{field}.nodes[{index}]") for index, item in enumerate(items)]
+    repeat = v.first_repeat([node["id"] for node in nodes])
+    if repeat:
+        first, index = repeat
+        raise v.fail("duplicate_node_id", f"Node id '{nodes[index]['id']}' is used twice (nodes[{first}] "
+                     f"and nodes[{index}]).", f"{field}.nodes[{index}].id")
+    seen = {node["id"]: index for index, node in enumerate(nodes)}
     for node in nodes:
         index = seen[node["id"]]
         for need in node["needs"]:
@@ -239,8 +267,8 @@ def topological_order(canonical: dict) -> list[str]:
     return order
 
 
-# Fields that do not change what a node computes: where it runs, how long we wait, reuse policy.
-_NON_WORK_FIELDS = {"id", "needs", "grove", "timeout_s", "reuse"}
+# Fields that do not change what a node computes: where it runs, how long we wait, reuse and retry policy.
+_NON_WORK_FIELDS = {"id", "needs", "grove", "timeout_s", "reuse", "retries", "backoff"}
 
 
 def node_digests(canonical: dict) -> dict[str, str]:
@@ -272,9 +300,33 @@ def dedup_exclusion(node: dict) -> str | None:
     if not PINNED_IMAGE.match(node.get("image", "")):
         return "image_not_pinned"
     for item in node.get("inputs", []):
-        if item["storage_kind"] != "oci_registry":
+        if not is_container_image(item["storage_kind"]):
             return "input_not_oci"
     return None
+
+
+# --- step retries ---------------------------------------------------------------------------------
+
+# Only an attempt that ran and failed, or ran out of time, is retried; a cancelled one never is (someone
+# or something decided it should stop).
+RETRYABLE_OUTCOMES = frozenset({NodeStatus.FAILED, NodeStatus.TIMED_OUT})
+
+
+def retry_delay_s(node: dict, *, attempt: int) -> int | None:
+    """Seconds to wait before the attempt after ``attempt`` (1-based), or None when the node has no
+    retries left."""
+    retries = node.get("retries", 0)
+    if attempt > retries:
+        return None
+    policy = node.get("backoff") or DEFAULT_BACKOFF
+    return min(policy["delay_s"] * policy["factor"] ** (attempt - 1), policy["max_s"])
+
+
+def retry_after(node: dict, *, attempt: int, outcome: str) -> int | None:
+    """How long before a node whose attempt ended ``outcome`` runs again; None: it does not."""
+    if outcome not in RETRYABLE_OUTCOMES:
+        return None
+    return retry_delay_s(node, attempt=attempt)
 
 
 # --- detached wait eligibility --------------------------------------------------------------------

@@ -1,11 +1,15 @@
-"""Reads for pipelines: runs with their nodes."""
+"""Reads for pipelines: runs with their nodes, refusals and shadow-mode warnings, and the runner pool."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
 from apps.core.errors import NotFound
 from apps.pipelines.models import PipelineNode, PipelineRun
+from apps.pipelines.vocabulary import NodeStatus, WaitMode
+from apps.placement.choices import COMPATIBILITY_FLAG, SubjectType
+from apps.placement.models import ExecutionPlacement
 
 
 def run_list() -> QuerySet[PipelineRun]:
@@ -24,3 +28,43 @@ def run_get(*, run_id) -> PipelineRun:
 
 def run_nodes(*, run: PipelineRun) -> QuerySet[PipelineNode]:
     return run.nodes.select_related("grove", "current_job").order_by("position")
+
+
+def runner_status() -> dict:
+    """The runner pool that in-place waits occupy: its queue, its slots (settings) and how many steps wait
+    in place now (more than ``slots``: the rest wait for a slot; their jobs run regardless)."""
+    waiting = PipelineNode.objects.filter(status=NodeStatus.AWAITING, wait_mode=WaitMode.IN_PLACE).count()
+    return {"queue": settings.PIPELINE_RUNNER_QUEUE, "slots": settings.PIPELINE_RUNNER_SLOTS,
+            "waiting_in_place": waiting}
+
+
+def node_refusal(node: PipelineNode) -> dict | None:
+    """``{"code", "detail"}`` when the node ended refused before its current attempt ran (placement,
+    accelerator admission, a stored Grove gone), else None. A refused attempt has no Grove job of its own:
+    the node's job, if any, belongs to an earlier attempt. Reads ``current_job`` (select it related)."""
+    if node.status != NodeStatus.FAILED:
+        return None
+    if node.current_job_id and node.current_job.attempt == node.attempt:
+        return None  # the attempt ran; its failure is the job's, told by reason/exit_code/log_tail
+    return {"code": node.reason, "detail": node.detail}
+
+
+def run_warnings(nodes: list[PipelineNode]) -> list[dict]:
+    """Shadow mode says so: for each node that would have been refused with enforcement on, its reasons
+    as ``{"node", "code", "detail", "flag"}`` — the plan-time never-placeable reasons kept on the node and
+    the incompatibilities of its stored would-refuse placement decision. One query for all the nodes."""
+    ids = [str(node.pk) for node in nodes]
+    decisions = dict(ExecutionPlacement.objects.filter(
+        subject_type=SubjectType.PIPELINE_NODE, subject_id__in=ids, would_refuse=True,
+    ).values_list("subject_id", "decision")) if ids else {}
+    out: list[dict] = []
+    for node in nodes:
+        stored = decisions.get(str(node.pk)) or {}
+        seen: set[str] = set()
+        for item in [*node.plan_warnings, *stored.get("incompatibilities", [])]:
+            if item["code"] in seen:
+                continue
+            seen.add(item["code"])
+            out.append({"node": node.node_id, "code": item["code"], "detail": item["message"],
+                        "flag": COMPATIBILITY_FLAG})
+    return out

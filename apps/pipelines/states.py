@@ -9,7 +9,8 @@ from apps.pipelines.vocabulary import RunStatus as R
 NODE = Lifecycle.of("pipeline node", {
     N.PENDING: {N.QUEUED, N.CANCELLED, N.SKIPPED},
     N.QUEUED: {N.AWAITING, N.FAILED, N.CANCELLED},
-    N.AWAITING: {N.SUCCEEDED, N.FAILED, N.TIMED_OUT, N.CANCELLED},
+    # awaiting -> queued: the attempt failed or timed out and the node has retries left (rules.retry_after).
+    N.AWAITING: {N.SUCCEEDED, N.FAILED, N.TIMED_OUT, N.CANCELLED, N.QUEUED},
     N.SUCCEEDED: set(), N.FAILED: set(), N.TIMED_OUT: set(), N.CANCELLED: set(), N.SKIPPED: set(),
 }, stamps={N.QUEUED: "queued_at"}, terminal_stamp="finished_at")
 NODE_TERMINAL = NODE.terminal

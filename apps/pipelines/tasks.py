@@ -8,12 +8,19 @@ from apps.pipelines.vocabulary import WaitMode
 
 @shared_task(name="pipelines.node_execute")
 def node_execute(node_id: int) -> str | None:
-    """Dispatch a queued node; an in-place step then holds this worker until its job ends."""
+    """Dispatch a queued node; an in-place step's wait is handed to a runner slot, so this worker is free
+    for the next dispatch or resume at once."""
     with pinned_snapshot():
         mode = services.pipeline_node_execute(node_id=node_id)
     if mode == WaitMode.IN_PLACE:
-        services.pipeline_node_wait_in_place(node_id=node_id)
+        services.send_to_runner(node_id)
     return mode
+
+
+@shared_task(name="pipelines.node_wait_in_place")
+def node_wait_in_place(node_id: int) -> bool:
+    """Runs on the runner pool (PIPELINE_RUNNER_QUEUE): holds one runner slot while the job runs."""
+    return services.pipeline_node_wait_in_place(node_id=node_id)
 
 
 @shared_task(name="pipeline.node_resume")

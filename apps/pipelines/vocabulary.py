@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from apps.flags.registry import DETACHED_WAIT
 from apps.groves.vocabulary import Role
 
 
@@ -60,7 +61,7 @@ class OutboxKind(StrEnum):
 # The Grove role a run's nodes need by default.
 RUN_KIND_FAMILY = {RunKind.BUILD: Role.BUILD, RunKind.DEPLOY: Role.RUNTIME, RunKind.COMPUTE: Role.COMPUTE}
 
-DETACHED_WAIT_FLAG = "host.pipeline_detached_wait"
+DETACHED_WAIT_FLAG = DETACHED_WAIT
 
 MAX_NODES = 500
 MAX_ARGV = 256
@@ -68,3 +69,12 @@ MAX_ARG = 8192
 MAX_ENV = 256
 MAX_INPUTS = 64
 MAX_TIMEOUT_S = 7 * 24 * 3600
+
+# Step retries: a node may run at most 1 + MAX_RETRIES attempts. Backoff before retry n (1-based) is
+# min(delay_s * factor ** (n - 1), max_s); defaults fill what a node leaves out. A backoff is a Celery
+# countdown, so it stays within the Redis broker's visibility timeout (1 h): a longer one would be
+# redelivered while it waits.
+MAX_RETRIES = 10
+MAX_BACKOFF_S = 3600
+MAX_BACKOFF_FACTOR = 10
+DEFAULT_BACKOFF = {"delay_s": 10, "factor": 2, "max_s": 600}

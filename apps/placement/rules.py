@@ -1,22 +1,37 @@
-"""The compatibility checker (DESIGN.md §2) and the chooser's ranking. Pure: no Django, no database.
+"""The compatibility checker (docs/design.md §2) and the chooser's ranking. Pure: no Django, no database.
 
-Each rule is a small function ``(requirement, grove) -> list[Incompatibility]``; ``check`` runs all of
-them and returns *every* incompatibility, never just the first, in a fixed order (the order of
-``RULES``, then by code) so the result does not depend on list order in the inputs. Accelerators are
+Each rule is a small ``Rule``: its check ``(requirement, grove) -> list[Incompatibility]`` and, beside
+it, the index key the fleet snapshot files a Grove under for it. ``check`` runs all of them and returns
+*every* incompatibility, never just the first, in a fixed order (the order of ``RULES``, then by code)
+so the result does not depend on list order in the inputs. Accelerators are
 deliberately not here: admission and policy are separate steps with their own codes
 (``apps.accelerators``).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
+from apps.groves.vocabulary import MAX_PLATFORMS as MAX_GROVE_PLATFORMS
+from apps.groves.vocabulary import IsolationMode, Substrate
 from apps.placement.requirements import ExecutionRequirement, substrate_for_change_kind
+from apps.placement.vocabulary import Trust
+
+# A Grove reports at most MAX_GROVE_PLATFORMS platforms; the ranking looks no further.
+NO_PLATFORM_RANK = 1000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GroveFacts:
-    """What placement needs to know about a Grove, as plain data (built from the model by services)."""
+    """Everything placement reads of a Grove, as plain data: the one description from the fleet snapshot
+    to the verdict (``apps.placement.snapshot.grove_facts`` builds it from rows or a model instance).
+
+    ``units`` keeps only the (free CPU milli, free memory bytes) pairs no other unit of the Grove dominates:
+    enough to answer "does some unit fit both". ``accelerator_units`` and ``devices`` are as reported
+    (``apps.accelerators.rules.Unit`` / ``Device``), for accelerator admission; Host's own claims are read
+    at decision time, never cached here.
+    """
 
     id: str
     slug: str
@@ -25,6 +40,34 @@ class GroveFacts:
     platforms: tuple[str, ...]  # preference order
     isolation_modes: tuple[str, ...]
     change_kinds: tuple[str, ...]
+    enabled: bool = True
+    last_heartbeat_at: datetime | None = None
+    units: tuple[tuple[int, int], ...] = ()
+    apis: frozenset[str] = frozenset()  # accelerator APIs, for the ranking's API preference
+    # Typed loosely on purpose: the pure rules import nothing from apps.accelerators (an upper app).
+    accelerator_units: tuple = ()
+    devices: tuple = ()
+
+    @property
+    def heartbeat(self) -> float | None:
+        return None if self.last_heartbeat_at is None else self.last_heartbeat_at.timestamp()
+
+    def stale(self, cutoff: float) -> bool:
+        """Whether the last heartbeat is before ``cutoff`` (a timestamp), or never came."""
+        return self.last_heartbeat_at is None or self.last_heartbeat_at.timestamp() < cutoff
+
+    def fits(self, cpu_milli: int, memory_bytes: int) -> bool:
+        """Some unit has this much CPU and memory free at once."""
+        return any(cpu >= cpu_milli and memory >= memory_bytes for cpu, memory in self.units)
+
+
+def frontier(units: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """The (free CPU, free memory) pairs not dominated on both (most CPU first)."""
+    kept: list[tuple[int, int]] = []
+    for cpu, memory in sorted(units, key=lambda unit: (-unit[0], -unit[1])):
+        if not kept or memory > kept[-1][1]:
+            kept.append((cpu, memory))
+    return tuple(kept)
 
 
 @dataclass(frozen=True, order=True)
@@ -37,10 +80,25 @@ class Incompatibility:
         return {"code": self.code, "message": self.message, "grove": self.grove}
 
 
-Rule = Callable[[ExecutionRequirement, GroveFacts], list[Incompatibility]]
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One compatibility rule: its check, and the index key it declares beside it.
+
+    ``keys(facts)`` are the values the fleet snapshot indexes a Grove under for this rule;
+    ``accepts(req)`` are the values a requirement accepts (``None``: the rule does not constrain it).
+    Invariant (tested): ``check(req, facts) == []`` exactly when ``accepts(req)`` is None or shares a
+    value with ``keys(facts)``. The snapshot builds its eligibility indexes and cache keys from
+    ``RULES`` alone, so a rule added here is honoured there with no other edit.
+    """
+
+    name: str
+    codes: tuple[str, ...]  # the codes ``check`` can return, in report order
+    check: Callable[[ExecutionRequirement, GroveFacts], list[Incompatibility]]
+    keys: Callable[[GroveFacts], Iterable[Hashable]]
+    accepts: Callable[[ExecutionRequirement], Iterable[Hashable] | None]
 
 
-def rule_role(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompatibility]:
+def _role(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompatibility]:
     if req.family in grove.roles:
         return []
     held = ", ".join(sorted(grove.roles)) or "no role"
@@ -48,7 +106,11 @@ def rule_role(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompatibil
                             "work needs.", grove.slug)]
 
 
-def rule_platform(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompatibility]:
+ROLE = Rule("role", ("role_missing",), check=_role, keys=lambda grove: grove.roles,
+            accepts=lambda req: (req.family,))
+
+
+def _platform(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompatibility]:
     allowed = req.compatibility.platform.allowed
     if not allowed or set(allowed) & set(grove.platforms):
         return []
@@ -59,7 +121,11 @@ def rule_platform(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompat
         f"{', '.join(sorted(grove.platforms)) or 'no platform'}.", grove.slug)]
 
 
-def rule_substrate(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompatibility]:
+PLATFORM = Rule("platform", ("platform_mismatch",), check=_platform, keys=lambda grove: grove.platforms,
+                accepts=lambda req: req.compatibility.platform.allowed or None)
+
+
+def _substrate(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompatibility]:
     needed = substrate_for_change_kind(req.compatibility.change_kind)
     if needed is None or needed == grove.substrate:
         return []
@@ -69,10 +135,19 @@ def rule_substrate(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompa
         grove.slug)]
 
 
-def rule_isolation(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompatibility]:
+def _substrate_accepts(req: ExecutionRequirement) -> tuple[str, ...] | None:
+    needed = substrate_for_change_kind(req.compatibility.change_kind)
+    return None if needed is None else (needed,)
+
+
+SUBSTRATE = Rule("substrate", ("substrate_mismatch",), check=_substrate, keys=lambda grove: (grove.substrate,),
+                 accepts=_substrate_accepts)
+
+
+def _isolation(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompatibility]:
     isolation = req.compatibility.isolation
     found = []
-    if isolation == "host_process" and grove.substrate != "native":
+    if isolation == IsolationMode.HOST_PROCESS and grove.substrate != Substrate.NATIVE:
         found.append(Incompatibility(
             "host_process_needs_native",
             f"Host-process isolation exists only on native Groves; {grove.slug} is {grove.substrate}.", grove.slug))
@@ -84,8 +159,18 @@ def rule_isolation(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompa
     return found
 
 
-def rule_trust(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompatibility]:
-    if req.trust != "untrusted" or grove.substrate == "kubernetes":
+def _isolation_keys(grove: GroveFacts) -> tuple[str, ...]:
+    """The isolation modes the Grove can really give: host-process only on a native Grove, whatever it claims."""
+    return tuple(mode for mode in grove.isolation_modes
+                 if mode != IsolationMode.HOST_PROCESS or grove.substrate == Substrate.NATIVE)
+
+
+ISOLATION = Rule("isolation", ("host_process_needs_native", "isolation_unavailable"), check=_isolation,
+                 keys=_isolation_keys, accepts=lambda req: (req.compatibility.isolation,))
+
+
+def _trust(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompatibility]:
+    if req.trust != Trust.UNTRUSTED or grove.substrate == Substrate.KUBERNETES:
         return []
     return [Incompatibility(
         "untrusted_needs_kubernetes",
@@ -93,7 +178,11 @@ def rule_trust(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompatibi
         "with the machine's own trust.", grove.slug)]
 
 
-def rule_change_kind(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompatibility]:
+TRUST = Rule("trust", ("untrusted_needs_kubernetes",), check=_trust, keys=lambda grove: (grove.substrate,),
+             accepts=lambda req: (Substrate.KUBERNETES,) if req.trust == Trust.UNTRUSTED else None)
+
+
+def _change_kind(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompatibility]:
     change_kind = req.compatibility.change_kind
     if change_kind in grove.change_kinds:
         return []
@@ -103,35 +192,40 @@ def rule_change_kind(req: ExecutionRequirement, grove: GroveFacts) -> list[Incom
         f"Grove {grove.slug} advertises {advertised}; it does not understand {change_kind}.", grove.slug)]
 
 
-RULES: tuple[Rule, ...] = (rule_role, rule_platform, rule_substrate, rule_isolation, rule_trust, rule_change_kind)
-CODES = ("role_missing", "platform_mismatch", "substrate_mismatch", "host_process_needs_native",
-         "isolation_unavailable", "untrusted_needs_kubernetes", "change_kind_not_advertised")
+CHANGE_KIND = Rule("change_kind", ("change_kind_not_advertised",), check=_change_kind,
+                   keys=lambda grove: grove.change_kinds, accepts=lambda req: (req.compatibility.change_kind,))
+
+RULES: tuple[Rule, ...] = (ROLE, PLATFORM, SUBSTRATE, ISOLATION, TRUST, CHANGE_KIND)
+CODES = tuple(code for rule in RULES for code in rule.codes)
 
 
-def check(req: ExecutionRequirement, grove: GroveFacts, *, rules: Iterable[Rule] = RULES) -> list[Incompatibility]:
-    """Every incompatibility between the requirement and the Grove (empty = compatible)."""
+def check(req: ExecutionRequirement, grove: GroveFacts, *,
+          rules: Iterable[Rule] | None = None) -> list[Incompatibility]:
+    """Every incompatibility between the requirement and the Grove (empty = compatible). ``rules``
+    defaults to ``RULES`` as it is at call time; the order of the result never depends on theirs."""
     found: list[Incompatibility] = []
-    for rule in rules:
-        found.extend(rule(req, grove))
+    for rule in RULES if rules is None else rules:
+        found.extend(rule.check(req, grove))
     return sorted(found, key=lambda item: (CODES.index(item.code) if item.code in CODES else len(CODES), item))
+
+
+def platform_rank(platforms: Sequence[str], allowed: Collection[str]) -> int:
+    """Position of the first accepted platform in the Grove's preference order (0 when any platform will
+    do; ``NO_PLATFORM_RANK`` when none is accepted): lower ranks first."""
+    if not allowed:
+        return 0
+    for rank, platform in enumerate(platforms[:MAX_GROVE_PLATFORMS]):
+        if platform in allowed:
+            return rank
+    return NO_PLATFORM_RANK
 
 
 def selected_platform(req: ExecutionRequirement, grove: GroveFacts) -> str:
     """The Grove's most preferred platform the work accepts (its first platform when any will do)."""
-    allowed = set(req.compatibility.platform.allowed)
-    for platform in grove.platforms:
-        if not allowed or platform in allowed:
-            return platform
-    return grove.platforms[0] if grove.platforms else ""
-
-
-def platform_rank(req: ExecutionRequirement, grove: GroveFacts) -> int:
-    """Position of the selected platform in the Grove's preference list (lower is better)."""
-    allowed = set(req.compatibility.platform.allowed)
-    for rank, platform in enumerate(grove.platforms):
-        if not allowed or platform in allowed:
-            return rank
-    return len(grove.platforms) + 1000
+    if not grove.platforms:
+        return ""
+    rank = platform_rank(grove.platforms, frozenset(req.compatibility.platform.allowed))
+    return grove.platforms[rank if rank < len(grove.platforms) else 0]
 
 
 def rank_key(*, platform_rank: int, fits_cpu_memory: bool, fits_accelerators: bool, slug: str,

@@ -4,6 +4,10 @@
 ``place_execution`` adds the two switches: ``host.deploy.forest_compatibility`` (off: an incompatible
 placement is still made, recorded and logged as *would refuse*; on: refused before any dispatch) and
 ``host.deploy.persisted_placement`` (on: one ``ExecutionPlacement`` per subject, re-read by retries).
+
+A decision reads Groves only as ``rules.GroveFacts`` (from the fleet snapshot, or for an explicit target
+built the same way from the database); the ``Grove`` model is loaded inside the write, where the chosen
+Grove is re-verified and becomes the placement's foreign key.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from apps.accelerators import rules as accelerator_rules
 from apps.core.errors import Conflict, Forbidden, ForestError, Gone, NotFound, ValidationFailed
 from apps.flags.selectors import is_enabled
 from apps.groves.models import Grove
-from apps.placement import rules, selectors
+from apps.placement import fleet, rules, selectors, snapshot
 from apps.placement.choices import COMPATIBILITY_FLAG, PERSISTED_FLAG, Chooser, SubjectType
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import ExecutionRequirement
@@ -34,7 +38,7 @@ DECIDE_ATTEMPTS = 3
 
 @dataclass
 class Decision:
-    grove: Grove | None
+    grove: rules.GroveFacts | None
     selected_platform: str
     chooser: str
     enforced: bool
@@ -85,11 +89,11 @@ def _incompatibility_json(items: list[rules.Incompatibility]) -> list[dict]:
     return [{"code": item.code, "message": item.message} for item in items]
 
 
-def _verdict(grove: Grove, facts: rules.GroveFacts, incompatibilities: list[rules.Incompatibility], *,
-             rank: int | None, requirement: ExecutionRequirement, fits_cpu_memory: bool | None = None,
+def _verdict(facts: rules.GroveFacts, incompatibilities: list[rules.Incompatibility], *, rank: int | None,
+             requirement: ExecutionRequirement, fits_cpu_memory: bool | None = None,
              admission: accelerator_rules.Admission | None = None) -> dict:
     verdict = {
-        "grove_id": facts.id, "grove_slug": grove.slug, "substrate": grove.substrate,
+        "grove_id": facts.id, "grove_slug": facts.slug, "substrate": facts.substrate,
         "eligible": not incompatibilities, "rank": rank,
         "platform": rules.selected_platform(requirement, facts) if not incompatibilities else None,
         "incompatibilities": _incompatibility_json(incompatibilities),
@@ -104,74 +108,80 @@ def _verdict(grove: Grove, facts: rules.GroveFacts, incompatibilities: list[rule
     return verdict
 
 
-def _admissions(requirement: ExecutionRequirement, groves: list[Grove]) -> dict[str, accelerator_rules.Admission]:
-    """Accelerator fit of each candidate now (reported units minus Host claims): a preference, not a rule."""
+def _admissions(requirement: ExecutionRequirement,
+                groves: list[rules.GroveFacts]) -> dict[str, accelerator_rules.Admission]:
+    """Accelerator fit of each Grove now (its reported units minus Host's claims, read now): a preference,
+    not a rule."""
     if requirement.accelerators is None or not groves:
         return {}
-    inputs = selectors.admission_inputs(groves)
-    out = {}
-    for grove in groves:
-        units, devices, claimed = inputs[str(grove.id)]
-        out[str(grove.id)] = accelerator_rules.admit(requirement.accelerators, units=units, devices=devices,
-                                                     claimed=claimed, grove=grove.slug)
-    return out
+    claimed = selectors.claimed_counts([facts.id for facts in groves])
+    return {facts.id: accelerator_rules.admit(requirement.accelerators, units=list(facts.accelerator_units),
+                                              devices=list(facts.devices), claimed=claimed[facts.id],
+                                              grove=facts.slug)
+            for facts in groves}
 
 
-def _ordered(requirement: ExecutionRequirement, groves: list[Grove], *, with_incompatibilities: bool):
-    """(grove, facts, incompatibilities, admission) in the chooser's order (rules.rank_key)."""
-    admissions = _admissions(requirement, groves)
+def _ordered(requirement: ExecutionRequirement, found: list[fleet.Candidate], *, with_incompatibilities: bool):
+    """(candidate, incompatibilities, admission) in the chooser's order (rules.rank_key)."""
+    admissions = _admissions(requirement, [candidate.facts for candidate in found])
     rows = []
-    for grove in groves:
-        facts = selectors.facts(grove)
-        found = rules.check(requirement, facts) if with_incompatibilities else []
-        admission = admissions.get(str(grove.id))
+    for candidate in found:
+        facts = candidate.facts
+        incompatibilities = rules.check(requirement, facts) if with_incompatibilities else []
+        admission = admissions.get(facts.id)
         key = rules.rank_key(
-            incompatibilities=len(found), platform_rank=grove.platform_rank, fits_cpu_memory=grove.fits_cpu_memory,
-            fits_accelerators=admission.admitted if admission else True, slug=grove.slug)
-        rows.append((key, grove, facts, found, admission))
+            incompatibilities=len(incompatibilities), platform_rank=candidate.platform_rank,
+            fits_cpu_memory=candidate.fits_cpu_memory, fits_accelerators=admission.admitted if admission else True,
+            slug=facts.slug)
+        rows.append((key, candidate, incompatibilities, admission))
     rows.sort(key=lambda row: row[0])
     return [row[1:] for row in rows]
 
 
+def _target(reference: str) -> rules.GroveFacts | None:
+    """An explicit target's facts, read from the database now (built as the snapshot builds them)."""
+    found = snapshot.load_facts(selectors.groves_by_reference(reference))
+    return found[0] if found else None
+
+
 def _explicit(requirement: ExecutionRequirement, reference: str, enforced: bool) -> Decision:
-    grove = selectors.grove_by_reference(reference)
-    if grove is None:
+    facts = _target(reference)
+    if facts is None:
         raise NotFound("grove_not_found", f"No Grove with id or slug '{reference}'.", field="target.grove_id")
-    if not grove.enabled:
-        raise Conflict("grove_disabled", f"Grove {grove.slug} is disabled; enable it or choose another target.",
+    if not facts.enabled:
+        raise Conflict("grove_disabled", f"Grove {facts.slug} is disabled; enable it or choose another target.",
                        field="target.grove_id")
-    facts = selectors.facts(grove)
     found = rules.check(requirement, facts)
-    fits = selectors.fits_cpu_memory(grove, requirement)
-    admission = _admissions(requirement, [grove]).get(str(grove.id))
-    verdict = _verdict(grove, facts, found, rank=1 if not found else None, requirement=requirement,
+    fits = facts.fits(requirement.resources.cpu_milli, requirement.resources.memory_bytes)
+    admission = _admissions(requirement, [facts]).get(facts.id)
+    verdict = _verdict(facts, found, rank=1 if not found else None, requirement=requirement,
                        fits_cpu_memory=fits, admission=admission)
-    verdict["stale"] = grove.stale
+    verdict["stale"] = facts.stale(snapshot.stale_cutoff())
     decision = Decision(
-        grove=grove, selected_platform=rules.selected_platform(requirement, facts), chooser=Chooser.EXPLICIT,
+        grove=facts, selected_platform=rules.selected_platform(requirement, facts), chooser=Chooser.EXPLICIT,
         enforced=enforced, incompatibilities=[item.to_json() for item in found], candidates=[verdict],
         summary=rules.summarise([verdict]), eligible_total=0 if found else 1, ineligible_total=1 if found else 0,
     )
     if found and enforced:
         decision.refusal = Conflict(
             "placement_refused",
-            f"Grove {grove.slug} cannot run this work: " + " ".join(item.message for item in found),
+            f"Grove {facts.slug} cannot run this work: " + " ".join(item.message for item in found),
             extra={"incompatibilities": decision.incompatibilities, "candidates": decision.candidates})
         decision.grove, decision.selected_platform = None, ""
     return decision
 
 
 def _selection(requirement: ExecutionRequirement, enforced: bool) -> Decision:
-    found = selectors.candidates(requirement, limit=CANDIDATE_LIMIT)
+    found = snapshot.candidates(requirement, limit=CANDIDATE_LIMIT)
     eligible_total, ineligible_total = found.eligible_total, found.ineligible_total
     verdicts = []
     ordered = _ordered(requirement, found.eligible, with_incompatibilities=False)
-    for rank, (grove, facts, _found, admission) in enumerate(ordered, start=1):
-        verdicts.append(_verdict(grove, facts, [], rank=rank, requirement=requirement,
-                                 fits_cpu_memory=grove.fits_cpu_memory, admission=admission))
-    for grove in found.others:
-        facts = selectors.facts(grove)
-        verdicts.append(_verdict(grove, facts, rules.check(requirement, facts), rank=None, requirement=requirement))
+    for rank, (candidate, _found, admission) in enumerate(ordered, start=1):
+        verdicts.append(_verdict(candidate.facts, [], rank=rank, requirement=requirement,
+                                 fits_cpu_memory=candidate.fits_cpu_memory, admission=admission))
+    for candidate in found.others:
+        verdicts.append(_verdict(candidate.facts, rules.check(requirement, candidate.facts), rank=None,
+                                 requirement=requirement))
     plus = "+" if found.capped else ""
     summary = (f"{eligible_total}{plus}/{eligible_total + ineligible_total}{plus} fresh Groves eligible"
                + (f"; sample of the others: {rules.summarise(verdicts[len(ordered):]).split(': ', 1)[-1]}"
@@ -180,27 +190,27 @@ def _selection(requirement: ExecutionRequirement, enforced: bool) -> Decision:
                         incompatibilities=[], candidates=verdicts, summary=summary,
                         eligible_total=eligible_total, ineligible_total=ineligible_total)
     if ordered:
-        grove, facts = ordered[0][0], ordered[0][1]
-        decision.grove, decision.selected_platform = grove.to_grove(), rules.selected_platform(requirement, facts)
+        facts = ordered[0][0].facts
+        decision.grove, decision.selected_platform = facts, rules.selected_platform(requirement, facts)
         return decision
-    holders = selectors.candidates(requirement, limit=CANDIDATE_LIMIT, role_only=True).eligible
+    holders = snapshot.candidates(requirement, limit=CANDIDATE_LIMIT, role_only=True).eligible
     if not holders:
         decision.refusal = Conflict(
             "no_eligible_grove",
             f"No fresh, enabled Grove holds the {requirement.family} role; enroll one or wait for one to report.",
             extra={"candidates": verdicts, "summary": summary})
         return decision
-    fallback = _ordered(requirement, holders, with_incompatibilities=True)
-    grove, facts, found, _ = fallback[0]
+    candidate, found, _ = _ordered(requirement, holders, with_incompatibilities=True)[0]
+    facts = candidate.facts
     decision.incompatibilities = [item.to_json() for item in found]
     if enforced:
         decision.refusal = Conflict(
             "placement_refused",
-            f"No fresh Grove can run this work ({summary}); the closest, {grove.slug}: "
+            f"No fresh Grove can run this work ({summary}); the closest, {facts.slug}: "
             + " ".join(item.message for item in found),
             extra={"incompatibilities": decision.incompatibilities, "candidates": verdicts, "summary": summary})
         return decision
-    decision.grove, decision.selected_platform = grove.to_grove(), rules.selected_platform(requirement, facts)
+    decision.grove, decision.selected_platform = facts, rules.selected_platform(requirement, facts)
     decision.chooser = Chooser.FALLBACK
     return decision
 
@@ -237,7 +247,7 @@ def _reuse(placement: ExecutionPlacement, *, enforced: bool) -> PlacementResult:
                    f"which is {'disabled' if grove else 'gone'}; staff can re-place it.",
                    extra={"placement_id": placement.pk, "grove": placement.grove_slug})
     requirement = ExecutionRequirement.from_json(placement.requirement)
-    found = rules.check(requirement, selectors.facts(grove))
+    found = rules.check(requirement, snapshot.grove_facts(grove))
     recorded = {item["code"] for item in placement.decision.get("incompatibilities", [])}
     changed = [item for item in found if item.code not in recorded]
     if changed or (found and enforced):
@@ -280,23 +290,24 @@ def place_execution(*, subject_type: str, subject_id: str, requirement: Executio
         if decision.refusal is not None:
             raise decision.refusal
         body = decision.to_json()
-        result = PlacementResult(grove=decision.grove, selected_platform=decision.selected_platform, decision=body,
-                                 placement=None, would_refuse=decision.would_refuse)
         try:
             with transaction.atomic():
-                if not _still_holds(decision, requirement):
+                grove = _still_holds(decision, requirement)
+                if not grove:
                     raise _SnapshotBehind
+                result = PlacementResult(grove=grove, selected_platform=decision.selected_platform, decision=body,
+                                         placement=None, would_refuse=decision.would_refuse)
                 if not persisted:
                     return result
                 result.placement = ExecutionPlacement.objects.create(
-                    subject_type=subject_type, subject_id=subject_id, grove=decision.grove,
-                    grove_slug=decision.grove.slug, selected_platform=decision.selected_platform,
+                    subject_type=subject_type, subject_id=subject_id, grove=grove, grove_slug=grove.slug,
+                    selected_platform=decision.selected_platform,
                     requirement=requirement.to_json(), decision=body, chooser=decision.chooser,
                     enforced=enforced, would_refuse=decision.would_refuse, team=team or "",
                     environment=environment or "",
                 )
         except _SnapshotBehind:
-            selectors.fleet_refresh()
+            snapshot.fleet_refresh()
             continue
         except IntegrityError:
             # A concurrent call for the same subject won; its row is the placement, exactly as for a retry.
@@ -322,22 +333,23 @@ def _decide_current(requirement: ExecutionRequirement, target: str | None, enfor
     refreshed snapshot first (a Grove that enrolled a moment ago must not be missed)."""
     decision = placement_decide(requirement=requirement, target=target, enforced=enforced)
     if decision.refusal is not None and decision.chooser == Chooser.SELECTION:
-        selectors.fleet_refresh()
+        snapshot.fleet_refresh()
         decision = placement_decide(requirement=requirement, target=target, enforced=enforced)
     return decision
 
 
-def _still_holds(decision: Decision, requirement: ExecutionRequirement) -> bool:
-    """Inside the write: the chosen Grove, read from the database, is still enabled, fresh, and exactly as
-    compatible as the decision says (no incompatibility, or the same ones for a shadow-mode fallback).
-    An explicit target was read from the database by this very decision."""
-    if decision.chooser == Chooser.EXPLICIT:
-        return True
-    grove = selectors.grove_by_reference(str(decision.grove.id))
-    if grove is None or not grove.enabled or grove.stale:
-        return False
-    found = {item.code for item in rules.check(requirement, selectors.facts(grove))}
-    return found == {item["code"] for item in decision.incompatibilities}
+def _still_holds(decision: Decision, requirement: ExecutionRequirement) -> Grove | None:
+    """Inside the write: the chosen Grove, read from the database (the model, for the placement's foreign
+    key), when it is still enabled, fresh, and exactly as compatible as the decision says (no
+    incompatibility, or the same ones for a shadow-mode fallback); ``None`` when it no longer holds.
+    An explicit target was read from the database by this very decision: it only has to still exist."""
+    grove = selectors.grove_by_reference(decision.grove.id)
+    if grove is None or decision.chooser == Chooser.EXPLICIT:
+        return grove
+    if not grove.enabled or grove.stale:
+        return None
+    found = {item.code for item in rules.check(requirement, snapshot.grove_facts(grove))}
+    return grove if found == {item["code"] for item in decision.incompatibilities} else None
 
 
 def placement_pin(*, subject_type: str, subject_id: str, requirement: ExecutionRequirement,
@@ -369,7 +381,7 @@ def placement_replace(*, placement: ExecutionPlacement, actor, reason: str, targ
             row = _replace_row(placement, decision, requirement, actor=actor, reason=reason, enforced=enforced)
             break
         except _SnapshotBehind:
-            selectors.fleet_refresh()
+            snapshot.fleet_refresh()
     else:
         raise _fleet_changed()
     log.info("placement replaced", extra={"placement_id": row.pk, "grove": row.grove_slug, "actor": str(actor)})
@@ -380,7 +392,8 @@ def placement_replace(*, placement: ExecutionPlacement, actor, reason: str, targ
 def _replace_row(placement: ExecutionPlacement, decision: Decision, requirement: ExecutionRequirement, *, actor,
                  reason: str, enforced: bool) -> ExecutionPlacement:
     with transaction.atomic():
-        if not _still_holds(decision, requirement):
+        grove = _still_holds(decision, requirement)
+        if not grove:
             raise _SnapshotBehind
         row = ExecutionPlacement.objects.select_for_update().get(pk=placement.pk)
         row.history = [*row.history, {
@@ -389,7 +402,7 @@ def _replace_row(placement: ExecutionPlacement, decision: Decision, requirement:
             "replaced_at": timezone.now().isoformat(), "replaced_by": actor.get_username(), "reason": reason.strip(),
         }]
         body = decision.to_json()
-        row.grove, row.grove_slug = decision.grove, decision.grove.slug
+        row.grove, row.grove_slug = grove, grove.slug
         row.selected_platform, row.requirement, row.decision = decision.selected_platform, requirement.to_json(), body
         row.chooser, row.enforced, row.would_refuse = decision.chooser, enforced, decision.would_refuse
         row.save()
@@ -403,20 +416,20 @@ def placement_plan_check(*, requirement: ExecutionRequirement, environment: str 
     enforced = is_enabled(COMPATIBILITY_FLAG, environment=environment, team=team)
     reasons: list[dict] = []
     if requirement.target is not None:
-        grove = selectors.grove_by_reference(requirement.target.grove_id)
+        grove = _target(requirement.target.grove_id)
         if grove is None:
             reasons = [{"code": "grove_not_found", "message": f"No Grove '{requirement.target.grove_id}'."}]
         else:
-            reasons = _incompatibility_json(rules.check(requirement, selectors.facts(grove)))
+            reasons = _incompatibility_json(rules.check(requirement, grove))
             if not grove.enabled:
                 reasons.append({"code": "grove_disabled", "message": f"Grove {grove.slug} is disabled."})
     else:
-        found = selectors.candidates(requirement, limit=CANDIDATE_LIMIT)
+        found = snapshot.candidates(requirement, limit=CANDIDATE_LIMIT)
         if found.eligible_total:
             return PlanCheck(never_placeable=False)
         seen: dict[str, dict] = {}
-        for grove in found.others:
-            for item in rules.check(requirement, selectors.facts(grove)):
+        for candidate in found.others:
+            for item in rules.check(requirement, candidate.facts):
                 seen.setdefault(item.code, {"code": item.code, "message": item.message})
         reasons = list(seen.values()) or [{"code": "no_fresh_grove",
                                            "message": "No fresh, enabled Grove is reporting at all."}]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from apps.flags.registry import FOREST_COMPATIBILITY, PERSISTED_PLACEMENT
 from apps.groves.vocabulary import ChangeKind, IsolationMode, Role
 
 
@@ -47,5 +48,5 @@ TRUST_LEVELS = tuple(Trust)
 DEFAULT_CPU_MILLI = 1000
 DEFAULT_MEMORY_BYTES = 1 << 30
 
-COMPATIBILITY_FLAG = "host.deploy.forest_compatibility"
-PERSISTED_FLAG = "host.deploy.persisted_placement"
+COMPATIBILITY_FLAG = FOREST_COMPATIBILITY
+PERSISTED_FLAG = PERSISTED_PLACEMENT

@@ -1,31 +1,64 @@
-"""Staff pages. One URL renders the full page, or only the table for an htmx request (hx-push-url keeps
-filtered views shareable). Access: staff login, and the observability flag on."""
+"""Staff pages. Each list declares its queryset, filterset (the API's own) and table; one URL renders the
+full page, only the results for an htmx request (filters, sorting and paging swap in place and push
+the URL, so every view is a shareable link), or CSV with ``?_export=csv``.
+
+Access: a staff login with a role (``apps.core.permissions.is_staff_user``: viewer and up) and the
+observability flag on.
+"""
 from __future__ import annotations
 
+import csv
+import hmac
+from datetime import datetime, time, timedelta
 from functools import wraps
 
-from django.contrib.admin.views.decorators import staff_member_required
-from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+import prometheus_client
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_date
+from django.utils.safestring import mark_safe
+from django.views.decorators.http import require_http_methods
+from django_tables2 import RequestConfig
+from django_tables2.paginators import LazyPaginator
 
+from apps.core.errors import ForestError
+from apps.core.permissions import StaffAccess, is_staff_user, staff_access
+from apps.flags.registry import FLAGS
 from apps.flags.selectors import is_enabled
 from apps.groves.filtersets import GroveFilterSet
-from apps.groves.models import Grove
-from apps.groves.selectors import grove_list
+from apps.pipelines.filtersets import RunFilterSet
+from apps.pipelines.services import pipeline_run_cancel
 from apps.placement.filtersets import ExecutionPlacementFilterSet
 from apps.placement.models import ExecutionPlacement
+from apps.staff import capabilities, charts, selectors
+from apps.staff.metrics import forest_registry
+from apps.staff.tables import GroveTable, PlacementTable, RunTable
 
 FLAG = "host.staff.execution_observability"
-PAGE_SIZE = 50
+PER_PAGE_CHOICES = (25, 50, 100, 250)
+MAX_PER_PAGE = 500
+# A CSV export stops here: staff want a spreadsheet, not a database dump.
+EXPORT_MAX_ROWS = 50_000
+REPORT_MAX_DAYS = 366
 
 
 def observability_page(view):
-    """Staff only; a clear 404 page (not a blank one) while the feature flag is off."""
+    """Anonymous or a non-staff account → the login page with Django's "not authorised" notice (as admin
+    does); a staff account without a role that reads Groves → 403; flag off → a 404 page naming the flag."""
 
-    @staff_member_required
     @wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        access = staff_access(request.user)
+        if access == StaffAccess.SIGN_IN:
+            return redirect_to_login(request.get_full_path(), reverse(settings.LOGIN_URL))
+        if access == StaffAccess.NO_ROLE:
+            raise PermissionDenied("This staff account holds no role that reads Groves (viewer and up).")
         if not is_enabled(FLAG):
             return render(request, "staff/feature_off.html", {"flag": FLAG}, status=404)
         return view(request, *args, **kwargs)
@@ -33,38 +66,239 @@ def observability_page(view):
     return wrapper
 
 
-def _list(request: HttpRequest, *, queryset, filterset_class, template: str, table: str, extra=None):
-    filterset = filterset_class(request.GET, queryset=queryset)
-    page = Paginator(filterset.qs, PAGE_SIZE).get_page(request.GET.get("page"))
-    query = request.GET.copy()
-    query.pop("page", None)
-    context = {"filter": filterset, "page": page, "query": query.urlencode(), **(extra or {})}
-    return render(request, table if request.htmx else template, context)
+def _per_page(request: HttpRequest) -> int:
+    try:
+        return max(1, min(MAX_PER_PAGE, int(request.GET.get("per_page", 50))))
+    except ValueError:
+        return 50
 
+
+def _table_page(request: HttpRequest, *, queryset, filterset_class, table_class, template: str,
+                describe=None, extra: dict | None = None, export_name: str = "export") -> HttpResponse:
+    """Filter with the API's filterset; an invalid value answers 400 with the errors shown, never an
+    unfiltered list. ``describe`` fills per-page context for the table (one query for the page)."""
+    filterset = filterset_class(request.GET, queryset=queryset)
+    status = 200
+    if not filterset.is_valid():
+        status = 400
+        rows = queryset.none()
+    else:
+        rows = filterset.qs
+    exclude = _excluded_columns(request, table_class)
+    if request.GET.get("_export") == "csv" and status == 200:
+        ordered = table_class(rows, order_by=request.GET.get("sort") or None).data.data
+        return _csv(table_class(list(ordered[:EXPORT_MAX_ROWS]), exclude=exclude), export_name, describe)
+    table = table_class(rows, exclude=exclude)
+    # LazyPaginator: no COUNT(*) over a million rows; "next" is known by reading one row more.
+    RequestConfig(request, paginate={"per_page": _per_page(request), "paginator_class": LazyPaginator}).configure(table)
+    if describe is not None:
+        describe(table, [row.record for row in table.page.object_list])
+    context = {"filter": filterset, "table": table, "per_page_choices": PER_PAGE_CHOICES,
+               "per_page": _per_page(request), "column_choices": [
+                   (name, column.verbose_name or name, name not in exclude)
+                   for name, column in table_class.base_columns.items()], **(extra or {})}
+    return render(request, "staff/_results.html" if request.htmx else template, context, status=status)
+
+
+def _excluded_columns(request: HttpRequest, table_class) -> list[str]:
+    """Column choice: ``?col=a&col=b`` shows only those (unknown names are ignored); none given: all."""
+    chosen = [name for name in request.GET.getlist("col") if name in table_class.base_columns]
+    if not chosen:
+        return []
+    return [name for name in table_class.base_columns if name not in chosen]
+
+
+def _csv(table, name: str, describe=None) -> StreamingHttpResponse:
+    if describe is not None:
+        describe(table, [row.record for row in table.rows])
+
+    class Echo:
+        def write(self, value):
+            return value
+
+    writer = csv.writer(Echo())
+    response = StreamingHttpResponse((writer.writerow(row) for row in table.as_values()), content_type="text/csv")
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    response["Content-Disposition"] = f'attachment; filename="forest-{name}-{stamp}.csv"'
+    return response
+
+
+def _describe_placements(table, records) -> None:
+    table.subjects = selectors.subjects_describe(records)
+
+
+def _describe_runs(table, records) -> None:
+    table.counts = selectors.run_node_counts(record.pk for record in records)
+
+
+# --- Groves ---------------------------------------------------------------------------------------
 
 @observability_page
 def grove_list_view(request: HttpRequest) -> HttpResponse:
-    return _list(request, queryset=grove_list(), filterset_class=GroveFilterSet,
-                 template="staff/groves.html", table="staff/_groves_table.html")
+    return _table_page(request, queryset=selectors.grove_table_rows(), filterset_class=GroveFilterSet,
+                       table_class=GroveTable, template="staff/groves.html", export_name="groves")
 
 
 @observability_page
 def grove_detail_view(request: HttpRequest, slug: str) -> HttpResponse:
-    grove = get_object_or_404(grove_list(), slug=slug)
-    placements = ExecutionPlacement.objects.filter(grove=grove).order_by("-created_at")[:20]
-    return render(request, "staff/grove_detail.html", {"grove": grove, "placements": placements})
+    detail = selectors.grove_detail(slug=slug)
+    if detail is None:
+        raise Http404(f"No Grove '{slug}'.")
+    recent = list(selectors.placement_rows().filter(grove=detail.grove)[:20])
+    table = PlacementTable(recent, subjects=selectors.subjects_describe(recent), orderable=False)
+    return render(request, "staff/grove_detail.html", {"detail": detail, "grove": detail.grove,
+                                                       "placements_table": table})
 
+
+# --- accelerator inventory --------------------------------------------------------------------------
+
+@observability_page
+def inventory_view(request: HttpRequest) -> HttpResponse:
+    groups = selectors.inventory_groups()
+    teams = selectors.team_usage()
+    rows = [(use, mark_safe(charts.bar_fraction_svg(use.budget_fraction))) for use in teams]
+    return render(request, "staff/inventory.html", {"groups": groups, "teams": rows})
+
+
+# --- placements -------------------------------------------------------------------------------------
 
 @observability_page
 def placement_list_view(request: HttpRequest) -> HttpResponse:
-    return _list(request, queryset=ExecutionPlacement.objects.select_related("grove"),
-                 filterset_class=ExecutionPlacementFilterSet, template="staff/placements.html",
-                 table="staff/_placements_table.html",
-                 extra={"groves": Grove.objects.order_by("slug").values_list("slug", flat=True)})
+    return _table_page(request, queryset=selectors.placement_rows(), filterset_class=ExecutionPlacementFilterSet,
+                       table_class=PlacementTable, template="staff/placements.html",
+                       describe=_describe_placements, export_name="placements")
 
 
 @observability_page
 def placement_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
-    placement = get_object_or_404(ExecutionPlacement.objects.select_related("grove"), pk=pk)
-    return render(request, "staff/placement_detail.html", {"placement": placement,
-                                                           "decision": placement.decision})
+    placement = ExecutionPlacement.objects.select_related("grove").filter(pk=pk).first()
+    if placement is None:
+        raise Http404(f"No placement {pk}.")
+    node = selectors.placement_node(placement)
+    requirement = placement.requirement or {}
+    platform = (requirement.get("compatibility") or {}).get("platform") or {}
+    return render(request, "staff/placement_detail.html", {
+        "placement": placement, "decision": placement.decision, "node": node,
+        "platform_allowed": platform.get("allowed", []), "platform_sources": platform.get("sources", []),
+        "resources": requirement.get("resources") or {}, "accelerators": requirement.get("accelerators"),
+    })
+
+
+# --- runs ---------------------------------------------------------------------------------------------
+
+@observability_page
+def run_list_view(request: HttpRequest) -> HttpResponse:
+    return _table_page(request, queryset=selectors.run_rows(), filterset_class=RunFilterSet, table_class=RunTable,
+                       template="staff/runs.html", describe=_describe_runs, export_name="runs")
+
+
+@observability_page
+def run_detail_view(request: HttpRequest, run_id) -> HttpResponse:
+    found = selectors.run_detail(run_id=run_id)
+    if found is None:
+        raise Http404(f"No run {run_id}.")
+    run, nodes, placements = found
+    rows = [(node, placements.get(str(node.pk))) for node in nodes]
+    return render(request, "staff/run_detail.html", {"run": run, "rows": rows,
+                                                     "cancellable": run.status in ("pending", "running")})
+
+
+@observability_page
+@require_http_methods(["GET", "POST"])
+def run_cancel_view(request: HttpRequest, run_id) -> HttpResponse:
+    """GET: a confirmation page (works without JavaScript); POST: cancel, then back to the run."""
+    found = selectors.run_detail(run_id=run_id)
+    if found is None:
+        raise Http404(f"No run {run_id}.")
+    run = found[0]
+    if request.method == "GET":
+        return render(request, "staff/run_cancel.html", {"run": run})
+    reason = (request.POST.get("reason") or "").strip() or f"cancelled by {request.user.get_username()} (staff page)"
+    try:
+        pipeline_run_cancel(run_id=run.id, reason=reason[:64])
+    except ForestError as exc:
+        messages.error(request, f"{exc.detail} [{exc.code}]")
+    else:
+        messages.success(request, f"Run {run.id} cancelled: its live Grove jobs were asked to stop.")
+    return redirect("staff:run-detail", run_id=run.id)
+
+
+# --- the "would have refused" report ------------------------------------------------------------------
+
+def _window(request: HttpRequest) -> tuple[datetime, datetime, list[str]]:
+    """[since, until) from ?since=YYYY-MM-DD&until=YYYY-MM-DD (until inclusive as a day); default 14 days."""
+    errors = []
+    today = timezone.now().date()
+    until_day = today
+    since_day = today - timedelta(days=13)
+    for name in ("since", "until"):
+        raw = request.GET.get(name)
+        if not raw:
+            continue
+        parsed = parse_date(raw) if len(raw) == 10 else None
+        if parsed is None:
+            errors.append(f"'{raw}' is not a date for {name}: use YYYY-MM-DD.")
+        elif name == "since":
+            since_day = parsed
+        else:
+            until_day = parsed
+    if since_day > until_day:
+        errors.append("since is after until.")
+    elif (until_day - since_day).days > REPORT_MAX_DAYS:
+        errors.append(f"The window is at most {REPORT_MAX_DAYS} days.")
+    tz = timezone.get_current_timezone()
+    try:
+        since = timezone.make_aware(datetime.combine(since_day, time.min), tz)
+        until = timezone.make_aware(datetime.combine(until_day + timedelta(days=1), time.min), tz)
+    except OverflowError:
+        return timezone.now(), timezone.now(), [*errors, "The window is out of range."]
+    return since, until, errors
+
+
+@observability_page
+def refusal_report_view(request: HttpRequest) -> HttpResponse:
+    since, until, errors = _window(request)
+    if errors:
+        return render(request, "staff/refusals.html", {"errors": errors, "since": request.GET.get("since", ""),
+                                                       "until": request.GET.get("until", "")}, status=400)
+    report = selectors.refusal_report(since=since, until=until)
+    listing = selectors.refused_placements().filter(created_at__gte=since, created_at__lt=until)
+    if request.GET.get("_export") == "csv":
+        return _csv(PlacementTable(list(listing[:EXPORT_MAX_ROWS])), "refusals", _describe_placements)
+    table = PlacementTable(listing, orderable=False)
+    RequestConfig(request, paginate={"per_page": _per_page(request), "paginator_class": LazyPaginator}).configure(table)
+    _describe_placements(table, [row.record for row in table.page.object_list])
+    chart = mark_safe(charts.trend_svg(report.trend, title="Would-refuse placements per day"))
+    return render(request, "staff/refusals.html", {
+        "report": report, "chart": chart, "table": table, "since": since.date().isoformat(),
+        "until": (until - timedelta(days=1)).date().isoformat(),
+        "compatibility_on": is_enabled("host.deploy.forest_compatibility"),
+    })
+
+
+# --- honest status ------------------------------------------------------------------------------------
+
+@observability_page
+def status_view(request: HttpRequest) -> HttpResponse:
+    defaults = {name: flag.default for name, flag in FLAGS.items()}
+    rows = [(c, capabilities.state_label(c, defaults).replace("`", ""), is_enabled(c.flag) if c.flag else None)
+            for c in capabilities.CAPABILITIES]
+    return render(request, "staff/status.html", {"rows": rows, "states": capabilities.STATES})
+
+
+# --- /metrics -----------------------------------------------------------------------------------------
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """django-prometheus's process metrics plus Forest's, for a staff session or the scrape token."""
+    token = settings.FOREST_METRICS_TOKEN
+    presented = request.headers.get("Authorization", "")
+    scheme, _, secret = presented.partition(" ")
+    by_token = bool(token) and scheme.lower() == "bearer" and hmac.compare_digest(secret.strip(), token)
+    if not by_token and not is_staff_user(request.user):
+        response = HttpResponse("Metrics need a staff session or 'Authorization: Bearer <FOREST_METRICS_TOKEN>'.\n",
+                                status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="forest-metrics"'
+        return response
+    body = prometheus_client.generate_latest(prometheus_client.REGISTRY) + prometheus_client.generate_latest(
+        forest_registry())
+    return HttpResponse(body, content_type=prometheus_client.CONTENT_TYPE_LATEST)

@@ -6,5 +6,8 @@ class WorkloadsConfig(AppConfig):
     label = "workloads"
 
     def ready(self) -> None:
-        # Importing the selectors registers their ``dispatch.hooks`` changes source (generations).
-        from apps.workloads import selectors  # noqa: F401
+        # Importing the selectors registers their ``dispatch.hooks`` changes source (generations); the
+        # artifact scope tells ``artifacts.hooks`` which bundles workloads reference.
+        from apps.workloads import artifact_scope, selectors  # noqa: F401
+
+        artifact_scope.register()

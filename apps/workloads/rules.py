@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from apps.core import validation as v
-from apps.groves.vocabulary import MAX_PLATFORMS
+from apps.groves.vocabulary import MAX_LOG_LINE, MAX_LOG_LINES, MAX_PLATFORMS
 from apps.workloads.vocabulary import GenerationState, ProbeResult, SecretsMode
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")
@@ -158,7 +158,6 @@ def status_report(body: Any) -> dict:
     body = v.obj(body, "", allowed={"state", "live", "restarts", "probes", "reason", "message", "log_tail"},
                  required={"state"})
     probes = v.obj(body.get("probes", {}), "probes", allowed={"readiness", "liveness"})
-    lines = v.array(body.get("log_tail", []), "log_tail", max_items=500)
     return {
         "state": v.choice(body["state"], "state", choices=list(GenerationState)),
         "live": v.boolean(body.get("live", False), "live"),
@@ -167,6 +166,5 @@ def status_report(body: Any) -> dict:
                    for name, result in probes.items()},
         "reason": v.string(body.get("reason", ""), "reason", max_length=100, allow_empty=True),
         "message": v.string(body.get("message", ""), "message", max_length=2000, allow_empty=True),
-        "log_tail": [v.string(line, f"log_tail[{i}]", max_length=4000, allow_empty=True)
-                     for i, line in enumerate(lines)],
+        "log_tail": v.lines(body.get("log_tail", []), "log_tail", max_items=MAX_LOG_LINES, max_length=MAX_LOG_LINE),
     }

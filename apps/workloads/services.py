@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.artifacts.models import Artifact
-from apps.artifacts.vocabulary import StorageKind
+from apps.artifacts.services import artifact_cas_for_reference, artifact_platform_require
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.dispatch.wakeups import grove_wake
 from apps.flags.selectors import is_enabled
@@ -49,7 +49,7 @@ def _secret_values(workload: NativeWorkload) -> dict[str, str]:
 
 
 def _bundle(digest: str) -> Artifact:
-    bundle = Artifact.objects.filter(digest=digest, storage_kind=StorageKind.CAS).first()
+    bundle = artifact_cas_for_reference(digest=digest)  # share-locked: GC cannot remove it under us
     if bundle is None:
         raise ValidationFailed("artifact_not_found", f"No bundle {digest} in the content-addressed store.",
                                field="bundle_digest")
@@ -103,8 +103,13 @@ def native_workload_generation_write(*, workload: NativeWorkload) -> WorkloadGen
             raise Conflict("grove_lacks_native_workload",
                            f"Grove {grove.slug} does not advertise native.workload (start its agent with "
                            f"--enable-native-workloads).")
-        values = _secret_values(workload)
         bundle = workload.bundle
+        # Runtime compilation: the stored placement may predate this bundle, so its platform is checked
+        # against the Grove here (refused under host.deploy.forest_compatibility, else would_refuse).
+        artifact_platform_require(artifact=bundle, required=list(grove.platforms), subject_type=SUBJECT_TYPE,
+                                  subject_id=workload.slug, grove=grove, environment=workload.environment,
+                                  team=workload.team or None)
+        values = _secret_values(workload)
         spec = rules.generation_spec(
             workload={"command": workload.command, "env": workload.env, "secret_refs": workload.secret_refs,
                       "secrets_mode": workload.secrets_mode, "ports": workload.ports, "probes": workload.probes,

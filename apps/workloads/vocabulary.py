@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from apps.flags.registry import NATIVE_INGRESS
+
 
 class GenerationState(StrEnum):
     PENDING = "pending"
@@ -25,4 +27,4 @@ class ProbeResult(StrEnum):
     UNKNOWN = "unknown"
 
 
-NATIVE_INGRESS_FLAG = "host.deploy.native_ingress"
+NATIVE_INGRESS_FLAG = NATIVE_INGRESS

@@ -7,13 +7,14 @@ import threading
 
 import pytest
 from django.db import connection
-from rest_framework.authtoken.models import Token
 from typer.testing import CliRunner
 
 from apps.dispatch.models import GroveJob
+from apps.groves.models import Grove
 from apps.pipelines import services as pipelines
 from apps.pipelines.models import PipelineNode
 from forest_cli.main import app
+from tests.factories import api_token_for
 from tests.pipelines.graphs import IMAGE
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,7 +24,7 @@ runner = CliRunner()
 @pytest.fixture
 def cli(live_server, staff_user, flag_on):
     flag_on("host.deploy.forest_compute_jobs")
-    token = Token.objects.create(user=staff_user).key
+    token = api_token_for(staff_user, "cli")
 
     def _run(*args, token=token):
         return runner.invoke(app, ["--host", live_server.url, "--token", token, *args], catch_exceptions=False)
@@ -102,3 +103,26 @@ def test_clear_errors(cli, live_server):
     assert gone.exit_code == 2 and "Cannot reach Forest Host" in gone.output
     missing = runner.invoke(app, ["runs", "list"], env={"FOREST_HOST": "", "FOREST_TOKEN": ""})
     assert missing.exit_code == 2 and "FOREST_HOST" in missing.output
+
+
+def test_status_prints_refusals_warnings_attempts_and_runner_slots(cli, k8s_grove, tmp_path):
+    body = {"name": "riscv", "grove": "kube", "steps": [
+        {"name": "a", "image": IMAGE, "command": ["true"], "platform": ["linux/riscv64"], "retries": 2}]}
+    submitted = cli("--json", "compute", "submit", "--cmd", "true", "--image", IMAGE)  # a plain job: no warnings
+    assert json.loads(submitted.output)["warnings"] == []
+    spec = tmp_path / "riscv.json"
+    spec.write_text(json.dumps(body))
+    response = cli("compute", "submit", str(spec))
+    assert response.exit_code == 0, response.output
+    assert "warning step a: [" in response.output
+    assert "(would be refused with host.deploy.forest_compatibility on)" in response.output
+    assert "1/3" in response.output  # attempt 1 of 1 + 2 retries
+    assert "runner slots: " in response.output
+    job_id = json.loads(cli("--json", "compute", "list").output)[0]["id"]
+    Grove.objects.filter(slug="kube").update(enabled=False)
+    _dispatch_all()
+    shown = cli("compute", "status", job_id)
+    assert shown.exit_code == 0, shown.output
+    assert "refused step a: [placed_grove_gone]" in shown.output and "disabled" in shown.output
+    as_json = json.loads(cli("--json", "compute", "status", job_id).output)
+    assert as_json["steps"][0]["refusal"]["code"] == "placed_grove_gone"

@@ -10,8 +10,8 @@ import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from rest_framework.authtoken.models import Token
 
+from tests.factories import api_token_for
 from tests.pipelines.graphs import IMAGE
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,7 +27,7 @@ def _payload(result) -> object:
 
 def test_mcp_tools_over_stdio(live_server, staff_user, flag_on, k8s_grove):
     flag_on("host.deploy.forest_compute_jobs")
-    token = Token.objects.create(user=staff_user).key
+    token = api_token_for(staff_user, "cli")
     params = StdioServerParameters(command=FOREST, args=["mcp"],
                                    env={"FOREST_HOST": live_server.url, "FOREST_TOKEN": token})
     seen: dict = {}

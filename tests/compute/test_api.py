@@ -6,6 +6,7 @@ import pytest
 
 from apps.compute.models import ComputeJob
 from apps.dispatch.models import GroveJob
+from apps.groves.models import Grove
 from apps.pipelines import services as pipelines
 from apps.pipelines.models import PipelineNode
 from apps.placement.models import ExecutionPlacement
@@ -57,6 +58,9 @@ def test_needs_a_token(anon_client, compute_on):
     (lambda b: {**b, "steps": [{**b["steps"][0], "name": "Bad Name"}]}, "invalid_step_name", "steps[0].name"),
     (lambda b: {**b, "steps": [{**b["steps"][0], "command": []}]}, "command_required", "steps[0].command"),
     (lambda b: {**b, "steps": [{**b["steps"][0], "extra": 1}]}, "unknown_field", "steps[0].extra"),
+    (lambda b: {**b, "steps": [{**b["steps"][0], "retries": 99}]}, "out_of_range", "steps[0].retries"),
+    (lambda b: {**b, "steps": [{**b["steps"][0], "backoff": {"delay_s": 1}}]}, "backoff_without_retries",
+     "steps[0].backoff"),
 ])
 def test_bad_requests(staff_client, compute_on, mutate, code, field):
     response = staff_client.post(URL, mutate(_body()), format="json")
@@ -128,3 +132,80 @@ def test_cancel(staff_client, compute_on, k8s_grove):
     assert response.status_code == 200 and response.json()["status"] == "cancelled"
     assert response.json()["steps"][0]["status"] == "cancelled"
     assert staff_client.get(f"{URL}/00000000-0000-0000-0000-000000000000").json()["code"] == "compute_job_not_found"
+
+
+def test_a_step_with_retries_is_retried_through_the_api_on_its_stored_grove(staff_client, compute_on, k8s_grove,
+                                                                           grove_client):
+    body = {"name": "flaky", "steps": [{"name": "a", "image": IMAGE, "command": ["true"], "retries": 1,
+                                        "backoff": {"delay_s": 0}}]}
+    created = staff_client.post(URL, body, format="json").json()
+    assert [(s["attempt"], s["retries"], s["retry_at"]) for s in created["steps"]] == [(1, 1, None)]
+    job = ComputeJob.objects.get(pk=created["id"])
+    kube = WireGrove(grove_client(k8s_grove[1]), k8s_grove[0])
+    _dispatch(job)
+    node = PipelineNode.objects.get(run=job.run)
+    kube.run_job(node.current_job_id, state="failed", exit_code=3)
+    pipelines.pipeline_node_resume(node_id=node.pk)
+    step = staff_client.get(f"{URL}/{job.id}").json()["steps"][0]
+    assert (step["status"], step["attempt"], step["reason"]) == ("queued", 2, "retrying")
+    assert step["retry_at"] is not None and step["exit_code"] == 3
+    _dispatch(job)
+    node.refresh_from_db()
+    kube.run_job(node.current_job_id)
+    pipelines.pipeline_node_resume(node_id=node.pk)
+    detail = staff_client.get(f"{URL}/{job.id}").json()
+    assert detail["status"] == "succeeded" and detail["steps"][0]["attempt"] == 2
+    assert sorted(GroveJob.objects.filter(node_id=node.pk).values_list("idempotency_key", flat=True)) == [
+        f"{job.run_id}:a:1", f"{job.run_id}:a:2"]
+
+
+def test_status_carries_the_refusal_code_and_detail_of_a_refused_step(staff_client, compute_on, k8s_grove):
+    body = {"name": "pinned", "grove": "kube", "steps": [{"name": "a", "image": IMAGE, "command": ["true"]}]}
+    job = ComputeJob.objects.get(pk=staff_client.post(URL, body, format="json").json()["id"])
+    Grove.objects.filter(slug="kube").update(enabled=False)  # the stored (pinned) Grove goes away
+    _dispatch(job)
+    step = staff_client.get(f"{URL}/{job.id}").json()["steps"][0]
+    assert step["status"] == "failed" and step["job_id"] is None
+    assert step["refusal"]["code"] == "placed_grove_gone" == step["reason"]
+    assert "disabled" in step["refusal"]["detail"] and step["detail"] == step["refusal"]["detail"]
+
+
+def test_a_failed_attempt_is_not_a_refusal(staff_client, compute_on, k8s_grove, grove_client):
+    body = {"name": "fails", "steps": [{"name": "a", "image": IMAGE, "command": ["false"]}]}
+    job = ComputeJob.objects.get(pk=staff_client.post(URL, body, format="json").json()["id"])
+    _dispatch(job)
+    node = PipelineNode.objects.get(run=job.run)
+    WireGrove(grove_client(k8s_grove[1]), k8s_grove[0]).run_job(node.current_job_id, state="failed", exit_code=1)
+    pipelines.pipeline_node_resume(node_id=node.pk)
+    step = staff_client.get(f"{URL}/{job.id}").json()["steps"][0]
+    assert (step["status"], step["exit_code"], step["refusal"]) == ("failed", 1, None)
+
+
+RISCV = {"name": "riscv", "steps": [{"name": "a", "image": IMAGE, "command": ["true"],
+                                     "platform": ["linux/riscv64"]}]}
+
+
+def test_shadow_mode_says_so_with_warnings_in_the_submit_and_status_responses(staff_client, compute_on, k8s_grove):
+    created = staff_client.post(URL, RISCV, format="json")
+    assert created.status_code == 201, created.json()
+    warnings = created.json()["warnings"]
+    assert warnings and {(w["step"], w["flag"]) for w in warnings} == {("a", "host.deploy.forest_compatibility")}
+    assert all(w["code"] and w["detail"].endswith(".") for w in warnings)
+    job = ComputeJob.objects.get(pk=created.json()["id"])
+    _dispatch(job)  # placed anyway (enforcement off): the stored decision says it would refuse
+    placement = ExecutionPlacement.objects.get(subject_id=str(PipelineNode.objects.get(run=job.run).pk))
+    assert placement.would_refuse
+    status = staff_client.get(f"{URL}/{job.id}").json()
+    codes = {w["code"] for w in status["warnings"]}
+    assert codes >= {item["code"] for item in placement.decision["incompatibilities"]}
+    assert len(codes) == len(status["warnings"])  # one warning per reason, not one per source
+    plain = {"name": "ok", "steps": [{"name": "a", "image": IMAGE, "command": ["true"]}]}
+    assert staff_client.post(URL, plain, format="json").json()["warnings"] == []
+
+
+def test_with_enforcement_on_the_same_request_is_refused_and_nothing_is_created(staff_client, compute_on,
+                                                                                 k8s_grove, flag_on):
+    flag_on("host.deploy.forest_compatibility")
+    refused = staff_client.post(URL, RISCV, format="json")
+    assert refused.status_code == 400 and refused.json()["code"] == "never_placeable"
+    assert not ComputeJob.objects.exists()

@@ -36,6 +36,7 @@ def test_admin_demo_groves_and_flag_toggle(live_server, browser_page, django_use
     assert "off" in row.inner_text()
     row.locator("input[type=checkbox]").check()
     page.select_option("select[name=action]", "turn_on")
+    page.fill("input[name=reason]", "pilot agreed in the admin review")
     page.click("button[name=index]")
     page.wait_for_selector("text=the change is audited")
     row = page.locator("tr", has_text="host.deploy.forest_compatibility")

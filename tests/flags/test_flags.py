@@ -121,7 +121,8 @@ def test_admin_lists_default_and_effective_and_toggles_with_audit(client, django
     page = client.get("/admin/flags/flag/")
     assert page.status_code == 200
     assert b"effective (global)" in page.content.lower() and b"host.deploy.forest_compatibility" in page.content
-    response = client.post("/admin/flags/flag/", {"action": "turn_on", "_selected_action": [COMPAT]})
+    response = client.post("/admin/flags/flag/", {"action": "turn_on", "_selected_action": [COMPAT],
+                                                  "reason": "pilot agreed in the admin review"})
     assert response.status_code == 302
     assert is_enabled(COMPAT) is True
     audit = FlagAudit.objects.get()
@@ -161,3 +162,32 @@ def test_sync_requests_read_flags_lazily_and_consistently(rf, django_assert_num_
     FlagSnapshotMiddleware(flag_view)(rf.get("/"))
     assert seen == [False, False]
     assert is_enabled(COMPAT) is True
+
+
+def test_admin_list_action_without_a_reason_changes_nothing(client, django_user_model):
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw-123456789")
+    client.force_login(admin)
+    response = client.post("/admin/flags/flag/", {"action": "turn_on", "_selected_action": [COMPAT]}, follow=True)
+    assert b"Nothing changed: say why" in response.content
+    assert is_enabled(COMPAT) is False and not FlagAudit.objects.exists()
+
+
+def test_flag_page_has_no_save_button_toggles_with_reason_and_shows_audit(client, django_user_model):
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw-123456789")
+    client.force_login(admin)
+    url = f"/admin/flags/flag/{COMPAT}/change/"
+    page = client.get(url).content.decode()
+    assert 'name="_save"' not in page and 'name="_continue"' not in page and 'id="flag-toggle"' in page
+    toggle = f"/admin/flags/flag/{COMPAT}/toggle/"
+    refused = client.post(toggle, {"value": "on", "scope": "global", "scope_value": "", "reason": ""}, follow=True)
+    assert b"Nothing changed" in refused.content and is_enabled(COMPAT) is False
+    done = client.post(toggle, {"value": "on", "scope": "team", "scope_value": "ml", "reason": "ml pilot week"},
+                       follow=True)
+    assert done.status_code == 200 and is_enabled(COMPAT, team="ml") is True and is_enabled(COMPAT) is False
+    page = done.content.decode()
+    assert "audit history" in page.lower() and "ml pilot week" in page
+    listing = client.get("/admin/flags/flag/").content.decode()
+    assert "team on by root" in listing and "ml pilot week" in listing and "team=ml: on" in listing
+    client.post(toggle, {"value": "default", "scope": "team", "scope_value": "ml", "reason": "pilot over"})
+    assert is_enabled(COMPAT, team="ml") is False
+    assert list(FlagAudit.objects.values_list("reason", flat=True)) == ["pilot over", "ml pilot week"]

@@ -2,6 +2,7 @@
 a Grove that claims and reports over the real wire API, and a real Celery worker subprocess."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -99,38 +100,58 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-class Worker:
-    """``celery -A forest_host worker`` on a queue of its own (so parallel test processes never steal each
-    other's tasks), pointed at this test's database. Started in its own session so the whole process
-    group can be killed, with SIGKILL when a test needs a hard crash."""
+def kill_leftovers(group: int) -> None:
+    """Processes a stopped child left in its process group (prefork pool children) go with it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
 
-    def __init__(self, queue: str, log_path: Path):
-        self.queue, self.log_path, self.proc = queue, log_path, None
+
+class Worker:
+    """What ``make run`` runs, on queues of this test's own (so parallel test processes never steal each
+    other's tasks), pointed at this test's database: ``celery -A forest_host worker`` (dispatch and resume)
+    and ``manage.py pipeline_runner`` (the runner pool for in-place waits, ``runner_slots`` of them).
+    Each starts in its own session so its whole process group can be killed, with SIGKILL when a test
+    needs a hard crash."""
+
+    def __init__(self, queue: str, log_path: Path, *, concurrency: int = 2, runner_slots: int = 2):
+        self.queue, self.log_path, self.procs = queue, log_path, []
+        self.concurrency, self.runner_slots = concurrency, runner_slots
 
     def start(self) -> Worker:
         env = {**os.environ, "DATABASE_URL": _test_database_url(),
                "DJANGO_SETTINGS_MODULE": "tests.pipelines.worker_settings", "FOREST_TEST_QUEUE": self.queue,
-               "PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS": "prod", "FLAGS_CACHE_TTL_S": "0", "LOG_LEVEL": "WARNING"}
+               "PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS": "prod", "FLAGS_CACHE_TTL_S": "0", "LOG_LEVEL": "WARNING",
+               "PIPELINE_RUNNER_SLOTS": str(self.runner_slots)}
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [str(ROOT / ".venv/bin/celery"), "-A", "forest_host", "worker", "-Q", self.queue, "-c", "2",
-             "--without-heartbeat", "--without-gossip", "--without-mingle", "-n", f"{self.queue}@%h"],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_die_with_parent)
+        commands = [
+            [str(ROOT / ".venv/bin/celery"), "-A", "forest_host", "worker", "-Q", self.queue, "-c",
+             str(self.concurrency), "--without-heartbeat", "--without-gossip", "--without-mingle",
+             "-n", f"{self.queue}@%h"],
+            [str(ROOT / ".venv/bin/python"), "manage.py", "pipeline_runner", "--loglevel", "WARNING",
+             "--hostname", f"{self.queue}.runner@%h"],
+        ]
+        self.procs = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                       start_new_session=True, preexec_fn=_die_with_parent)
+                      for command in commands]
         return self
 
     def kill(self, sig=signal.SIGKILL) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig)
-            self.proc.wait(timeout=20)
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=20)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
             try:
-                self.proc.wait(timeout=10)
+                proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+            kill_leftovers(proc.pid)
         if getattr(self, "log", None):
             self.log.close()
 
@@ -146,9 +167,10 @@ def celery_queue(settings):
     queue = f"forest-test-{uuid.uuid4().hex[:10]}"
     previous = app.conf.task_default_queue
     app.conf.task_default_queue = queue
+    settings.PIPELINE_RUNNER_QUEUE = f"{queue}.runner"
     yield queue
     app.conf.task_default_queue = previous
-    redis.Redis.from_url(django_settings.CELERY_BROKER_URL).delete(queue)
+    redis.Redis.from_url(django_settings.CELERY_BROKER_URL).delete(queue, f"{queue}.runner")
 
 
 @pytest.fixture
@@ -156,8 +178,8 @@ def worker(celery_queue, tmp_path):
     """Start a worker with ``worker()``; every started worker is killed at teardown."""
     started: list[Worker] = []
 
-    def _start() -> Worker:
-        w = Worker(celery_queue, tmp_path / f"worker-{len(started)}.log").start()
+    def _start(**sizes) -> Worker:
+        w = Worker(celery_queue, tmp_path / f"worker-{len(started)}.log", **sizes).start()
         started.append(w)
         return w
 

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import pytest
 
+from apps.groves.models import Grove
+from apps.pipelines import services
+from apps.pipelines.models import PipelineNode
 from tests.pipelines.graphs import exec_node, graph
 
 pytestmark = pytest.mark.django_db
@@ -38,3 +41,23 @@ def test_auth_and_not_found(anon_client, staff_client):
     assert anon_client.get(URL).status_code == 401
     missing = staff_client.get(f"{URL}/00000000-0000-0000-0000-000000000000")
     assert missing.status_code == 404 and missing.json()["code"] == "run_not_found"
+
+
+def test_run_responses_carry_retries_runner_slots_warnings_and_refusals(staff_client, k8s_grove, settings):
+    settings.PIPELINE_RUNNER_SLOTS = 3
+    body = {"graph": graph(exec_node("a", retries=2, platform=["linux/riscv64"]), exec_node("b")),
+            "kind": "compute"}
+    run = staff_client.post(URL, body, format="json").json()
+    assert run["runner"] == {"queue": settings.PIPELINE_RUNNER_QUEUE, "slots": 3, "waiting_in_place": 0}
+    nodes = {n["id"]: n for n in run["nodes"]}
+    assert (nodes["a"]["attempt"], nodes["a"]["retries"], nodes["a"]["retry_at"]) == (1, 2, None)
+    assert nodes["b"]["retries"] == 0 and nodes["a"]["refusal"] is None
+    assert run["warnings"] and {(w["node"], w["flag"]) for w in run["warnings"]} == {
+        ("a", "host.deploy.forest_compatibility")}
+    Grove.objects.filter(pk=k8s_grove[0].pk).update(enabled=False)
+    for node in PipelineNode.objects.filter(run_id=run["id"], status="queued"):
+        services.pipeline_node_execute(node_id=node.pk)
+    shown = staff_client.get(f"{URL}/{run['id']}").json()
+    refused = {n["id"]: n["refusal"] for n in shown["nodes"]}
+    assert refused["a"]["code"] == refused["b"]["code"] and refused["a"]["code"]  # no Grove to run either
+    assert shown["nodes"][0]["attempt"] == 1  # a refusal is not an attempt: no retry

@@ -116,3 +116,49 @@ def test_state_machines_refuse_illegal_transitions():
     assert run_outcome(["succeeded", "skipped"]) == "failed"
     assert run_outcome(["succeeded", "succeeded"]) == "succeeded"
     assert run_outcome(["succeeded", "awaiting"]) is None
+
+
+# --- step retries ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("extra", "code", "field"), [
+    ({"retries": -1}, "out_of_range", "graph.nodes[0].retries"),
+    ({"retries": 11}, "out_of_range", "graph.nodes[0].retries"),
+    ({"retries": True}, "invalid_type", "graph.nodes[0].retries"),
+    ({"retries": 1, "backoff": 5}, "invalid_type", "graph.nodes[0].backoff"),
+    ({"retries": 1, "backoff": {"delay": 5}}, "unknown_field", "graph.nodes[0].backoff.delay"),
+    ({"retries": 1, "backoff": {"factor": 0}}, "out_of_range", "graph.nodes[0].backoff.factor"),
+    ({"retries": 1, "backoff": {"delay_s": 3601}}, "out_of_range", "graph.nodes[0].backoff.delay_s"),
+    ({"retries": 1, "backoff": {"delay_s": 60, "max_s": 30}}, "out_of_range", "graph.nodes[0].backoff.max_s"),
+    ({"backoff": {"delay_s": 1}}, "backoff_without_retries", "graph.nodes[0].backoff"),
+])
+def test_bad_retry_policies_are_refused_with_codes_and_paths(extra, code, field):
+    _fails(graph(exec_node("a", **extra)), code, field)
+
+
+def test_retry_policy_canonical_form_and_digests():
+    plain = rules.graph_validate(graph(exec_node("a")))
+    assert "retries" not in plain["nodes"][0] and "backoff" not in plain["nodes"][0]
+    assert rules.graph_validate(graph(exec_node("a", retries=0))) == plain  # old graphs keep their digest
+    retried = rules.graph_validate(graph(exec_node("a", retries=2, backoff={"delay_s": 1})))["nodes"][0]
+    assert retried["retries"] == 2 and retried["backoff"] == {"delay_s": 1, "factor": 2, "max_s": 600}
+    # How often and how patiently a node is tried is not what it computes.
+    assert rules.node_digests({"nodes": [retried]}) == rules.node_digests(plain)
+
+
+def test_retry_schedule_backs_off_and_stops_and_never_retries_a_cancellation():
+    node = rules.graph_validate(graph(exec_node("a", retries=3, backoff={"delay_s": 5, "factor": 3,
+                                                                          "max_s": 30})))["nodes"][0]
+    assert [rules.retry_delay_s(node, attempt=n) for n in (1, 2, 3, 4)] == [5, 15, 30, None]
+    assert rules.retry_after(node, attempt=1, outcome="failed") == 5
+    assert rules.retry_after(node, attempt=1, outcome="timed_out") == 5
+    assert rules.retry_after(node, attempt=1, outcome="cancelled") is None
+    assert rules.retry_after(node, attempt=1, outcome="succeeded") is None
+    assert rules.retry_after(rules.graph_validate(graph(exec_node("b")))["nodes"][0], attempt=1,
+                             outcome="failed") is None
+
+
+def test_node_lifecycle_lets_only_an_awaiting_attempt_go_back_to_the_queue():
+    NODE.check("awaiting", "queued")
+    for terminal in ("failed", "timed_out", "cancelled"):
+        with pytest.raises(IllegalTransition):
+            NODE.check(terminal, "queued")

@@ -1,10 +1,13 @@
 """The hand-written PostgreSQL candidate query placement used before the fleet snapshot, kept as the
 oracle the snapshot is checked against (tests/placement/test_fleet.py): the same selection and ranking,
-computed by the database from the rows themselves.
+computed by the database from the rows themselves. It encodes the compatibility rules itself, in SQL
+(it is the check on ``rules.RULES`` and the snapshot's indexes, not a third copy of them), and answers in
+the snapshot's own shapes (``fleet.CandidateSet`` of ``rules.GroveFacts``) so results compare directly.
 """
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 
 from django.conf import settings
@@ -12,9 +15,9 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.accelerators import selectors as accelerator_selectors
-from apps.placement.fleet import MAX_GROVE_PLATFORMS, NO_PLATFORM_RANK, needed_substrate
+from apps.placement.fleet import Candidate, CandidateSet
 from apps.placement.requirements import ExecutionRequirement
-from apps.placement.selectors import Candidate, CandidateSet
+from apps.placement.rules import MAX_GROVE_PLATFORMS, NO_PLATFORM_RANK, GroveFacts
 
 # Totals in a decision are exact up to this many Groves ("200+" beyond): counting every eligible Grove of
 # a large fleet would make each decision's cost grow with the fleet.
@@ -27,12 +30,26 @@ def _json(value):
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
+def needed_substrate(requirement: ExecutionRequirement) -> set[str]:
+    """Substrates that could satisfy the substrate, trust and host-process rules at all (empty = none can)."""
+    allowed = {"kubernetes", "native"}
+    if requirement.substrate:
+        allowed &= {requirement.substrate}
+    if requirement.trust == "untrusted":
+        allowed &= {"kubernetes"}
+    if requirement.compatibility.isolation == "host_process":
+        allowed &= {"native"}
+    return allowed
+
+
 def _rows_to_candidates(rows) -> list[Candidate]:
+    """Candidates with the Grove columns as facts; the reported units, devices and APIs are filled in after."""
     out = []
     for eligible, grove_id, slug, substrate, roles, platforms, isolation, kinds, heartbeat, prank, fit in rows:
-        out.append(Candidate(id=grove_id, slug=slug, substrate=substrate, roles=_json(roles),
-                             platforms=_json(platforms), isolation_modes=_json(isolation), change_kinds=_json(kinds),
-                             last_heartbeat_at=heartbeat, eligible=eligible,
+        facts = GroveFacts(id=str(grove_id), slug=slug, substrate=substrate, roles=tuple(_json(roles)),
+                           platforms=tuple(_json(platforms)), isolation_modes=tuple(_json(isolation)),
+                           change_kinds=tuple(_json(kinds)), last_heartbeat_at=heartbeat)
+        out.append(Candidate(facts=facts, eligible=eligible,
                              platform_rank=NO_PLATFORM_RANK if prank is None else prank, fits_cpu_memory=fit))
     return out
 
@@ -102,7 +119,7 @@ def sql_candidates(requirement: ExecutionRequirement, *, limit: int, role_only: 
         eligible_total, ineligible_total = totals[9], totals[11]
         result = CandidateSet(eligible=_rows_to_candidates(r[:11] for r in rows if r[0]),
                               others=_rows_to_candidates(r[:11] for r in rows if not r[0]),
-                              eligible_total=eligible_total, ineligible_total=ineligible_total)
+                              eligible_total=eligible_total, ineligible_total=ineligible_total, cap=COUNT_CAP)
         if len(result.eligible) < min(limit, eligible_total):
             cursor.execute(f"""
                 SELECT true, {_COLUMNS}, {rank} AS platform_rank, {fits} AS fits FROM groves_grove g
@@ -110,8 +127,13 @@ def sql_candidates(requirement: ExecutionRequirement, *, limit: int, role_only: 
                  ORDER BY platform_rank, fits DESC, {api_order}g.slug LIMIT %(limit)s""", params)
             result.eligible = _rows_to_candidates(cursor.fetchall())
     # Reported accelerator units and devices as the chooser read them before the snapshot.
-    inputs = accelerator_selectors.admission_inputs([c.id for c in result.eligible + result.others])
-    for candidate in result.eligible + result.others:
-        units, devices, _ = inputs[str(candidate.id)]
-        candidate.accelerator_units, candidate.devices = tuple(units), tuple(devices)
+    inputs = accelerator_selectors.admission_inputs([c.facts.id for c in result.eligible + result.others])
+
+    def completed(candidate: Candidate) -> Candidate:
+        units, devices, _ = inputs[candidate.facts.id]
+        return replace(candidate, facts=replace(candidate.facts, accelerator_units=tuple(units),
+                                                devices=tuple(devices)))
+
+    result.eligible = [completed(c) for c in result.eligible]
+    result.others = [completed(c) for c in result.others]
     return result

@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from apps.accounts.roles import VIEWER
 from apps.flags import services as flags
 from apps.pipelines.rules import node_requirement
 from apps.placement import services
 from apps.placement.models import ExecutionPlacement
-from tests.factories import UserFactory
+from tests.factories import UserFactory, api_token_for, grant
 
 pytestmark = pytest.mark.django_db
 URL = "/api/forest/v1/placements"
@@ -90,9 +90,9 @@ def test_replace_is_staff_only(staff_client, make_grove):
     placement = services.place_execution(subject_type="pipeline_node", subject_id="1", requirement=node()).placement
     make_grove("new")
     gone.delete()
-    user = UserFactory(username="ci", is_staff=False)
+    user = grant(UserFactory(username="ci", is_staff=False), VIEWER)
     ci = APIClient()
-    ci.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    ci.credentials(HTTP_AUTHORIZATION=f"Token {api_token_for(user)}")
     assert ci.get(URL).status_code == 200  # a token user may read
     assert ci.post(f"{URL}/{placement.pk}/replace", {"reason": "x"}, format="json").status_code == 403
     response = staff_client.post(f"{URL}/{placement.pk}/replace", {"reason": "old Grove removed"}, format="json")

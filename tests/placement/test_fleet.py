@@ -2,6 +2,7 @@
 and no stale snapshot ever persisting a placement the database would not allow."""
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from unittest import mock
 
@@ -12,10 +13,11 @@ from hypothesis import strategies as st
 
 from apps.accelerators import services as accelerator_services
 from apps.core.errors import ForestError
+from apps.flags import services as flags
 from apps.groves import services as grove_services
 from apps.groves.models import AcceleratorInventoryItem, Grove, GroveCapability, PlacementUnit
 from apps.pipelines.rules import node_requirement
-from apps.placement import fleet, selectors, services
+from apps.placement import fleet, rules, services, snapshot
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import (
     AcceleratorRequest,
@@ -104,11 +106,11 @@ def load_fleet(specs: list[dict]) -> None:
         for grove, spec in zip(groves, specs, strict=True) for api in spec["apis"]])
 
 
-def shape(found: selectors.CandidateSet) -> tuple:
-    return ([(c.slug, c.platform_rank, c.fits_cpu_memory, c.last_heartbeat_at, c.accelerator_units, c.devices)
-             for c in found.eligible],
-            [(c.slug, c.accelerator_units, c.devices) for c in found.others], found.eligible_total,
-            found.ineligible_total)
+def shape(found: fleet.CandidateSet) -> tuple:
+    return ([(c.facts.slug, c.platform_rank, c.fits_cpu_memory, c.facts.last_heartbeat_at,
+              c.facts.accelerator_units, c.facts.devices) for c in found.eligible],
+            [(c.facts.slug, c.facts.accelerator_units, c.facts.devices) for c in found.others],
+            found.eligible_total, found.ineligible_total)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -119,7 +121,7 @@ def test_snapshot_selects_exactly_what_the_sql_query_selects(specs, requirements
     for requirement in requirements:
         for limit in (2, 20):
             for role_only in (False, True):
-                assert shape(selectors.candidates(requirement, limit=limit, role_only=role_only)) == shape(
+                assert shape(snapshot.candidates(requirement, limit=limit, role_only=role_only)) == shape(
                     sql_candidates(requirement, limit=limit, role_only=role_only)), (limit, role_only)
 
 
@@ -130,17 +132,35 @@ def test_snapshot_selects_exactly_what_the_sql_query_selects(specs, requirements
 def test_snapshot_decision_equals_the_sql_decision(specs, requirement, enforced):
     load_fleet(specs)
     ours = services.placement_decide(requirement=requirement, enforced=enforced)
-    with mock.patch.object(selectors, "candidates", sql_candidates):
+    with mock.patch.object(snapshot, "candidates", sql_candidates):
         theirs = services.placement_decide(requirement=requirement, enforced=enforced)
     assert ours.to_json() == theirs.to_json()
     assert (ours.refusal and ours.refusal.code) == (theirs.refusal and theirs.refusal.code)
 
 
+def test_a_heartbeat_keeps_the_shape_cache_and_a_rule_key_change_clears_it():
+    index = fleet.FleetIndex()
+    now = timezone.now()
+    facts = rules.GroveFacts(id="1", slug="a", substrate="kubernetes", roles=("build",), platforms=("linux/amd64",),
+                             isolation_modes=("container",), change_kinds=("k8s.job",), last_heartbeat_at=now,
+                             units=((1000, GIB),))
+    index.replace_all([facts])
+    cutoff = (now - timedelta(seconds=60)).timestamp()
+    assert [c.facts.slug for c in index.select(container(), limit=5, cap=10, cutoff=cutoff).eligible] == ["a"]
+    assert len(index._shapes) == 1
+    index.upsert(replace(facts, last_heartbeat_at=now + timedelta(seconds=5), units=((0, 0),)))
+    assert len(index._shapes) == 1  # a heartbeat with new capacity: indexes and cached shapes stand
+    assert index.select(container(), limit=5, cap=10, cutoff=cutoff).eligible[0].fits_cpu_memory is False
+    index.upsert(replace(facts, change_kinds=("k8s.deployment",)))
+    assert not index._shapes
+    assert index.select(container(), limit=5, cap=10, cutoff=cutoff).eligible == []
+
+
 def test_frontier_keeps_only_undominated_units():
-    units = fleet.frontier([(1, 1), (4, 1), (2, 3), (2, 2), (0, 5)])
+    units = rules.frontier([(1, 1), (4, 1), (2, 3), (2, 2), (0, 5)])
     assert units == ((4, 1), (2, 3), (0, 5))
-    record = fleet.GroveRecord(id=1, slug="a", substrate="native", roles=(), platforms=(), isolation_modes=(),
-                               change_kinds=(), last_heartbeat_at=None, units=units, apis=frozenset())
+    record = rules.GroveFacts(id="1", slug="a", substrate="native", roles=(), platforms=(), isolation_modes=(),
+                              change_kinds=(), last_heartbeat_at=None, units=units, apis=frozenset())
     assert record.fits(2, 3) and record.fits(0, 5) and not record.fits(3, 2) and not record.fits(5, 0)
 
 
@@ -150,33 +170,33 @@ def test_frontier_keeps_only_undominated_units():
 def slow_refresh(settings):
     """A snapshot that would not refresh by itself during the test."""
     settings.PLACEMENT_FLEET_REFRESH_S = 3600
-    selectors.fleet_refresh(full=True)
+    snapshot.fleet_refresh(full=True)
     return settings
 
 
 def eligible_slugs(requirement=None) -> list[str]:
-    return [c.slug for c in selectors.candidates(requirement or container(), limit=20).eligible]
+    return [c.facts.slug for c in snapshot.candidates(requirement or container(), limit=20).eligible]
 
 
 def test_a_new_grove_is_seen_after_a_refresh(slow_refresh):
     grove_make("a-first")
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     grove_make("b-new")
     assert eligible_slugs() == ["a-first"]  # bounded staleness: not yet
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     assert eligible_slugs() == ["a-first", "b-new"]
 
 
 def test_a_new_heartbeat_makes_a_stale_grove_fresh_after_a_refresh(slow_refresh):
     grove = grove_make("quiet")
     Grove.objects.filter(pk=grove.pk).update(last_heartbeat_at=grove.last_heartbeat_at - timedelta(minutes=10))
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     assert eligible_slugs() == []
     grove_services.grove_heartbeat_record(grove=Grove.objects.get(pk=grove.pk), body={
         "version": "test", "change_kinds": DEFAULT_KINDS["kubernetes"], "isolation": ["container"],
         "capacity": {"placement_units": [unit()], "accelerators": []}})
     assert eligible_slugs() == []
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     assert eligible_slugs() == ["quiet"]
 
 
@@ -184,11 +204,11 @@ def test_a_grove_goes_stale_at_decision_time_without_a_refresh(slow_refresh):
     grove_make("a")
     grove = grove_make("b")
     Grove.objects.filter(pk=grove.pk).update(last_heartbeat_at=grove.last_heartbeat_at - timedelta(seconds=60))
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     assert eligible_slugs() == ["a", "b"]
     slow_refresh.GROVE_STALE_AFTER_S = 30  # the same as b's heartbeat ageing past the window
     assert eligible_slugs() == ["a"]
-    found = selectors.candidates(container(), limit=20)
+    found = snapshot.candidates(container(), limit=20)
     assert (found.eligible_total, found.ineligible_total) == (1, 0)
     slow_refresh.GROVE_STALE_AFTER_S = 90
     assert eligible_slugs() == ["a", "b"]
@@ -198,22 +218,22 @@ def test_a_grove_goes_stale_at_decision_time_without_a_refresh(slow_refresh):
 def test_a_disabled_or_deleted_grove_drops_out_after_a_refresh(slow_refresh, change):
     grove_make("a-going")
     grove_make("b-staying")
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     queryset = Grove.objects.filter(slug="a-going")
     queryset.update(enabled=False) if change == "disable" else queryset.delete()
     assert eligible_slugs() == ["a-going", "b-staying"]
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     assert eligible_slugs() == ["b-staying"]
-    assert len(selectors._FLEET) == 1
+    assert len(snapshot._FLEET) == 1
 
 
 def test_an_incremental_refresh_reads_only_the_groves_written_since(slow_refresh, monkeypatch):
-    monkeypatch.setattr(selectors, "WATERMARK_OVERLAP", timedelta(0))
+    monkeypatch.setattr(snapshot, "WATERMARK_OVERLAP", timedelta(0))
     groves = [grove_make(f"g{i}") for i in range(5)]
-    selectors.fleet_refresh()
-    assert selectors.fleet_refresh() == 0
+    snapshot.fleet_refresh()
+    assert snapshot.fleet_refresh() == 0
     Grove.objects.filter(pk=groves[2].pk).update(version="2")  # any write, even a queryset update
-    assert selectors.fleet_refresh() == 1
+    assert snapshot.fleet_refresh() == 1
 
 
 # --- a stale snapshot never persists a wrong placement ------------------------------------------------
@@ -221,7 +241,7 @@ def test_an_incremental_refresh_reads_only_the_groves_written_since(slow_refresh
 def test_a_stale_snapshot_does_not_persist_on_a_grove_disabled_since(slow_refresh):
     grove_make("a-best")
     grove_make("b-next")
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     Grove.objects.filter(slug="a-best").update(enabled=False)
     assert services.placement_decide(requirement=container()).grove.slug == "a-best"  # the preview is stale
     result = services.place_execution(subject_type="pipeline_node", subject_id="1", requirement=container())
@@ -232,7 +252,7 @@ def test_a_stale_snapshot_does_not_persist_on_a_grove_disabled_since(slow_refres
 def test_a_stale_snapshot_does_not_persist_on_a_grove_now_incompatible(slow_refresh):
     grove_make("a-best")
     grove_make("b-next")
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     grove = Grove.objects.get(slug="a-best")
     grove_services.grove_heartbeat_record(grove=grove, body={  # it stops advertising k8s.job
         "version": "test", "change_kinds": ["k8s.deployment"], "isolation": ["container"],
@@ -243,7 +263,7 @@ def test_a_stale_snapshot_does_not_persist_on_a_grove_now_incompatible(slow_refr
 
 def test_a_stale_snapshot_with_no_alternative_refuses_instead_of_persisting(slow_refresh):
     grove_make("only")
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     Grove.objects.filter(slug="only").update(enabled=False)
     with pytest.raises(ForestError) as caught:
         services.place_execution(subject_type="pipeline_node", subject_id="1", requirement=container())
@@ -252,7 +272,7 @@ def test_a_stale_snapshot_with_no_alternative_refuses_instead_of_persisting(slow
 
 
 def test_a_refusal_is_checked_against_a_refreshed_snapshot(slow_refresh):
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     grove_make("just-enrolled")
     result = services.place_execution(subject_type="pipeline_node", subject_id="1", requirement=container())
     assert result.placement.grove_slug == "just-enrolled"
@@ -273,7 +293,7 @@ def test_accelerator_fit_counts_hosts_claims_made_after_the_snapshot(slow_refres
     slot = [{"inventory_id": "GPU-0", "allocatable": 1, "free": 1}]
     first = grove_make("a-gpu", units=[unit(accelerators=slot)], accelerators=[gpu])
     grove_make("b-gpu", units=[unit(accelerators=slot)], accelerators=[gpu])
-    selectors.fleet_refresh()
+    snapshot.fleet_refresh()
     requirement = container()
     requirement = ExecutionRequirement(family=requirement.family, compatibility=requirement.compatibility,
                                        accelerators=AcceleratorRequest(count=1, vendor="nvidia", api="cuda"))
@@ -283,3 +303,50 @@ def test_accelerator_fit_counts_hosts_claims_made_after_the_snapshot(slow_refres
     assert decision.grove.slug == "b-gpu"
     verdict = next(c for c in decision.candidates if c["grove_slug"] == "a-gpu")
     assert verdict["fits_accelerators"] is False
+
+
+def test_an_explicit_target_has_the_facts_the_snapshot_builds(slow_refresh):
+    gpu = {"id": "GPU-0", "kind": "gpu", "vendor": "nvidia", "model": "H100", "apis": ["cuda"],
+           "memory_bytes": 80 << 30, "memory_kind": "dedicated", "memory_enforced": True, "share_mode": "exclusive"}
+    grove_make("gpu", units=[unit(accelerators=[{"inventory_id": "GPU-0", "allocatable": 1, "free": 1}]),
+                             unit(unit_id="u2", free_cpu=500)], accelerators=[gpu])
+    snapshot.fleet_refresh()
+    held = snapshot._FLEET.records["gpu"]
+    assert services._target("gpu") == held == services._target(held.id)
+    assert held.apis == {"cuda"} and held.devices and held.accelerator_units and held.units
+
+
+# --- a rule added only to rules.py is honoured by the snapshot ------------------------------------
+
+def _quarantined(requirement, grove) -> list[rules.Incompatibility]:
+    if not grove.slug.startswith("q-"):
+        return []
+    return [rules.Incompatibility("grove_quarantined", f"Grove {grove.slug} is quarantined.", grove.slug)]
+
+
+QUARANTINE = rules.Rule("quarantine", ("grove_quarantined",), check=_quarantined,
+                        keys=lambda grove: () if grove.slug.startswith("q-") else ("open",),
+                        accepts=lambda requirement: ("open",))
+
+
+def test_a_rule_registered_only_in_rules_is_followed_by_the_snapshot(slow_refresh, monkeypatch):
+    """Before rules declared their index keys, the snapshot kept choosing q-first and the write's re-check
+    refused it three times: a misleading ``fleet_changed``."""
+    grove_make("q-first")
+    grove_make("r-open")
+    snapshot.fleet_refresh()
+    assert services.placement_decide(requirement=container()).grove.slug == "q-first"
+    monkeypatch.setattr(rules, "RULES", (*rules.RULES, QUARANTINE))
+    assert eligible_slugs() == ["r-open"]  # no refresh: the snapshot re-files its Groves under the new rule
+    result = services.place_execution(subject_type="pipeline_node", subject_id="1", requirement=container())
+    assert result.placement.grove_slug == "r-open" and not result.would_refuse
+    verdicts = {c["grove_slug"]: [i["code"] for i in c["incompatibilities"]] for c in result.decision["candidates"]}
+    assert verdicts == {"r-open": [], "q-first": ["grove_quarantined"]}
+
+    Grove.objects.filter(slug="r-open").update(enabled=False)
+    snapshot.fleet_refresh()
+    flags.flag_override_set(name="host.deploy.forest_compatibility", enabled=True, reason="test")
+    with pytest.raises(ForestError) as caught:
+        services.place_execution(subject_type="pipeline_node", subject_id="2", requirement=container())
+    assert caught.value.code == "placement_refused"
+    assert [i["code"] for i in caught.value.extra["incompatibilities"]] == ["grove_quarantined"]

@@ -52,7 +52,7 @@ def codes(requirement, facts, rule=None):
     (req(family="compute"), grove(roles=()), ["role_missing"]),
 ])
 def test_rule_role(requirement, facts, expected):
-    assert codes(requirement, facts, rules.rule_role) == expected
+    assert codes(requirement, facts, rules.ROLE.check) == expected
 
 
 @pytest.mark.parametrize(("requirement", "facts", "expected"), [
@@ -64,7 +64,7 @@ def test_rule_role(requirement, facts, expected):
     (req(platforms=("linux/arm64",)), grove(platforms=("darwin/arm64",)), ["platform_mismatch"]),
 ])
 def test_rule_platform(requirement, facts, expected):
-    assert codes(requirement, facts, rules.rule_platform) == expected
+    assert codes(requirement, facts, rules.PLATFORM.check) == expected
 
 
 @pytest.mark.parametrize(("change_kind", "substrate", "expected"), [
@@ -74,7 +74,7 @@ def test_rule_platform(requirement, facts, expected):
     ("k8s.build_job", "native", ["substrate_mismatch"]), ("k8s.job", "native", ["substrate_mismatch"]),
 ])
 def test_rule_substrate(change_kind, substrate, expected):
-    assert codes(req(change_kind=change_kind), grove(substrate=substrate), rules.rule_substrate) == expected
+    assert codes(req(change_kind=change_kind), grove(substrate=substrate), rules.SUBSTRATE.check) == expected
 
 
 @pytest.mark.parametrize(("isolation", "facts", "expected"), [
@@ -88,7 +88,7 @@ def test_rule_substrate(change_kind, substrate, expected):
     ("host_process", grove(substrate="kubernetes", isolation=("host_process",)), ["host_process_needs_native"]),
 ])
 def test_rule_isolation(isolation, facts, expected):
-    assert codes(req(isolation=isolation), facts, rules.rule_isolation) == expected
+    assert codes(req(isolation=isolation), facts, rules.ISOLATION.check) == expected
 
 
 @pytest.mark.parametrize(("trust", "substrate", "expected"), [
@@ -97,7 +97,7 @@ def test_rule_isolation(isolation, facts, expected):
     ("untrusted", "native", ["untrusted_needs_kubernetes"]),
 ])
 def test_rule_trust(trust, substrate, expected):
-    assert codes(req(trust=trust), grove(substrate=substrate), rules.rule_trust) == expected
+    assert codes(req(trust=trust), grove(substrate=substrate), rules.TRUST.check) == expected
 
 
 @pytest.mark.parametrize(("change_kind", "advertised", "expected"), [
@@ -106,7 +106,7 @@ def test_rule_trust(trust, substrate, expected):
     ("native.job", (), ["change_kind_not_advertised"]),
 ])
 def test_rule_change_kind(change_kind, advertised, expected):
-    assert codes(req(change_kind=change_kind), grove(change_kinds=advertised), rules.rule_change_kind) == expected
+    assert codes(req(change_kind=change_kind), grove(change_kinds=advertised), rules.CHANGE_KIND.check) == expected
 
 
 @pytest.mark.parametrize(("name", "requirement", "facts", "expected"), [
@@ -145,7 +145,7 @@ def test_codes_are_the_stable_list():
 def test_selected_platform_follows_the_groves_preference(allowed, grove_platforms, platform, rank):
     requirement, facts = req(platforms=allowed), grove(platforms=grove_platforms)
     assert rules.selected_platform(requirement, facts) == platform
-    assert rules.platform_rank(requirement, facts) == rank
+    assert rules.platform_rank(facts.platforms, frozenset(allowed)) == rank
 
 
 PLATFORMS = ("linux/amd64", "linux/arm64", "darwin/arm64", "windows/amd64")
@@ -189,7 +189,8 @@ def test_checker_is_order_independent(requirement, facts, rnd: random.Random):
             change_kind=requirement.compatibility.change_kind, isolation=requirement.compatibility.isolation))
     assert [i.code for i in rules.check(other_req, other, rules=shuffled_rules)] == [i.code for i in expected]
     # each rule contributes independently: the composition is the union of the parts
-    assert sorted(i.code for i in expected) == sorted(i.code for rule in rules.RULES for i in rule(requirement, facts))
+    assert sorted(i.code for i in expected) == sorted(
+        i.code for rule in rules.RULES for i in rule.check(requirement, facts))
 
 
 def test_summary_counts_codes_like_a_scheduler():
@@ -197,3 +198,18 @@ def test_summary_counts_codes_like_a_scheduler():
                 {"eligible": False, "incompatibilities": [{"code": "platform_mismatch"}, {"code": "role_missing"}]},
                 {"eligible": True, "incompatibilities": []}]
     assert rules.summarise(verdicts) == "1/3 Groves eligible: 2 platform_mismatch, 1 role_missing"
+
+
+@given(requirements, groves)
+def test_each_rule_declares_the_index_key_its_check_uses(requirement, facts):
+    """The invariant the fleet snapshot relies on: a rule passes exactly when it does not constrain the
+    requirement or the Grove is filed under a value the requirement accepts."""
+    for rule in rules.RULES:
+        accepted = rule.accepts(requirement)
+        indexed = accepted is None or bool(set(rule.keys(facts)) & set(accepted))
+        assert (rule.check(requirement, facts) == []) is indexed, rule.name
+
+
+def test_every_code_belongs_to_one_rule():
+    owners = [rule.name for rule in rules.RULES for _ in rule.codes]
+    assert len(owners) == len(set(rules.CODES)) and len({rule.name for rule in rules.RULES}) == len(rules.RULES)

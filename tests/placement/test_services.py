@@ -11,7 +11,7 @@ from apps.core.errors import ForestError
 from apps.flags import services as flags
 from apps.groves.models import Grove
 from apps.pipelines.rules import node_requirement
-from apps.placement import rules, selectors, services
+from apps.placement import rules, services, snapshot
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import ExecutionRequirement
 from tests.factories import UserFactory, unit
@@ -305,11 +305,11 @@ def test_enforced_placement_never_picks_a_grove_the_checker_rejects(db, specs, n
         result = place(requirement)
     except ForestError as exc:
         assert exc.code in {"placement_refused", "no_eligible_grove"}
-        compatible = [g for g in made if not rules.check(requirement, selectors.facts(g))]
+        compatible = [g for g in made if not rules.check(requirement, snapshot.grove_facts(g))]
         if requirement.target is None:
             assert not compatible  # refused only when the checker rejects every Grove
         return
-    assert rules.check(requirement, selectors.facts(result.grove)) == []
+    assert rules.check(requirement, snapshot.grove_facts(result.grove)) == []
     assert not result.would_refuse
 
 
@@ -317,7 +317,7 @@ def test_bounded_candidates_still_pick_the_true_best_and_cap_totals(make_grove, 
     """With fewer verdict slots than eligible Groves, the first (best-key, slug-ordered) query and the full
     ranking agree; totals beyond the cap are reported as 'N+'."""
     monkeypatch.setattr(services, "CANDIDATE_LIMIT", 2)
-    monkeypatch.setattr(selectors, "COUNT_CAP", 3)
+    monkeypatch.setattr(snapshot, "COUNT_CAP", 3)
     make_grove("a-second-platform", platforms=("linux/arm64", "linux/amd64"))
     make_grove("b-full", units=[unit(cpu=8000, free_cpu=0)])
     for name in ("c-best", "d-best", "e-best"):
@@ -326,6 +326,6 @@ def test_bounded_candidates_still_pick_the_true_best_and_cap_totals(make_grove, 
     assert [c["grove_slug"] for c in result.decision["candidates"] if c["eligible"]] == ["c-best", "d-best"]
     assert result.decision["eligible_total"] == 3 and result.decision["summary"].startswith("3+/")
     make_grove("z-arm", platforms=("linux/arm64",))
-    found = selectors.candidates(container(platform=("linux/arm64",)), limit=2)
+    found = snapshot.candidates(container(platform=("linux/arm64",)), limit=2)
     # only a-second-platform and z-arm accept arm64 at all; both list it first
-    assert [c.slug for c in found.eligible] == ["a-second-platform", "z-arm"]
+    assert [c.facts.slug for c in found.eligible] == ["a-second-platform", "z-arm"]

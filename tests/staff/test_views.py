@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import pytest
 
+from apps.accounts.roles import VIEWER
 from apps.flags.services import flag_override_set
 from apps.pipelines.rules import node_requirement
 from apps.placement.services import place_execution
+from tests.factories import UserFactory, grant
 
 pytestmark = pytest.mark.django_db
 FLAG = "host.staff.execution_observability"
@@ -82,3 +84,11 @@ def test_placements_explain_would_refuse_and_candidates(staff_browser, observabi
     assert codes and all(code.encode() in detail.content for code in codes)
     good = staff_browser.get(f"/staff/placements/{_place('good').placement.pk}/")
     assert b'id="candidates"' in good.content and b"k8s-compute" in good.content
+
+
+def test_pages_need_a_role_that_reads_groves(client, observability_on):
+    bare = UserFactory(username="bare-staff", is_staff=True)
+    client.force_login(bare)
+    assert client.get("/staff/groves/").status_code == 403
+    client.force_login(grant(UserFactory(username="viewer-staff", is_staff=False), VIEWER))
+    assert client.get("/staff/groves/").status_code == 200

@@ -1,6 +1,9 @@
 """Compute API shapes, for the OpenAPI schema (bodies are validated by ``apps.compute.rules``)."""
 from rest_framework import serializers
 
+from apps.pipelines.api.serializers import RunnerSerializer, WarningSerializer
+from apps.placement.api.serializers import RefusalSerializer
+
 
 class StepRequestSerializer(serializers.Serializer):
     name = serializers.CharField()
@@ -12,6 +15,8 @@ class StepRequestSerializer(serializers.Serializer):
     resources = serializers.DictField(required=False)
     accelerators = serializers.DictField(required=False)
     timeout_s = serializers.IntegerField(required=False)
+    retries = serializers.IntegerField(required=False, help_text="retries after a failed or timed-out attempt")
+    backoff = serializers.DictField(required=False, help_text='{"delay_s", "factor", "max_s"} before each retry')
 
 
 class ComputeJobRequestSerializer(serializers.Serializer):
@@ -29,7 +34,17 @@ class StepSerializer(serializers.Serializer):
     job_id = serializers.UUIDField(allow_null=True)
     exit_code = serializers.IntegerField(allow_null=True)
     reason = serializers.CharField()
+    detail = serializers.CharField()
+    refusal = RefusalSerializer(allow_null=True, help_text="set when the step was refused before its attempt ran")
+    wait_mode = serializers.CharField(allow_null=True, help_text="in_place (holds a runner slot) or detached")
+    attempt = serializers.IntegerField()
+    retries = serializers.IntegerField()
+    retry_at = serializers.DateTimeField(allow_null=True)
     log_tail = serializers.ListField(child=serializers.CharField())
+
+
+class StepWarningSerializer(WarningSerializer):
+    step = serializers.CharField()
 
 
 class ComputeJobSerializer(serializers.Serializer):
@@ -37,7 +52,20 @@ class ComputeJobSerializer(serializers.Serializer):
     run_id = serializers.UUIDField()
     name = serializers.CharField()
     environment = serializers.CharField()
+    team = serializers.CharField()
     status = serializers.CharField()
     reason = serializers.CharField()
     created_at = serializers.DateTimeField()
+    warnings = StepWarningSerializer(many=True, help_text="what enforcement would have refused (shadow mode)")
+    runner = RunnerSerializer()
     steps = StepSerializer(many=True)
+
+
+class ComputeJobLogSerializer(serializers.Serializer):
+    step = serializers.CharField()
+    job_id = serializers.UUIDField()
+    attempt = serializers.IntegerField()
+    grove = serializers.CharField()
+    status = serializers.CharField()
+    exit_code = serializers.IntegerField(allow_null=True)
+    log_tail = serializers.ListField(child=serializers.CharField())

@@ -3,50 +3,69 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.accounts.api.permissions import requires
+from apps.accounts.selectors import body_with_team, team_authorize, visible
 from apps.compute import selectors, services
 from apps.compute.api import serializers as s
 from apps.core.api.serializers import ErrorSerializer
+from apps.pipelines.selectors import runner_status
 
 ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404, 409)}
 
 
 class ComputeJobListView(APIView):
-    permission_classes = [IsAuthenticated]
+    permission_classes = [requires(GET="compute.view_computejob", POST="compute.add_computejob")]
 
     @extend_schema(responses={200: s.ComputeJobSerializer(many=True), **ERRORS}, tags=["compute"],
                    summary="List compute jobs (newest first, at most 100)")
     def get(self, request):
         selectors.compute_enabled_or_refuse()
-        jobs = selectors.compute_job_list()[:100]
-        return Response([selectors.compute_job_view(job) for job in jobs])
+        jobs = visible(selectors.compute_job_list(), request.user)[:100]
+        runner = runner_status()
+        return Response([selectors.compute_job_view(job, runner=runner) for job in jobs])
 
     @extend_schema(request=s.ComputeJobRequestSerializer, responses={201: s.ComputeJobSerializer, **ERRORS},
                    tags=["compute"], summary="Submit a compute job: its steps run one after another")
     def post(self, request):
-        job = services.compute_job_submit(body=request.data, created_by=request.user)
+        job = services.compute_job_submit(body=body_with_team(request.user, request.data), created_by=request.user)
         return Response(selectors.compute_job_view(job), status=status.HTTP_201_CREATED)
 
 
 class ComputeJobDetailView(APIView):
-    permission_classes = [IsAuthenticated]
+    permission_classes = [requires(GET="compute.view_computejob")]
 
     @extend_schema(responses={200: s.ComputeJobSerializer, **ERRORS}, tags=["compute"],
                    summary="One compute job with per-step status")
     def get(self, request, job_id):
         selectors.compute_enabled_or_refuse()
-        return Response(selectors.compute_job_view(selectors.compute_job_get(job_id=job_id)))
+        job = selectors.compute_job_get(job_id=job_id)
+        team_authorize(request.user, job.team, what="this compute job")
+        return Response(selectors.compute_job_view(job))
 
 
 class ComputeJobCancelView(APIView):
-    permission_classes = [IsAuthenticated]
+    permission_classes = [requires(POST="compute.change_computejob")]
 
     @extend_schema(request=None, responses={200: s.ComputeJobSerializer, **ERRORS}, tags=["compute"],
                    summary="Cancel a compute job: its run and its Grove jobs")
     def post(self, request, job_id):
         selectors.compute_enabled_or_refuse()
-        job = services.compute_job_cancel(job=selectors.compute_job_get(job_id=job_id))
+        job = selectors.compute_job_get(job_id=job_id)
+        team_authorize(request.user, job.team, what="this compute job")
+        job = services.compute_job_cancel(job=job)
         return Response(selectors.compute_job_view(job))
+
+
+class ComputeJobLogsView(APIView):
+    permission_classes = [requires(GET="compute.view_computejob")]
+
+    @extend_schema(responses={200: s.ComputeJobLogSerializer(many=True), **ERRORS}, tags=["compute"],
+                   summary="The output (log tail) of every Grove job of a compute job, step by step")
+    def get(self, request, job_id):
+        selectors.compute_enabled_or_refuse()
+        job = selectors.compute_job_get(job_id=job_id)
+        team_authorize(request.user, job.team, what="this compute job")
+        return Response(selectors.compute_job_logs(job))

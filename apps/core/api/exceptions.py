@@ -6,6 +6,7 @@ import logging
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions as drf
+from rest_framework.authentication import get_authorization_header
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
@@ -53,9 +54,32 @@ def validation_code(drf_code: str) -> str:
     return _RENAMED.get(drf_code, drf_code)
 
 
+def _scheme_hint(context) -> str:
+    """When the caller sent credentials in a scheme this view does not take, say which one it takes."""
+    request, view = context.get("request"), context.get("view")
+    if request is None or view is None:
+        return ""
+    header = get_authorization_header(request).split()
+    if not header:
+        return ""
+    sent = header[0].decode(errors="replace")
+    accepted = [challenge.split()[0] for auth in view.get_authenticators()
+                if (challenge := auth.authenticate_header(request))]
+    if not accepted or sent.lower() in {scheme.lower() for scheme in accepted}:
+        return ""
+    wanted = " or ".join(f"'Authorization: {scheme} <...>'" for scheme in accepted)
+    return f" You sent a '{sent}' credential; this endpoint takes {wanted}."
+
+
 def forest_exception_handler(exc, context):
     if isinstance(exc, ForestError):
-        return Response(exc.as_dict(), status=exc.status)
+        body = exc.as_dict()
+        if exc.status == 401 and (hint := _scheme_hint(context)):
+            body["detail"] = exc.detail + hint
+        response = Response(body, status=exc.status)
+        if exc.status == 401:
+            _challenge(response, context)
+        return response
     if isinstance(exc, RequestDataTooBig):
         return Response({"code": "payload_too_large", "detail": str(exc)}, status=413)
     if isinstance(exc, drf.ValidationError):
@@ -74,5 +98,18 @@ def forest_exception_handler(exc, context):
         return Response({"code": "internal_error", "detail": "Host failed to handle this request."}, status=500)
     code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
     detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    if isinstance(exc, drf.NotAuthenticated | drf.AuthenticationFailed):
+        detail += _scheme_hint(context)
     response.data = {"code": code, "detail": detail}
     return response
+
+
+def _challenge(response: Response, context) -> None:
+    """A 401 names the scheme to use (RFC 9110), as DRF does for its own authentication errors."""
+    view, request = context.get("view"), context.get("request")
+    if view is None or request is None:
+        return
+    for auth in view.get_authenticators():
+        if challenge := auth.authenticate_header(request):
+            response["WWW-Authenticate"] = challenge
+            return

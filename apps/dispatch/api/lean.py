@@ -31,6 +31,7 @@ from django.http.request import split_domain_port, validate_host
 from django.utils import timezone
 from prometheus_client import Counter
 
+from apps.core.body import read_json
 from apps.core.db import async_pool, released
 from apps.core.errors import ForestError
 from apps.dispatch import rules
@@ -75,10 +76,6 @@ def _bearer(scope) -> str | None:
     if len(parts) != 2 or parts[0].lower() != b"bearer":
         return None
     return parts[1].decode(errors="replace")
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not JSON")  # as DRF's strict parser: NaN and Infinity are refused
 
 
 def _json_datetime(value) -> str:
@@ -143,9 +140,9 @@ class LeanWire:
         complete = messages[-1]["type"] == "http.request" and not messages[-1].get("more_body", False)
         if (presented is not None and complete and len(body) <= limit and content_type == b"application/json"
                 and _plain_enough(scope)):
-            try:
-                parsed = json.loads(body, parse_constant=_no_constant)
-            except ValueError:
+            try:  # the one body reader (depth, NUL, huge numbers): a refusal is Django's to answer
+                parsed = read_json(bytes(body), max_bytes=limit)
+            except ForestError:
                 parsed = None
             params = grove_services.heartbeat_fast_params(grove_id=grove_id, presented=presented, body=parsed)
             if params is not None and await self._record(params):

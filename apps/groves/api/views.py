@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics
-from rest_framework.permissions import IsAuthenticated
 
+from apps.accounts.api.permissions import requires
 from apps.groves.api import serializers as s
 from apps.groves.filtersets import GroveFilterSet
 from apps.groves.selectors import grove_list
@@ -12,7 +12,7 @@ from apps.groves.selectors import grove_list
 
 class GroveListView(generics.ListAPIView):
     serializer_class = s.GroveSerializer
-    permission_classes = [IsAuthenticated]
+    permission_classes = [requires(GET="groves.view_grove")]
     filterset_class = GroveFilterSet
 
     def get_queryset(self):
@@ -25,7 +25,7 @@ class GroveListView(generics.ListAPIView):
 
 class GroveDetailView(generics.RetrieveAPIView):
     serializer_class = s.GroveDetailSerializer
-    permission_classes = [IsAuthenticated]
+    permission_classes = [requires(GET="groves.view_grove")]
     lookup_url_kwarg = "grove_id"
 
     def get_queryset(self):

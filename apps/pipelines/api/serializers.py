@@ -5,6 +5,8 @@ from rest_framework import serializers
 
 from apps.pipelines.models import PipelineNode, PipelineRun
 from apps.pipelines.rules import RUN_KINDS
+from apps.pipelines.selectors import node_refusal, run_warnings, runner_status
+from apps.placement.api.serializers import RefusalSerializer  # the one {"code", "detail"} refusal shape
 
 
 class RunCreateSerializer(serializers.Serializer):
@@ -15,22 +17,41 @@ class RunCreateSerializer(serializers.Serializer):
     build_id = serializers.CharField(required=False)
 
 
+class WarningSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    detail = serializers.CharField(help_text="why it would have been refused")
+    flag = serializers.CharField(help_text="the flag that would refuse it when on")
+
+
+class NodeWarningSerializer(WarningSerializer):
+    node = serializers.CharField()
+
+
 class NodeSerializer(serializers.ModelSerializer):
     id = serializers.CharField(source="node_id")
     grove = serializers.SerializerMethodField()
     job_id = serializers.UUIDField(source="current_job_id", allow_null=True)
     job_status = serializers.SerializerMethodField()
     placement_subject = serializers.SerializerMethodField(help_text="subject_type:subject_id of its placement")
+    retries = serializers.SerializerMethodField(help_text="retries allowed after the first attempt")
+    refusal = serializers.SerializerMethodField(help_text="set when the node was refused before its attempt ran")
 
     class Meta:
         model = PipelineNode
         fields = ["id", "kind", "runtime", "status", "reason", "detail", "needs", "node_digest", "reuse", "trust",
-                  "timeout_s", "attempt", "wait_mode", "awaiting_job_id", "seeded_from_run", "dedup_decision",
-                  "grove", "job_id", "job_status", "exit_code", "outputs", "plan_warnings", "requirement",
-                  "placement_subject", "finished_at"]
+                  "timeout_s", "attempt", "retries", "retry_at", "wait_mode", "awaiting_job_id", "seeded_from_run",
+                  "dedup_decision", "grove", "job_id", "job_status", "exit_code", "outputs", "plan_warnings",
+                  "requirement", "placement_subject", "refusal", "finished_at"]
 
     def get_grove(self, node) -> str | None:
         return node.grove.slug if node.grove_id else None
+
+    @extend_schema_field(RefusalSerializer(allow_null=True))
+    def get_refusal(self, node) -> dict | None:
+        return node_refusal(node)
+
+    def get_retries(self, node) -> int:
+        return node.spec.get("retries", 0)
 
     def get_placement_subject(self, node) -> str:
         return f"pipeline_node:{node.pk}"
@@ -48,11 +69,27 @@ class RunSerializer(serializers.ModelSerializer):
                   "created_at", "finished_at"]
 
 
+class RunnerSerializer(serializers.Serializer):
+    queue = serializers.CharField()
+    slots = serializers.IntegerField(help_text="runner slots: in-place waits run at most this many at once")
+    waiting_in_place = serializers.IntegerField(help_text="nodes waiting in place now, across Host")
+
+
 class RunDetailSerializer(RunSerializer):
     nodes = serializers.SerializerMethodField()
+    runner = serializers.SerializerMethodField()
+    warnings = serializers.SerializerMethodField(help_text="what enforcement would have refused (shadow mode)")
 
     class Meta(RunSerializer.Meta):
-        fields = [*RunSerializer.Meta.fields, "nodes"]
+        fields = [*RunSerializer.Meta.fields, "warnings", "runner", "nodes"]
+
+    @extend_schema_field(NodeWarningSerializer(many=True))
+    def get_warnings(self, run) -> list[dict]:
+        return run_warnings(list(run.nodes.order_by("position")))
+
+    @extend_schema_field(RunnerSerializer)
+    def get_runner(self, run) -> dict:
+        return runner_status()
 
     @extend_schema_field(NodeSerializer(many=True))
     def get_nodes(self, run):

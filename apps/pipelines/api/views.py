@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, status
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.accounts.api.permissions import requires
+from apps.accounts.selectors import body_with_team, team_authorize, visible
 from apps.core.api.serializers import ErrorSerializer
 from apps.pipelines import rules, selectors, services
 from apps.pipelines.api import serializers as s
@@ -16,12 +17,12 @@ ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404
 
 
 class RunListCreateView(generics.ListAPIView):
-    permission_classes = [IsAuthenticated]
+    permission_classes = [requires(GET="pipelines.view_pipelinerun", POST="pipelines.add_pipelinerun")]
     serializer_class = s.RunSerializer
     filterset_class = RunFilterSet
 
     def get_queryset(self):
-        return selectors.run_list()
+        return visible(selectors.run_list(), self.request.user)
 
     @extend_schema(tags=["pipelines"], summary="List pipeline runs")
     def get(self, request, *args, **kwargs):
@@ -30,7 +31,7 @@ class RunListCreateView(generics.ListAPIView):
     @extend_schema(request=s.RunCreateSerializer, responses={201: s.RunDetailSerializer, **ERRORS},
                    tags=["pipelines"], summary="Create a run from a Canopy Pipeline Graph")
     def post(self, request):
-        data = rules.run_request(request.data)
+        data = rules.run_request(body_with_team(request.user, request.data))
         run = services.pipeline_run_create(graph=data["graph"], kind=data["kind"],
                                            environment=data.get("environment", ""), team=data.get("team", ""),
                                            build_id=data.get("build_id"), created_by=request.user)
@@ -38,20 +39,22 @@ class RunListCreateView(generics.ListAPIView):
 
 
 class RunDetailView(APIView):
-    permission_classes = [IsAuthenticated]
+    permission_classes = [requires(GET="pipelines.view_pipelinerun")]
 
     @extend_schema(responses={200: s.RunDetailSerializer, **ERRORS}, tags=["pipelines"],
                    summary="One run with its nodes")
     def get(self, request, run_id):
-        return Response(s.RunDetailSerializer(selectors.run_get(run_id=run_id)).data)
+        run = selectors.run_get(run_id=run_id)
+        team_authorize(request.user, run.team, what="this run")
+        return Response(s.RunDetailSerializer(run).data)
 
 
 class RunCancelView(APIView):
-    permission_classes = [IsAuthenticated]
+    permission_classes = [requires(POST="pipelines.change_pipelinerun")]
 
     @extend_schema(request=None, responses={200: s.RunDetailSerializer, **ERRORS}, tags=["pipelines"],
                    summary="Cancel a run and its own Grove jobs")
     def post(self, request, run_id):
-        selectors.run_get(run_id=run_id)
+        team_authorize(request.user, selectors.run_get(run_id=run_id).team, what="this run")
         run = services.pipeline_run_cancel(run_id=run_id, reason="cancelled")
         return Response(s.RunDetailSerializer(run).data)

@@ -6,6 +6,7 @@ requirements, GRAPH_DEDUP), ``dispatching`` (place a node and create its Grove j
 The package's public names are re-exported here for callers (tasks, APIs, compute).
 """
 from apps.pipelines.services.dispatching import pipeline_node_execute, pipeline_node_wait_in_place
+from apps.pipelines.services.outbox import send_to_runner
 from apps.pipelines.services.planning import PlannedNode, pipeline_plan
 from apps.pipelines.services.resume import on_job_ended, pipeline_node_resume
 from apps.pipelines.services.runs import pipeline_run_cancel, pipeline_run_create, run_advance
@@ -15,5 +16,5 @@ from apps.pipelines.services.transitions import node_transition, run_transition
 __all__ = [
     "PlannedNode", "node_transition", "on_job_ended", "pipeline_node_execute", "pipeline_node_resume",
     "pipeline_node_wait_in_place", "pipeline_plan", "pipeline_run_cancel", "pipeline_run_create",
-    "pipeline_sweep", "run_advance", "run_transition",
+    "pipeline_sweep", "run_advance", "run_transition", "send_to_runner",
 ]

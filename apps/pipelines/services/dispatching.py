@@ -17,8 +17,9 @@ from apps.dispatch.states import JOB_TERMINAL
 from apps.flags.selectors import is_enabled
 from apps.pipelines import rules
 from apps.pipelines.models import PipelineNode, PipelineRun
+from apps.pipelines.services.outbox import send_after_commit
 from apps.pipelines.services.resume import pipeline_node_resume
-from apps.pipelines.services.runs import run_advance
+from apps.pipelines.services.runs import run_advance, run_and_node_locked
 from apps.pipelines.services.transitions import node_transition
 from apps.pipelines.states import RUN_TERMINAL
 from apps.pipelines.vocabulary import DETACHED_WAIT_FLAG, NodeStatus, WaitMode
@@ -57,13 +58,17 @@ def pipeline_node_execute(*, node_id: int) -> str | None:
     """Place one queued node and create its Grove job on the placed Grove. Returns the wait mode, or None
     when there was nothing to do (already dispatched, cancelled, or refused). Safe to run twice."""
     with transaction.atomic():
-        run_id = PipelineNode.objects.filter(pk=node_id).values_list("run_id", flat=True).first()
-        if run_id is None:
+        locked = run_and_node_locked(node_id)
+        if locked is None:
             return None
-        run = PipelineRun.objects.select_for_update(no_key=True).get(pk=run_id)
-        node = PipelineNode.objects.select_for_update(no_key=True).get(pk=node_id)
+        run, node = locked
         if node.status != NodeStatus.QUEUED or run.status in RUN_TERMINAL:
             return None
+        if node.retry_at is not None:
+            wait_s = (node.retry_at - timezone.now()).total_seconds()
+            if wait_s > 0:  # early (a re-send): come back when the backoff is over
+                send_after_commit("node_execute", node.pk, countdown=wait_s)
+                return None
         requirement = ExecutionRequirement.from_json(node.requirement)
         job_id = uuid.uuid4()  # known before the job row exists: it is the accelerator claim's job_ref
         try:
@@ -85,10 +90,10 @@ def pipeline_node_execute(*, node_id: int) -> str | None:
             idempotency_key=f"{run.id}:{node.node_id}:{node.attempt}", attempt=node.attempt,
         )
         mode, why = _wait_mode(node, run)
-        node.current_job, node.grove, node.wait_mode = job, placed.grove, mode
-        node.awaiting_job_id = job.id if mode == WaitMode.DETACHED else None
-        node.save(update_fields=["current_job", "grove", "wait_mode", "awaiting_job_id"])
-        node_transition(node=node, to=NodeStatus.AWAITING, reason=f"wait_{mode}:{why}")
+        # A retry's attempt starts clean: the previous attempt's exit code and outputs stay on its job.
+        node_transition(node=node, to=NodeStatus.AWAITING, reason=f"wait_{mode}:{why}", changes={
+            "current_job": job, "grove": placed.grove, "wait_mode": mode, "retry_at": None,
+            "exit_code": None, "outputs": {}, "awaiting_job_id": job.id if mode == WaitMode.DETACHED else None})
     return mode
 
 

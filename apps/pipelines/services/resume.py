@@ -17,16 +17,19 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from apps.artifacts import services as artifact_services
+from apps.artifacts.vocabulary import CheckVerdict
 from apps.dispatch import hooks
 from apps.dispatch.hooks import JobEnded
 from apps.dispatch.models import GroveJob
 from apps.dispatch.states import JOB_TERMINAL
+from apps.pipelines import rules
 from apps.pipelines.models import PipelineNode, PipelineOutbox, PipelineRun
 from apps.pipelines.services.outbox import resume_resend_after_s, send_after_commit
-from apps.pipelines.services.runs import run_advance
+from apps.pipelines.services.runs import run_advance, run_and_node_locked
 from apps.pipelines.services.transitions import node_transition
 from apps.pipelines.states import node_outcome_for_job
-from apps.pipelines.vocabulary import NodeStatus, OutboxKind
+from apps.pipelines.vocabulary import NodeKind, NodeStatus, OutboxKind
 
 
 def write_resume(job: GroveJob, *, now: datetime) -> PipelineOutbox | None:
@@ -48,21 +51,39 @@ def _tail_inline(job: GroveJob) -> bool:
     # The node and its run locked in one statement; SKIP LOCKED on both, so it never waits.
     node = (PipelineNode.objects.select_for_update(no_key=True, skip_locked=True, of=("self", "run"))
             .select_related("run").filter(pk=job.node_id, status=NodeStatus.AWAITING, current_job_id=job.id).first())
-    if node is None:
+    if node is None or node.kind == NodeKind.BUILD_IMAGE:  # reading the pushed image's registry is not cheap
         return False
     run = node.run
     nodes = list(run.nodes.order_by("position"))
     if len(nodes) > settings.PIPELINE_INLINE_TAIL_MAX_NODES:
         return False
-    _tail(node, job)
+    _tail(node, job, run)
     run_advance(run, [node if n.pk == node.pk else n for n in nodes])
     return True
 
 
-def _tail(node: PipelineNode, job: GroveJob) -> None:
-    """The node's success/failure transition from its ended job, in one UPDATE (callers hold the locks)."""
-    node_transition(node=node, to=node_outcome_for_job(job.status), reason=job.reason or f"job_{job.status}",
-                    changes={"exit_code": job.exit_code, "outputs": job.outputs})
+def _tail(node: PipelineNode, job: GroveJob, run: PipelineRun) -> None:
+    """The node's outcome from its ended job (callers hold the locks): a build_image node's pushed image is
+    recorded and checked against its target platform first; a failed or timed-out attempt with retries
+    left is queued again; otherwise the node ends, its exit code and outputs in the same UPDATE."""
+    outcome, reason, detail = node_outcome_for_job(job.status), job.reason or f"job_{job.status}", ""
+    if node.kind == NodeKind.BUILD_IMAGE and outcome == NodeStatus.SUCCEEDED:
+        # The pushed image becomes an oci_registry artifact with its config platform; under
+        # host.deploy.forest_compatibility a platform that disagrees with the node's target fails it.
+        check = artifact_services.build_image_output_record(
+            outputs=job.outputs, run_id=str(run.id), node_id=node.node_id,
+            target_platforms=node.requirement["compatibility"]["platform"]["allowed"]
+            or [job.payload.get("platform")], environment=run.environment or None, team=run.team or None)
+        if check is not None and check.verdict == CheckVerdict.REFUSED:
+            outcome, reason, detail = NodeStatus.FAILED, check.code, check.detail
+    outcome_fields = {"exit_code": job.exit_code, "outputs": job.outputs}
+    delay = rules.retry_after(node.spec, attempt=node.attempt, outcome=outcome)
+    if delay is None:
+        node_transition(node=node, to=outcome, reason=reason, detail=detail, changes=outcome_fields)
+    else:
+        node.exit_code, node.outputs = job.exit_code, job.outputs
+        node.save(update_fields=list(outcome_fields))
+        node_retry(node=node, job=job, outcome=outcome, delay_s=delay)
 
 
 def on_job_ended(event: JobEnded) -> None:
@@ -77,11 +98,10 @@ def pipeline_node_resume(*, node_id: int) -> bool:
     and marks its outbox rows done in the same transaction. True when this call ran the tail.
     """
     with transaction.atomic():
-        run_id = PipelineNode.objects.filter(pk=node_id).values_list("run_id", flat=True).first()
-        if run_id is None:
+        locked = run_and_node_locked(node_id)
+        if locked is None:
             return False
-        run = PipelineRun.objects.select_for_update(no_key=True).get(pk=run_id)
-        node = PipelineNode.objects.select_for_update(no_key=True).get(pk=node_id)
+        run, node = locked
         pending = PipelineOutbox.objects.filter(node=node, done_at__isnull=True)
         if node.status != NodeStatus.AWAITING:
             pending.update(done_at=timezone.now())
@@ -89,10 +109,25 @@ def pipeline_node_resume(*, node_id: int) -> bool:
         job = GroveJob.objects.filter(pk=node.current_job_id).first()
         if job is None or job.status not in JOB_TERMINAL:
             return False
-        _tail(node, job)
+        _tail(node, job, run)
         pending.update(done_at=timezone.now())
         run_advance(run)
     return True
+
+
+def node_retry(*, node: PipelineNode, job: GroveJob, outcome: str, delay_s: int) -> PipelineNode:
+    """Queue the node's next attempt after its backoff. The attempt number moves on (a new idempotency key
+    ``run:node:attempt``); its placement is the stored one, re-read by the exec driver."""
+    now = timezone.now()
+    attempt = node.attempt + 1
+    why = job.reason or f"job_{job.status}"
+    node_transition(
+        node=node, to=NodeStatus.QUEUED, reason="retrying",
+        detail=f"Attempt {node.attempt} {outcome.replace('_', ' ')} ({why}); attempt {attempt} of "
+               f"{1 + node.spec.get('retries', 0)} starts in {delay_s} s.",
+        changes={"attempt": attempt, "retry_at": now + timedelta(seconds=delay_s), "awaiting_job_id": None})
+    send_after_commit("node_execute", node.pk, countdown=delay_s)
+    return node
 
 
 hooks.on_job_ended(on_job_ended)

@@ -66,6 +66,16 @@ def pipeline_run_create(*, graph: dict, kind: str, environment: str = "", team: 
     return run
 
 
+def run_and_node_locked(node_id: int) -> tuple[PipelineRun, PipelineNode] | None:
+    """The node's run and the node, row-locked in that order (the lock order), or None if it is gone.
+    Call inside a transaction."""
+    run_id = PipelineNode.objects.filter(pk=node_id).values_list("run_id", flat=True).first()
+    if run_id is None:
+        return None
+    run = PipelineRun.objects.select_for_update(no_key=True).get(pk=run_id)
+    return run, PipelineNode.objects.select_for_update(no_key=True).get(pk=node_id)
+
+
 def run_advance(run: PipelineRun, nodes: list[PipelineNode] | None = None) -> list[str]:
     """Queue nodes whose needs succeeded, skip those whose needs cannot, and finish the run when all
     nodes are terminal. Callers hold the run's row lock (and may pass the run's nodes, in position order,

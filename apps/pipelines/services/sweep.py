@@ -5,7 +5,7 @@ import logging
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from apps.dispatch.models import GroveJob
@@ -50,7 +50,9 @@ def pipeline_sweep(*, now: datetime | None = None, limit: int = 500) -> dict:
     stale_before = now - timedelta(seconds=resume_resend_after_s())
     with transaction.atomic():
         stuck = list(PipelineNode.objects.select_for_update(skip_locked=True, no_key=True)
-                     .filter(status=NodeStatus.QUEUED, queued_at__lte=stale_before)[:limit])
+                     .filter(status=NodeStatus.QUEUED, queued_at__lte=stale_before)
+                     # a retry waiting out its backoff is not overdue until its backoff is over
+                     .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=stale_before))[:limit])
         for node in stuck:
             node.queued_at = now
             node.save(update_fields=["queued_at"])

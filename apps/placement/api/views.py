@@ -4,13 +4,14 @@ from __future__ import annotations
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
-from rest_framework.permissions import BasePermission, IsAdminUser
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.accounts.api.authentication import ApiTokenAuthentication
+from apps.accounts.api.permissions import requires
+from apps.accounts.selectors import team_authorize, visible
 from apps.core.api.serializers import ErrorSerializer
-from apps.core.errors import NotAuthenticated
 from apps.flags.selectors import is_enabled
 from apps.placement import services
 from apps.placement.api import serializers as s
@@ -25,20 +26,14 @@ SCOPE = [OpenApiParameter("environment", str, description="Flag scope: environme
          OpenApiParameter("team", str, description="Flag scope: team")]
 
 
-class IsUserWithToken(BasePermission):
-    """An authenticated *user* (API token or staff session). A Grove credential is never one."""
-
-    def has_permission(self, request, view):
-        user = request.user
-        if not getattr(user, "is_authenticated", False) or not getattr(user, "pk", None):
-            raise NotAuthenticated("not_authenticated",
-                                   "Use 'Authorization: Token <key>' (manage.py drf_create_token) or a staff session.")
-        return True
+# An authenticated *user* (API token or staff session) with the viewer's read permission; a Grove
+# credential is never one.
+CanView = requires(GET="placement.view_executionplacement", POST="placement.view_executionplacement")
 
 
 class PlacementAPIView(APIView):
-    authentication_classes = [TokenAuthentication, SessionAuthentication]
-    permission_classes = [IsUserWithToken]
+    authentication_classes = [ApiTokenAuthentication, SessionAuthentication]
+    permission_classes = [CanView]
 
 
 class RequirementSchemaView(PlacementAPIView):
@@ -49,6 +44,7 @@ class RequirementSchemaView(PlacementAPIView):
 
 
 class PlacementPreviewView(PlacementAPIView):
+    audit_writes = False  # a POST that stores nothing
     @extend_schema(request=OpenApiTypes.OBJECT, parameters=SCOPE,
                    responses={200: s.PreviewResponseSerializer, **ERRORS}, tags=["placements"],
                    summary="Where would this requirement be placed, and why? Nothing is stored.")
@@ -75,13 +71,13 @@ class PlacementPreviewView(PlacementAPIView):
 
 
 class PlacementListView(generics.ListAPIView):
-    authentication_classes = [TokenAuthentication, SessionAuthentication]
-    permission_classes = [IsUserWithToken]
+    authentication_classes = [ApiTokenAuthentication, SessionAuthentication]
+    permission_classes = [CanView]
     serializer_class = s.ExecutionPlacementSerializer
     filterset_class = ExecutionPlacementFilterSet
 
     def get_queryset(self):
-        return placement_list()
+        return visible(placement_list(), self.request.user)
 
     @extend_schema(tags=["placements"], summary="Stored placements (filter by Grove, subject, would_refuse, enforced)")
     def get(self, request, *args, **kwargs):
@@ -89,13 +85,18 @@ class PlacementListView(generics.ListAPIView):
 
 
 class PlacementDetailView(generics.RetrieveAPIView):
-    authentication_classes = [TokenAuthentication, SessionAuthentication]
-    permission_classes = [IsUserWithToken]
+    authentication_classes = [ApiTokenAuthentication, SessionAuthentication]
+    permission_classes = [CanView]
     serializer_class = s.ExecutionPlacementSerializer
     lookup_url_kwarg = "placement_id"
 
     def get_queryset(self):
         return placement_list()
+
+    def get_object(self):
+        placement = super().get_object()
+        team_authorize(self.request.user, placement.team, what="this placement")
+        return placement
 
     @extend_schema(tags=["placements"], summary="One stored placement with its requirement and decision")
     def get(self, request, *args, **kwargs):
@@ -103,7 +104,7 @@ class PlacementDetailView(generics.RetrieveAPIView):
 
 
 class PlacementReplaceView(PlacementAPIView):
-    permission_classes = [IsUserWithToken, IsAdminUser]
+    permission_classes = [requires(POST="placement.change_executionplacement")]
 
     @extend_schema(request=s.ReplaceRequestSerializer, responses={200: s.ExecutionPlacementSerializer, **ERRORS},
                    tags=["placements"], summary="Staff: choose afresh for a stored placement, keeping history")

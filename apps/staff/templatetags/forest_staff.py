@@ -1,4 +1,4 @@
-"""Formatting for staff pages: byte sizes, milli-CPUs, report age."""
+"""Template filters for staff pages; each delegates to ``apps.staff.formatting`` (the one formatter)."""
 from __future__ import annotations
 
 import json
@@ -6,38 +6,57 @@ import json
 from django import template
 from django.utils import timezone
 
+from apps.core import formatting
+
 register = template.Library()
 
 
 @register.filter
 def bytes_h(value) -> str:
-    if value is None:
-        return "—"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if size < 1024 or unit == "PiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return str(value)
+    return formatting.bytes_h(value)
 
 
 @register.filter
 def cores(milli) -> str:
-    return "—" if milli is None else f"{milli / 1000:g}"
+    return formatting.cores(milli)
 
 
 @register.filter
 def age(moment) -> str:
-    if moment is None:
-        return "never"
-    seconds = int((timezone.now() - moment).total_seconds())
-    if seconds < 120:
-        return f"{seconds}s ago"
-    if seconds < 7200:
-        return f"{seconds // 60}m ago"
-    return f"{seconds // 3600}h ago"
+    return formatting.age(moment, now=timezone.now())
+
+
+@register.filter
+def duration(seconds) -> str:
+    return formatting.duration(seconds)
+
+
+@register.filter
+def vendor_label(vendor) -> str:
+    return formatting.vendor_label(vendor or "")
 
 
 @register.filter
 def pretty_json(value) -> str:
     return json.dumps(value, indent=2, sort_keys=True)
+
+
+@register.filter
+def percent(fraction) -> str:
+    return "—" if fraction is None else f"{fraction * 100:.0f}%"
+
+
+@register.simple_tag(takes_context=True)
+def query_with(context, **changes) -> str:
+    """The current query string with some parameters replaced (or removed when given None)."""
+    query = context["request"].GET.copy()
+    for key, value in changes.items():
+        query.pop(key, None)
+        if value not in (None, ""):
+            query[key] = value
+    return query.urlencode()
+
+
+@register.simple_tag
+def device_name(vendor, model) -> str:
+    return formatting.device_name(vendor or "", model or "")

@@ -48,9 +48,10 @@ class NativeWorkloadRequestSerializer(serializers.Serializer):
 
 
 class SecretRequestSerializer(serializers.Serializer):
-    environment = serializers.CharField(required=False)
-    name = serializers.CharField()
-    value = serializers.CharField()
+    # Bounded like the columns they land in: a longer value is a 400, never a database error.
+    environment = serializers.CharField(required=False, max_length=100)
+    name = serializers.CharField(max_length=100)
+    value = serializers.CharField(max_length=64 * 1024)
 
 
 class StatusRequestSerializer(serializers.Serializer):

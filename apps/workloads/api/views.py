@@ -6,6 +6,8 @@ from rest_framework import generics, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.accounts.api.permissions import requires
+from apps.accounts.selectors import body_with_team, team_authorize, visible
 from apps.core.api.serializers import ErrorSerializer
 from apps.dispatch.api.views import GroveWireView
 from apps.workloads import services
@@ -17,7 +19,11 @@ ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404
 
 class NativeWorkloadListView(generics.ListAPIView):
     serializer_class = s.NativeWorkloadSerializer
-    queryset = NativeWorkload.objects.select_related("bundle", "grove").prefetch_related("generations__grove")
+    permission_classes = [requires(GET="workloads.view_nativeworkload", POST="workloads.add_nativeworkload")]
+
+    def get_queryset(self):
+        return visible(NativeWorkload.objects.select_related("bundle", "grove").prefetch_related(
+            "generations__grove"), self.request.user)
 
     @extend_schema(tags=["workloads"], summary="List desired native workloads with recent generations")
     def get(self, request, *args, **kwargs):
@@ -26,14 +32,29 @@ class NativeWorkloadListView(generics.ListAPIView):
     @extend_schema(request=s.NativeWorkloadRequestSerializer, responses={200: s.NativeWorkloadSerializer, **ERRORS},
                    tags=["workloads"], summary="Create or update a native workload (writes a generation on change)")
     def post(self, request):
-        workload, _ = services.native_workload_apply(body=request.data)
+        existing = _existing(request.data)
+        if existing is not None:
+            team_authorize(request.user, existing.team, what=f"workload '{existing.slug}'")
+        workload, _ = services.native_workload_apply(body=body_with_team(request.user, request.data))
         return Response(s.NativeWorkloadSerializer(workload).data)
+
+
+def _existing(body) -> NativeWorkload | None:
+    """The workload an apply would update (its team must be the caller's too), if any."""
+    slug = body.get("slug") if isinstance(body, dict) else None
+    return NativeWorkload.objects.filter(slug=slug).first() if isinstance(slug, str) and slug else None
 
 
 class NativeWorkloadDetailView(generics.RetrieveAPIView):
     serializer_class = s.NativeWorkloadSerializer
     queryset = NativeWorkload.objects.select_related("bundle", "grove")
     lookup_field = "slug"
+    permission_classes = [requires(GET="workloads.view_nativeworkload")]
+
+    def get_object(self):
+        workload = super().get_object()
+        team_authorize(self.request.user, workload.team, what=f"workload '{workload.slug}'")
+        return workload
 
     @extend_schema(tags=["workloads"], summary="One native workload with its recent generations")
     def get(self, request, *args, **kwargs):
@@ -41,6 +62,8 @@ class NativeWorkloadDetailView(generics.RetrieveAPIView):
 
 
 class WorkloadSecretView(APIView):
+    permission_classes = [requires(POST="workloads.add_workloadsecret")]
+
     @extend_schema(request=s.SecretRequestSerializer,
                    responses={201: inline_serializer("SecretSet", {"environment": serializers.CharField(),
                                                                    "name": serializers.CharField()}), **ERRORS},

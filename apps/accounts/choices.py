@@ -1,0 +1,7 @@
+from django.db import models
+
+
+class AuditVia(models.TextChoices):
+    API = "api", "API"
+    ADMIN = "admin", "Django admin"
+    COMMAND = "command", "manage.py command"

@@ -1,0 +1,56 @@
+from rest_framework import serializers
+
+from apps.artifacts.models import Artifact, ArtifactPlatformCheck
+
+
+class ArtifactPlatformCheckSerializer(serializers.ModelSerializer):
+    grove = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = ArtifactPlatformCheck
+        fields = ["id", "subject_type", "subject_id", "grove", "required", "artifact_platform", "verdict",
+                  "enforced", "code", "detail", "created_at"]
+
+
+class ArtifactSerializer(serializers.ModelSerializer):
+    uploaded_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = Artifact
+        fields = ["id", "digest", "storage_kind", "reference", "media_type", "size", "platform", "platform_status",
+                  "platform_source", "signature", "signing_key_id", "producing_run_id", "producing_node",
+                  "uploaded_by", "created_at"]
+
+
+class ArtifactDetailSerializer(ArtifactSerializer):
+    platform_checks = ArtifactPlatformCheckSerializer(many=True, read_only=True)
+
+    class Meta(ArtifactSerializer.Meta):
+        fields = [*ArtifactSerializer.Meta.fields, "platform_checks"]
+
+
+class ImportRequestSerializer(serializers.Serializer):
+    reference = serializers.CharField(max_length=500, help_text="registry/repository[:tag][@sha256:...]")
+    grove = serializers.CharField(max_length=100, help_text="destination Grove (id or slug)")
+
+
+class ImportResponseSerializer(serializers.Serializer):
+    artifact = ArtifactSerializer()
+    index_digest = serializers.CharField(allow_blank=True, help_text="the index resolved, if the image was one")
+    matched = serializers.CharField(allow_blank=True, help_text="grove:<platform> or fallback:<platform>")
+    offered = serializers.ListField(child=serializers.CharField())
+    check = ArtifactPlatformCheckSerializer()
+
+
+class GcRequestSerializer(serializers.Serializer):
+    dry_run = serializers.BooleanField(default=False)
+
+
+class GcReportSerializer(serializers.Serializer):
+    backend = serializers.CharField()
+    examined = serializers.IntegerField()
+    removed = serializers.IntegerField()
+    kept = serializers.IntegerField()
+    staging_removed = serializers.IntegerField()
+    dry_run = serializers.BooleanField()
+    skipped = serializers.CharField(allow_blank=True, help_text="a code when GC skipped (cas_bucket_missing)")

@@ -1,0 +1,52 @@
+"""How apps above artifacts (pipelines, workloads) tell it what their work references, without
+artifacts importing them (imports run one way: they register here, in their ``AppConfig.ready``).
+
+- a **reader** answers: does work assigned to this Grove reference this blob right now?
+  (a workload generation's bundle, a live job's inputs) — a Grove may download only then;
+- a **writer** answers: may this Grove write outputs for this run's node? (it holds the node's live job);
+- a **referencer** answers, for a set of digests, which ones something still needs (GC keeps those).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+GroveReader = Callable[[object, str], bool]  # (grove_id, digest) -> referenced by its assigned work
+GroveWriter = Callable[[object, str, str], bool]  # (grove_id, run_id, node_id) -> may write there
+Referencer = Callable[[set[str]], set[str]]  # digests -> the subset still referenced
+
+_readers: list[GroveReader] = []
+_writers: list[GroveWriter] = []
+_referencers: list[Referencer] = []
+
+
+def _add(registry: list, fn) -> None:
+    if fn not in registry:  # ready() may run more than once (tests, autoreload)
+        registry.append(fn)
+
+
+def register_grove_reader(fn: GroveReader) -> None:
+    _add(_readers, fn)
+
+
+def register_grove_writer(fn: GroveWriter) -> None:
+    _add(_writers, fn)
+
+
+def register_referencer(fn: Referencer) -> None:
+    _add(_referencers, fn)
+
+
+def grove_may_read(grove_id, digest: str) -> bool:
+    return any(reader(grove_id, digest) for reader in _readers)
+
+
+def grove_may_write(grove_id, run_id: str, node_id: str) -> bool:
+    return any(writer(grove_id, run_id, node_id) for writer in _writers)
+
+
+def referenced(digests: set[str]) -> set[str]:
+    found: set[str] = set()
+    for referencer in _referencers:
+        if digests - found:
+            found |= referencer(digests - found)
+    return found

@@ -1,0 +1,204 @@
+"""The one reader of JSON request bodies for the whole API. Pure: no Django.
+
+Every JSON body Host accepts — the DRF parser (staff/CI API and the Grove wire views) and any plain
+Django view — goes through :func:`read_json`, which refuses, with a 400, a stable code and the field
+path, anything PostgreSQL or Python would otherwise turn into a 500:
+
+- more than ``max_bytes`` (413 ``payload_too_large``);
+- bytes that are not UTF-8 or text that is not JSON (``malformed_json``);
+- nesting deeper than ``max_depth`` (``nesting_too_deep``), measured by a linear scan *before*
+  ``json.loads`` recurses, so 10,000 ``[`` never reach the C parser's recursion limit;
+- the same key twice in one object (``duplicate_key``): parsers disagree on which copy wins, so a
+  body that two components may read differently is refused rather than guessed at;
+- ``NaN``/``Infinity`` (not JSON; PostgreSQL ``jsonb`` refuses them: ``malformed_json``) and numbers
+  outside what a 64-bit column or a double holds (``out_of_range``, with the field path);
+- U+0000 in any key or string (``nul_character``): PostgreSQL ``text`` and ``jsonb`` cannot store it;
+- a lone UTF-16 surrogate (``\\ud800`` escapes) in any key or string (``invalid_unicode``): it cannot
+  be encoded as UTF-8 for the database.
+
+The same text rules serve query strings and path segments (:func:`text_problem`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from apps.core.errors import PayloadTooLarge, ValidationFailed
+
+DEFAULT_MAX_DEPTH = 64
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what a PostgreSQL bigint holds
+# Longer integer literals are never converted: Python refuses >4300 digits itself, and slowly.
+_MAX_INT_DIGITS = 20
+
+# A lone surrogate is any surrogate code point: valid pairs were already combined by json.loads.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def text_problem(value: str) -> tuple[str, str] | None:
+    """(code, sentence) when ``value`` holds a character PostgreSQL text cannot store, else None."""
+    if "\x00" in value:
+        return "nul_character", "contains a NUL (U+0000) character, which Host cannot store."
+    if _SURROGATE.search(value):
+        return "invalid_unicode", "contains a lone UTF-16 surrogate, which is not valid Unicode."
+    return None
+
+
+def _depth_exceeds(text: str, limit: int) -> bool:
+    """True when brackets nest deeper than ``limit``: one linear pass that skips string contents."""
+    depth = 0
+    in_string = False
+    escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
+
+
+class _Duplicate(Exception):
+    def __init__(self, key: str):
+        self.key = key
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict:
+    obj: dict = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _Duplicate(key)
+        obj[key] = value
+    return obj
+
+
+class _OutOfRange:
+    """Stands in for a number too large to hold, so the walk can name its field path."""
+
+    __slots__ = ("literal",)
+
+    def __init__(self, literal: str):
+        self.literal = literal
+
+
+def _parse_int(literal: str) -> int | _OutOfRange:
+    if len(literal.lstrip("-")) > _MAX_INT_DIGITS:
+        return _OutOfRange(literal)
+    value = int(literal)
+    return value if INT64_MIN <= value <= INT64_MAX else _OutOfRange(literal)
+
+
+def _parse_float(literal: str) -> float | _OutOfRange:
+    value = float(literal)
+    return value if math.isfinite(value) else _OutOfRange(literal)
+
+
+def _parse_constant(name: str) -> Any:
+    raise ValidationFailed("malformed_json", f"The body is not valid JSON: {name} is not a JSON number.")
+
+
+def _join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def _check_values(value: Any) -> None:
+    """Walk the parsed value without recursion; refuse the first string or key Host cannot store."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, _OutOfRange):
+            shown = item.literal if len(item.literal) <= 24 else f"{item.literal[:24]}…"
+            raise ValidationFailed("out_of_range", f"{path or 'The body'} is {shown}, outside the 64-bit range "
+                                   "Host stores.", field=path or None)
+        if isinstance(item, str):
+            problem = text_problem(item)
+            if problem:
+                raise ValidationFailed(problem[0], f"{path or 'The body'} {problem[1]}", field=path or None)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                child_path = _join(path, key)
+                problem = text_problem(key)
+                if problem:
+                    raise ValidationFailed(problem[0], f"A key in {path or 'the body'} {problem[1]}",
+                                           field=path or None)
+                stack.append((child_path, child))
+        elif isinstance(item, list):
+            stack.extend((_join(path, index), child) for index, child in enumerate(item))
+
+
+def _path_of(root: Any, target: dict) -> str:
+    """The field path of the object ``target`` (found by identity) inside ``root``."""
+    stack: list[tuple[str, Any]] = [("", root)]
+    while stack:
+        path, item = stack.pop()
+        if item is target:
+            return path
+        if isinstance(item, dict):
+            stack.extend((_join(path, key), child) for key, child in item.items())
+        elif isinstance(item, list):
+            stack.extend((_join(path, index), child) for index, child in enumerate(item))
+    return ""
+
+
+def read_json(raw: bytes | str, *, max_bytes: int, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
+    """Parse one JSON request body under Host's rules (module docstring), or raise a ``ForestError``."""
+    if max_bytes and len(raw) > max_bytes:
+        raise PayloadTooLarge("payload_too_large",
+                              f"The request body is {len(raw)} bytes; the limit is {max_bytes} bytes.")
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValidationFailed("malformed_json",
+                                   f"The body is not valid JSON: it is not UTF-8 (byte {exc.start}).") from None
+    else:
+        text = raw
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if _depth_exceeds(text, max_depth):
+        raise ValidationFailed("nesting_too_deep", f"The body nests more than {max_depth} levels deep.")
+    try:
+        value = json.loads(text, object_pairs_hook=_pairs, parse_int=_parse_int, parse_float=_parse_float,
+                           parse_constant=_parse_constant)
+    except _Duplicate as dup:
+        raise ValidationFailed("duplicate_key", f"The key '{dup.key[:100]}' appears twice in one object.",
+                               field=_duplicate_path(text, dup)) from None
+    except (ValueError, RecursionError) as exc:
+        raise ValidationFailed("malformed_json", f"The body is not valid JSON: {exc}") from None
+    _check_values(value)
+    return value
+
+
+def _duplicate_path(text: str, dup: _Duplicate) -> str | None:
+    """Re-parse keeping the first copy of each key, to name where the duplicate sits."""
+    marker: dict = {}
+
+    def keep_first(pairs):
+        obj: dict = {}
+        for key, value in pairs:
+            obj.setdefault(key, value)
+        # Hooks run in the same order as in the first parse, so the first object with a repeat is it.
+        if not marker and len(obj) < len(pairs):
+            marker["obj"] = obj
+        return obj
+
+    try:
+        root = json.loads(text, object_pairs_hook=keep_first)
+    except (ValueError, RecursionError):
+        return dup.key
+    if "obj" not in marker:
+        return dup.key
+    return _join(_path_of(root, marker["obj"]), dup.key)

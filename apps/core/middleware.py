@@ -1,0 +1,172 @@
+"""Request plumbing every view relies on: a request id, a guard that keeps characters PostgreSQL cannot
+store out of paths and query strings, and every ``/api/`` answer in one error shape.
+
+DRF's handler shapes errors raised inside API views. A path no route matches (a typo, a non-UUID id),
+a CSRF failure or a crash in middleware is answered by Django itself with an HTML page;
+``ApiErrorShapeMiddleware`` turns any such non-JSON 4xx/5xx under ``/api/`` into
+``{"code", "detail"[, "field"]}``. All of them are sync *and* async: under ASGI the ``changes`` long-poll
+must not be pushed into a thread.
+"""
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+import structlog
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import Resolver404, resolve
+from django.utils.decorators import sync_and_async_middleware
+
+from apps.core import context
+from apps.core.body import text_problem
+
+REQUEST_ID_HEADER = "X-Request-ID"
+# A caller's id is kept only when it is short and plain, so it is safe in logs, headers and the database.
+_CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def _request_id(request: HttpRequest) -> str:
+    offered = request.META.get("HTTP_X_REQUEST_ID", "")
+    return offered if _CLIENT_ID.match(offered) else uuid.uuid4().hex
+
+
+def _refusal(request: HttpRequest) -> JsonResponse | None:
+    """A 400 when the path or a query parameter holds a character Host cannot store; else None."""
+    problem = text_problem(request.path)
+    if problem:
+        return JsonResponse({"code": problem[0], "detail": f"The URL path {problem[1]}", "field": "path"},
+                            status=400)
+    for key, values in request.GET.lists():
+        for value in [key, *values]:
+            problem = text_problem(value)
+            if problem:
+                field = f"query.{key}" if not text_problem(key) else "query"
+                return JsonResponse({"code": problem[0], "detail": f"A query parameter {problem[1]}",
+                                     "field": field}, status=400)
+    return None
+
+
+def _begin(request: HttpRequest) -> str:
+    request_id = _request_id(request)
+    request.request_id = request_id
+    context.request_id.set(request_id)
+    structlog.contextvars.bind_contextvars(request_id=request_id)
+    return request_id
+
+
+def _finish(response, request_id: str):
+    response[REQUEST_ID_HEADER] = request_id
+    structlog.contextvars.unbind_contextvars("request_id")
+    return response
+
+
+@sync_and_async_middleware
+def RequestMiddleware(get_response):
+    """Gives each request an id (``X-Request-ID`` in, or a fresh one) and refuses NUL in URLs."""
+    if iscoroutinefunction(get_response):
+
+        async def middleware(request):
+            request_id = _begin(request)
+            refusal = _refusal(request)
+            response = refusal if refusal is not None else await get_response(request)
+            return _finish(response, request_id)
+
+    else:
+
+        def middleware(request):
+            request_id = _begin(request)
+            refusal = _refusal(request)
+            response = refusal if refusal is not None else get_response(request)
+            return _finish(response, request_id)
+
+    return middleware
+
+
+API_PREFIX = "/api/"
+
+_CODES = {
+    400: ("bad_request", "The request could not be understood."),
+    403: ("permission_denied", "You may not do this."),
+    404: ("not_found", "No API endpoint at {path}."),
+    405: ("method_not_allowed", "{method} is not allowed on {path}."),
+    413: ("payload_too_large", "The request body is too large."),
+    415: ("unsupported_media_type", "Send the body as application/json."),
+    500: ("internal_error", "Host failed to handle this request."),
+}
+# What a malformed id is tried as, to tell "wrong id" from "wrong path".
+_ID_PROBES = (str(uuid.UUID(int=0)), "1")
+
+
+def _invalid_id(path: str) -> tuple[str, str, str] | None:
+    """(kwarg name, bad value, expected kind) when the path matches a route once one segment is a
+    well-formed id."""
+    segments = path.split("/")
+    for index, segment in enumerate(segments):
+        if not segment or segment in {"api", "forest", "v1"}:
+            continue
+        for probe in _ID_PROBES:
+            trial = "/".join([*segments[:index], probe, *segments[index + 1:]])
+            try:
+                match = resolve(trial)
+            except Resolver404:
+                continue
+            name = next((key for key, value in match.kwargs.items() if str(value) == probe), None)
+            if name:
+                return name, segment, "a UUID" if probe == _ID_PROBES[0] else "a whole number"
+    return None
+
+
+def error_body(request: HttpRequest, status: int) -> dict:
+    code, detail = _CODES.get(status, ("error" if status < 500 else "internal_error",
+                                       f"Host answered {status}."))
+    if status == 404:
+        bad = _invalid_id(request.path)
+        if bad:
+            name, value, kind = bad
+            return {"code": "invalid_id", "detail": f"'{value}' is not a valid {name}: it must be {kind}.",
+                    "field": name}
+    return {"code": code, "detail": detail.format(path=request.path, method=request.method)}
+
+
+class ApiErrorShapeMiddleware:
+    """Sync and async capable: under ASGI the long-poll must not be pushed into a thread by us."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest):
+        if self.async_mode:
+            return self._acall(request)
+        return self._shape(request, self.get_response(request))
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        return self._shape(request, await self.get_response(request))
+
+    def _shape(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        if not request.path.startswith(API_PREFIX) or response.status_code < 400:
+            return response
+        if response.get("Content-Type", "").startswith("application/json") and _is_shaped(response):
+            return response
+        shaped = JsonResponse(error_body(request, response.status_code), status=response.status_code)
+        for header in ("Allow", "WWW-Authenticate", "Retry-After"):
+            if response.has_header(header):
+                shaped[header] = response[header]
+        return shaped
+
+
+def _is_shaped(response: HttpResponse) -> bool:
+    if getattr(response, "streaming", False):
+        return True
+    try:
+        body = json.loads(response.content or b"null")
+    except ValueError:
+        return False
+    return isinstance(body, dict) and "code" in body

@@ -1,0 +1,40 @@
+"""What pipeline work references in the CAS, told to apps.artifacts through its hooks (registered in
+``PipelinesConfig.ready``): a Grove may download the ``cas`` inputs of its live jobs' nodes and write
+outputs only for a node whose job it has claimed; GC keeps the inputs of every unfinished node."""
+from __future__ import annotations
+
+from apps.artifacts import hooks
+from apps.artifacts.vocabulary import StorageKind
+from apps.dispatch.states import JOB_LIVE
+from apps.dispatch.vocabulary import JobStatus
+from apps.pipelines.models import PipelineNode
+from apps.pipelines.states import NODE_TERMINAL
+
+
+def _cas_inputs(spec: dict) -> set[str]:
+    return {item["digest"] for item in (spec or {}).get("inputs", []) if item.get("storage_kind") == StorageKind.CAS}
+
+
+def grove_reads_input(grove_id, digest: str) -> bool:
+    specs = (PipelineNode.objects.filter(current_job__grove_id=grove_id, current_job__status__in=JOB_LIVE)
+             .values_list("spec", flat=True))
+    return any(digest in _cas_inputs(spec) for spec in specs)
+
+
+def grove_writes_output(grove_id, run_id: str, node_id: str) -> bool:
+    return PipelineNode.objects.filter(run_id=run_id, node_id=node_id, current_job__grove_id=grove_id,
+                                       current_job__status__in=(JobStatus.CLAIMED, JobStatus.RUNNING)).exists()
+
+
+def inputs_referenced(digests: set[str]) -> set[str]:
+    specs = PipelineNode.objects.exclude(status__in=NODE_TERMINAL).values_list("spec", flat=True)
+    found: set[str] = set()
+    for spec in specs.iterator():
+        found |= _cas_inputs(spec) & digests
+    return found
+
+
+def register() -> None:
+    hooks.register_grove_reader(grove_reads_input)
+    hooks.register_grove_writer(grove_writes_output)
+    hooks.register_referencer(inputs_referenced)

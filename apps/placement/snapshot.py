@@ -1,0 +1,153 @@
+"""The in-process fleet snapshot: every enabled Grove's ``GroveFacts``, indexed (``fleet.FleetIndex``).
+
+Each process keeps one snapshot and refreshes it at most every ``PLACEMENT_FLEET_REFRESH_S`` seconds,
+reloading only the Groves written since its watermark (``Grove.updated_at``, stamped by the database on
+every write). A decision then costs no query over the fleet; ``services`` re-verifies against the
+database whatever it persists.
+
+``grove_facts`` is the one builder of a Grove's facts, from its row (a named values row or a model
+instance) and its unit, device and accelerator-API rows: the snapshot uses it for every Grove it loads,
+and ``load_facts`` for an explicit target read from the database.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from apps.accelerators import selectors as accelerator_selectors
+from apps.groves.choices import CapabilityKind
+from apps.groves.models import AcceleratorInventoryItem, Grove, GroveCapability, PlacementUnit
+from apps.placement import fleet
+from apps.placement.requirements import ExecutionRequirement
+from apps.placement.rules import GroveFacts, frontier
+from apps.placement.selectors import FACT_FIELDS
+
+# Totals in a decision are exact up to this many Groves ("200+" beyond): counting every eligible Grove of
+# a large fleet would make each decision's cost grow with the fleet.
+COUNT_CAP = 200
+# A write stamped just before a refresh read but committed after it is still picked up by the next
+# refresh if it commits within this long (Grove writes are single statements or short transactions).
+WATERMARK_OVERLAP = timedelta(seconds=1)
+DEVICE_FIELDS = ("grove_id", "inventory_id", "vendor", "apis", "memory_bytes", "memory_kind", "memory_enforced",
+                 "share_mode", "model")
+_LOCK = threading.Lock()
+_FLEET = fleet.FleetIndex()
+_STATE: dict = {"watermark": None, "refreshed_at": float("-inf")}
+
+
+def grove_facts(grove, *, units: Iterable = (), devices: Iterable = (), apis: Iterable[str] = ()) -> GroveFacts:
+    """A Grove's facts from its row (anything with the ``FACT_FIELDS`` attributes: a named values row or a
+    model instance), its ``PlacementUnit`` rows, its ``AcceleratorInventoryItem`` rows and its accelerator
+    APIs. The compatibility rules read only the row: a re-check of a stored or chosen Grove passes no more."""
+    units = list(units)
+    return GroveFacts(
+        id=str(grove.id), slug=grove.slug, substrate=grove.substrate, roles=tuple(grove.roles),
+        platforms=tuple(grove.platforms), isolation_modes=tuple(grove.isolation_modes),
+        change_kinds=tuple(grove.change_kinds), enabled=grove.enabled, last_heartbeat_at=grove.last_heartbeat_at,
+        units=frontier((unit.cpu_milli_free, unit.memory_bytes_free) for unit in units), apis=frozenset(apis),
+        accelerator_units=tuple(accelerator_selectors.units_from_rows(units)),
+        devices=tuple(accelerator_selectors.devices_from_rows(devices)))
+
+
+def _load(groves: QuerySet[Grove], *, every: bool, enabled_only: bool = True) -> tuple[list, list[GroveFacts]]:
+    """The Grove rows and the facts of the enabled ones (of all of them unless ``enabled_only``), their units,
+    devices and accelerator APIs read in three more queries: for the listed Groves, or for ``every`` Grove
+    without a filter."""
+    rows = list(groves.values_list(*FACT_FIELDS, named=True))
+    wanted = [row.id for row in rows if row.enabled or not enabled_only]
+    units, devices, apis = defaultdict(list), defaultdict(list), defaultdict(list)
+    if wanted:
+        unit_rows = PlacementUnit.objects.values_list("grove_id", "unit_id", "cpu_milli_free", "memory_bytes_free",
+                                                      "accelerators", named=True)
+        device_rows = AcceleratorInventoryItem.objects.values_list(*DEVICE_FIELDS, named=True)
+        api_rows = GroveCapability.objects.filter(kind=CapabilityKind.ACCELERATOR_API).values_list("grove_id",
+                                                                                                   "value")
+        if not every:
+            unit_rows, device_rows, api_rows = (rows.filter(grove_id__in=wanted)
+                                                for rows in (unit_rows, device_rows, api_rows))
+        for row in unit_rows.order_by("grove_id", "unit_id"):
+            units[row.grove_id].append(row)
+        for row in device_rows.order_by("grove_id", "inventory_id"):
+            devices[row.grove_id].append(row)
+        for grove_id, api in api_rows:
+            apis[grove_id].append(api)
+    facts = [grove_facts(row, units=units[row.id], devices=devices[row.id], apis=apis[row.id])
+             for row in rows if row.enabled or not enabled_only]
+    return rows, facts
+
+
+def load_facts(groves: QuerySet[Grove]) -> list[GroveFacts]:
+    """The facts of these Groves, enabled or not, read from the database now (an explicit target)."""
+    return _load(groves, every=False, enabled_only=False)[1]
+
+
+def fleet_refresh(*, full: bool = False) -> int:
+    """Bring the snapshot up to date: reload the Groves written since the watermark (all of them when
+    ``full`` or on SQLite), then, if the enabled count disagrees (a Grove was deleted, or a write escaped
+    the watermark), resynchronise the membership. Returns the number of Grove rows read."""
+    postgresql = connection.vendor == "postgresql"
+    full = full or _STATE["watermark"] is None or not postgresql
+    total, at = None, None
+    if postgresql:
+        # Counted and timed before the rows are read: the next refresh starts from this database time (the
+        # trigger's clock; now() would be the start of a caller's transaction).
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*), clock_timestamp() FROM groves_grove WHERE enabled")
+            total, at = cursor.fetchone()
+    groves = Grove.objects.all()
+    if not full:
+        groves = groves.filter(updated_at__gt=_STATE["watermark"] - WATERMARK_OVERLAP)
+    rows, facts = _load(groves, every=full)
+    with _LOCK:
+        if full:
+            _FLEET.replace_all(facts)
+        else:
+            for row in rows:
+                if not row.enabled:
+                    _FLEET.remove(str(row.id))
+            for item in facts:
+                _FLEET.upsert(item)
+        _STATE["watermark"], _STATE["refreshed_at"] = at, time.monotonic()
+        drifted = not full and total != len(_FLEET)
+    return len(rows) + (_resync() if drifted else 0)
+
+
+def _resync() -> int:
+    """Drop the Groves the database no longer has enabled; load any enabled one the snapshot lacks."""
+    present = {str(grove_id) for grove_id in Grove.objects.filter(enabled=True).values_list("id", flat=True)}
+    with _LOCK:
+        known = _FLEET.ids()
+        for grove_id in known - present:
+            _FLEET.remove(grove_id)
+    if not present - known:
+        return 0
+    rows, facts = _load(Grove.objects.filter(id__in=present - known), every=False)
+    with _LOCK:
+        for item in facts:
+            _FLEET.upsert(item)
+    return len(rows)
+
+
+def stale_cutoff() -> float:
+    """The timestamp before which a Grove's last heartbeat makes it stale (``GROVE_STALE_AFTER_S``)."""
+    return (timezone.now() - timedelta(seconds=settings.GROVE_STALE_AFTER_S)).timestamp()
+
+
+def candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool = False) -> fleet.CandidateSet:
+    """The ``limit`` best eligible fresh Groves in chooser order, a sample of the others by slug, and totals
+    capped at ``COUNT_CAP``, from the fleet snapshot (refreshed first when it is older than
+    ``PLACEMENT_FLEET_REFRESH_S``). ``role_only`` ranks every Grove holding the role (the shadow-mode
+    fallback)."""
+    if time.monotonic() - _STATE["refreshed_at"] >= settings.PLACEMENT_FLEET_REFRESH_S:
+        fleet_refresh()
+    cutoff = stale_cutoff()
+    with _LOCK:
+        return _FLEET.select(requirement, limit=limit, cap=COUNT_CAP, cutoff=cutoff, role_only=role_only)

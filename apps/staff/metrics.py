@@ -1,0 +1,110 @@
+"""Forest's own Prometheus metrics, read from the database at scrape time.
+
+The database is the source of truth and Host runs as many processes, so per-process counters would
+disagree between replicas; a scrape instead runs a handful of grouped queries over indexed columns
+(recent windows only, never whole history). Served next to django-prometheus's process metrics on
+``/metrics``, behind a staff session or ``FOREST_METRICS_TOKEN``.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Count, Min, Q
+from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from apps.dispatch.models import GroveJob
+from apps.groves.models import Grove
+from apps.pipelines.models import PipelineNode, PipelineOutbox
+from apps.pipelines.vocabulary import NodeStatus
+from apps.placement.models import ExecutionPlacement
+from apps.staff.selectors import LIVE_JOBS, refusal_codes
+
+RECENT = timedelta(hours=1)
+
+
+class ForestCollector(Collector):
+    def collect(self):
+        now = timezone.now()
+        yield from self._groves(now)
+        yield from self._placements(now)
+        yield from self._queue(now)
+        yield from self._jobs(now)
+        yield from self._outbox(now)
+
+    def _groves(self, now):
+        cutoff = now - timedelta(seconds=settings.GROVE_STALE_AFTER_S)
+        family = GaugeMetricFamily("forest_groves", "Groves by substrate and state (fresh, stale, disabled).",
+                                   labels=["substrate", "state"])
+        rows = Grove.objects.values("substrate").annotate(
+            fresh=Count("id", filter=Q(enabled=True, last_heartbeat_at__gte=cutoff)),
+            stale=Count("id", filter=Q(enabled=True) & (Q(last_heartbeat_at__lt=cutoff)
+                                                         | Q(last_heartbeat_at__isnull=True))),
+            disabled=Count("id", filter=Q(enabled=False)))
+        for row in rows:
+            for state in ("fresh", "stale", "disabled"):
+                family.add_metric([row["substrate"], state], row[state])
+        yield family
+        oldest = Grove.objects.filter(enabled=True).aggregate(oldest=Min("last_heartbeat_at"))["oldest"]
+        yield GaugeMetricFamily("forest_grove_oldest_report_age_seconds",
+                                "Age of the oldest last report among enabled Groves.",
+                                value=(now - oldest).total_seconds() if oldest else 0)
+
+    def _placements(self, now):
+        recent = ExecutionPlacement.objects.filter(created_at__gte=now - RECENT)
+        family = GaugeMetricFamily("forest_placement_decisions_recent",
+                                   "Placement decisions stored in the last hour by outcome and chooser.",
+                                   labels=["outcome", "chooser"])
+        for row in recent.values("would_refuse", "chooser").annotate(n=Count("id")):
+            family.add_metric(["would_refuse" if row["would_refuse"] else "placed", row["chooser"]], row["n"])
+        yield family
+        codes = GaugeMetricFamily("forest_placement_incompatibilities_recent",
+                                  "Incompatibility codes of refused / would-refuse placements in the last hour.",
+                                  labels=["code"])
+        for code, n in refusal_codes(since=now - RECENT, until=now + timedelta(seconds=1)):
+            codes.add_metric([code], n)
+        yield codes
+
+    def _queue(self, now):
+        depth = GaugeMetricFamily("forest_pipeline_queue_depth", "Pipeline nodes queued or awaiting a Grove job.",
+                                  labels=["status"])
+        for status in (NodeStatus.QUEUED, NodeStatus.AWAITING):
+            depth.add_metric([status], PipelineNode.objects.filter(status=status).count())
+        yield depth
+        oldest = PipelineNode.objects.filter(status=NodeStatus.QUEUED).aggregate(o=Min("queued_at"))["o"]
+        yield GaugeMetricFamily("forest_pipeline_queue_oldest_wait_seconds",
+                                "How long the oldest queued node has waited for dispatch.",
+                                value=(now - oldest).total_seconds() if oldest else 0)
+        unclaimed = GroveJob.objects.filter(status="assigned").aggregate(o=Min("created_at"))["o"]
+        yield GaugeMetricFamily("forest_grove_job_oldest_unclaimed_seconds",
+                                "How long the oldest assigned job has waited for its Grove to claim it.",
+                                value=(now - unclaimed).total_seconds() if unclaimed else 0)
+
+    def _jobs(self, now):
+        live = GaugeMetricFamily("forest_grove_jobs_live", "Grove jobs not yet ended, by status.", labels=["status"])
+        for row in GroveJob.objects.filter(status__in=LIVE_JOBS).values("status").annotate(n=Count("id")):
+            live.add_metric([row["status"]], row["n"])
+        yield live
+        ended = GaugeMetricFamily("forest_grove_job_outcomes_recent", "Grove jobs ended in the last hour, by status.",
+                                  labels=["status"])
+        for row in (GroveJob.objects.filter(finished_at__gte=now - RECENT).values("status")
+                    .annotate(n=Count("id"))):
+            ended.add_metric([row["status"]], row["n"])
+        yield ended
+
+    def _outbox(self, now):
+        pending = PipelineOutbox.objects.filter(done_at__isnull=True)
+        yield GaugeMetricFamily("forest_outbox_backlog", "Outbox messages (node resumes) not yet consumed.",
+                                value=pending.count())
+        oldest = pending.aggregate(o=Min("created_at"))["o"]
+        yield GaugeMetricFamily("forest_resume_lag_seconds",
+                                "Age of the oldest unconsumed resume: how far resumes lag behind job reports.",
+                                value=(now - oldest).total_seconds() if oldest else 0)
+
+
+def forest_registry() -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ForestCollector())
+    return registry

@@ -1,0 +1,247 @@
+"""Staff page server time at volume, against a floor measured in the same run.
+
+    .venv/bin/python bench/staff_pages.py [--groves 10000] [--placements 1000000] [--runs 100000] [--repeat 30]
+
+Seeds PostgreSQL in bulk with ``INSERT ... SELECT generate_series`` (seconds, not hours): N Groves with
+capability facts, placement units and (for a fifth of them) GPU inventory; M placements over 90 days
+(10 % would-refuse with incompatibility codes, a share of them on pipeline nodes); R runs with three
+nodes each. Then, in one process, each staff page is requested through Django's test client as a
+signed-in staff user with ``host.staff.execution_observability`` on (the full request: middleware,
+filterset, django-tables2, template) ``--repeat`` times, and the p50/p95 server time is printed next to
+the floor: a bare ``SELECT * FROM <the page's main table> ORDER BY <its order> LIMIT 50`` on the same
+connection, timed the same way. The issue's budget is p95 < 150 ms per page.
+
+Needs PostgreSQL on 127.0.0.1 (``scripts/services-up.sh``); uses a ``forest_bench_staff`` database.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DB_NAME = "forest_bench_staff"
+ADMIN_URL = os.environ.get("BENCH_ADMIN_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+DB_URL = os.environ.get("BENCH_STAFF_DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/{DB_NAME}")
+os.environ.update({
+    "DATABASE_URL": DB_URL, "SECRET_KEY": "bench-secret-key", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0",
+    "CELERY_BROKER_URL": "redis://127.0.0.1:6379/14", "LOG_LEVEL": "ERROR", "FLAGS_CACHE_TTL_S": "60",
+    "ALLOWED_HOSTS": "testserver", "DJANGO_SETTINGS_MODULE": "forest_host.settings",
+    # The seeded reports must stay fresh through the run (seeding and measuring take minutes).
+    "GROVE_STALE_AFTER_S": "3600",
+})
+BUDGET_MS = 150.0
+
+SEED = [
+    # Groves: a third native, the rest Kubernetes; 2 % never reported (stale).
+    """INSERT INTO groves_grove (id, slug, name, roles, substrate, platforms, isolation_modes, change_kinds, version,
+        last_heartbeat_at, capacity, capacity_digest, capacity_reported_at, log_tail, created_at, enabled, updated_at)
+    SELECT gen_random_uuid(), 'grove-' || lpad(i::text, 6, '0'), 'Grove ' || i,
+        CASE i % 3 WHEN 0 THEN '["build"]' WHEN 1 THEN '["compute"]' ELSE '["runtime","compute"]' END::jsonb,
+        CASE WHEN i % 3 = 0 THEN 'native' ELSE 'kubernetes' END,
+        CASE WHEN i % 3 = 0 THEN '["darwin/arm64"]' WHEN i % 2 = 0 THEN '["linux/amd64","linux/arm64"]'
+             ELSE '["linux/arm64"]' END::jsonb,
+        CASE WHEN i % 3 = 0 THEN '["host_process"]' ELSE '["container"]' END::jsonb,
+        CASE WHEN i % 3 = 0 THEN '["native.job"]' ELSE '["k8s.job","k8s.build_job"]' END::jsonb,
+        'bench 1.0', CASE WHEN i % 50 = 0 THEN NULL ELSE now() - (i % 60) * interval '1 second' END,
+        '{}'::jsonb, '', now(), '["started"]'::jsonb, now(), true, now()
+    FROM generate_series(1, %(groves)s) AS i""",
+    """INSERT INTO groves_grovecapability (grove_id, kind, value, rank)
+    SELECT g.id, 'role', r.value, 0 FROM groves_grove g, jsonb_array_elements_text(g.roles) AS r(value)""",
+    """INSERT INTO groves_grovecapability (grove_id, kind, value, rank)
+    SELECT g.id, 'platform', p.value, p.ord - 1
+    FROM groves_grove g, jsonb_array_elements_text(g.platforms) WITH ORDINALITY AS p(value, ord)""",
+    """INSERT INTO groves_placementunit (grove_id, unit_id, cpu_milli_allocatable, cpu_milli_free,
+        memory_bytes_allocatable, memory_bytes_free, accelerators)
+    SELECT g.id, 'node-' || u, 16000, 8000 + (u * 1000), 68719476736, 34359738368,
+        CASE WHEN right(g.slug, 1) IN ('0', '5') AND u = 1
+             THEN '[{"inventory_id": "gpu-0", "allocatable": 4, "free": 2}]'::jsonb ELSE '[]'::jsonb END
+    FROM groves_grove g, generate_series(1, 2) AS u""",
+    """INSERT INTO groves_acceleratorinventoryitem (grove_id, inventory_id, kind, vendor, model, apis, memory_bytes,
+        memory_kind, memory_enforced, share_mode)
+    SELECT g.id, 'gpu-0', 'gpu', 'nvidia', 'NVIDIA A100-SXM4-80GB', '["cuda"]'::jsonb, 85899345920, 'dedicated',
+        true, 'time_sliced' FROM groves_grove g WHERE right(g.slug, 1) IN ('0', '5')""",
+    """INSERT INTO groves_grovecapability (grove_id, kind, value, rank)
+    SELECT grove_id, 'accelerator_api', 'cuda', 0 FROM groves_acceleratorinventoryitem""",
+    """INSERT INTO pipelines_pipelinegraph (digest, canonical, created_at)
+    VALUES ('sha256:' || repeat('b', 64), '{"nodes": []}'::jsonb, now())""",
+    """INSERT INTO pipelines_pipelinerun (id, graph_id, kind, environment, team, build_id, status, reason, created_at,
+        finished_at)
+    SELECT gen_random_uuid(), (SELECT id FROM pipelines_pipelinegraph LIMIT 1),
+        (ARRAY['build','deploy','compute'])[1 + i % 3], (ARRAY['prod','staging',''])[1 + i % 3],
+        (ARRAY['ml','web','data','infra'])[1 + i % 4], NULL,
+        (ARRAY['succeeded','succeeded','failed','running','cancelled'])[1 + i % 5], '',
+        now() - (i * interval '26 seconds'), now() - (i * interval '26 seconds') + interval '5 minutes'
+    FROM generate_series(1, %(runs)s) AS i""",
+    """INSERT INTO pipelines_pipelinenode (run_id, node_id, kind, runtime, spec, node_digest, position, needs, reuse,
+        trust, timeout_s, plan_warnings, status, reason, detail, attempt, dedup_decision, wait_mode, outputs,
+        grove_id, requirement)
+    SELECT r.id, 'step-' || n, 'exec', 'container', '{}'::jsonb, 'sha256:' || md5(r.id::text || n), n, '[]'::jsonb,
+        'never', 'trusted', 600, '[]'::jsonb,
+        CASE WHEN r.status = 'failed' AND n = 2 THEN 'failed' WHEN r.status = 'running' THEN 'awaiting'
+             ELSE 'succeeded' END,
+        CASE WHEN r.status = 'failed' AND n = 2 THEN 'placement_refused' ELSE '' END, '', 1, 'excluded:never', '',
+        '{}'::jsonb, NULL, NULL
+    FROM pipelines_pipelinerun r, generate_series(0, 2) AS n""",
+    # Placements over 90 days; every 10th would refuse; the first third are pipeline nodes (subject = node pk).
+    """INSERT INTO placement_executionplacement (subject_type, subject_id, grove_id, grove_slug, selected_platform,
+        requirement, decision, chooser, enforced, would_refuse, team, environment, created_at, updated_at, history)
+    SELECT CASE WHEN i <= %(node_subjects)s THEN 'pipeline_node' ELSE 'compute_step' END,
+        CASE WHEN i <= %(node_subjects)s THEN (SELECT min(id) FROM pipelines_pipelinenode) + i - 1 ELSE i END::text,
+        g.id, g.slug, CASE WHEN i % 2 = 0 THEN 'linux/amd64' ELSE 'linux/arm64' END,
+        jsonb_build_object('family', 'compute', 'resources', jsonb_build_object('cpu_milli', 1000,
+            'memory_bytes', 1073741824), 'compatibility', jsonb_build_object('platform',
+            jsonb_build_object('allowed', '["linux/amd64"]'::jsonb, 'sources', '["node:step"]'::jsonb),
+            'artifact_kind', 'oci_image', 'change_kind', 'k8s.job', 'isolation', 'container'), 'trust', 'trusted'),
+        jsonb_build_object('selected_platform', 'linux/amd64', 'chooser', 'selection', 'enforced', false,
+            'would_refuse', i % 10 = 0, 'summary', '3/5 fresh Groves eligible',
+            'incompatibilities', CASE WHEN i % 10 = 0 THEN jsonb_build_array(jsonb_build_object(
+                'code', (ARRAY['platform_mismatch','substrate_mismatch','change_kind_not_advertised'])[1 + i % 3],
+                'message', 'The Grove cannot run this work.')) ELSE '[]'::jsonb END,
+            'candidates', jsonb_build_array(jsonb_build_object('grove_slug', g.slug, 'eligible', true, 'rank', 1,
+                'substrate', g.substrate, 'platform', 'linux/amd64', 'incompatibilities', '[]'::jsonb))),
+        CASE WHEN i % 10 = 0 THEN 'fallback' ELSE 'selection' END, false, i % 10 = 0,
+        (ARRAY['ml','web','data','infra'])[1 + i % 4], 'prod',
+        now() - (i * interval '1 second') * (90 * 86400.0 / %(placements)s),
+        now() - (i * interval '1 second') * (90 * 86400.0 / %(placements)s), '[]'::jsonb
+    FROM generate_series(1, %(placements)s) AS i
+    JOIN groves_grove g ON g.slug = 'grove-' || lpad((1 + i % %(groves)s)::text, 6, '0')""",
+]
+
+
+def prepare_database() -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DB_NAME}")
+
+
+def seed(*, groves: int, placements: int, runs: int) -> float:
+    from django.db import connection
+
+    started = time.perf_counter()
+    values = {"groves": groves, "placements": placements, "runs": runs, "node_subjects": min(placements // 3,
+                                                                                              runs * 3)}
+    with connection.cursor() as cursor:
+        for statement in SEED:
+            for key, value in values.items():  # plain substitution: the SQL itself uses % (modulo)
+                statement = statement.replace(f"%({key})s", str(value))
+            cursor.execute(statement)
+        cursor.execute("VACUUM ANALYZE")  # as autovacuum would: visibility map set, statistics fresh
+    return time.perf_counter() - started
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def timed(fn, repeat: int) -> tuple[float, float, float]:
+    """(wall p50, wall p95, this process's CPU p50) in ms. On a shared machine wall time includes waiting
+    for a core; CPU time is the part Host itself spent (PostgreSQL's share is in the wall time only)."""
+    fn()  # warm: template loading, the flag snapshot, query plans
+    samples, cpu = [], []
+    for _ in range(repeat):
+        started, started_cpu = time.perf_counter(), time.process_time()
+        fn()
+        samples.append((time.perf_counter() - started) * 1000)
+        cpu.append((time.process_time() - started_cpu) * 1000)
+    return statistics.median(samples), percentile(samples, 0.95), statistics.median(cpu)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groves", type=int, default=10_000)
+    parser.add_argument("--placements", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=30)
+    args = parser.parse_args()
+    prepare_database()
+    import django
+
+    django.setup()
+    logging.disable(logging.WARNING)
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test import Client
+
+    from apps.flags.services import flag_override_set
+    from apps.pipelines.models import PipelineRun
+    from apps.placement.models import ExecutionPlacement
+
+    call_command("migrate", verbosity=0)
+    seconds = seed(groves=args.groves, placements=args.placements, runs=args.runs)
+    print(f"seeded {args.groves} Groves, {args.placements} placements, {args.runs} runs "
+          f"({args.runs * 3} nodes) in {seconds:.1f}s")
+    flag_override_set(name="host.staff.execution_observability", enabled=True, reason="bench")
+    client = Client()
+    client.force_login(get_user_model().objects.create_user("bench", is_staff=True))
+    placement = ExecutionPlacement.objects.filter(would_refuse=True).order_by("-created_at").first()
+    run = PipelineRun.objects.order_by("-created_at").first()
+    middle = f"grove-{args.groves // 2:06d}"
+
+    floors = {
+        "grove": "SELECT * FROM groves_grove ORDER BY slug LIMIT 50",
+        "placement": "SELECT * FROM placement_executionplacement ORDER BY created_at DESC, id DESC LIMIT 50",
+        "run": "SELECT * FROM pipelines_pipelinerun ORDER BY created_at DESC LIMIT 50",
+        "item": "SELECT * FROM groves_acceleratorinventoryitem LIMIT 50",
+    }
+    pages = [
+        ("groves", "/staff/groves/", "grove"),
+        ("groves ?substrate=native", "/staff/groves/?substrate=native", "grove"),
+        ("groves ?role=compute&stale=false", "/staff/groves/?role=compute&stale=false", "grove"),
+        ("groves ?accelerator_api=cuda", "/staff/groves/?accelerator_api=cuda", "grove"),
+        ("groves ?sort=-last_heartbeat_at", "/staff/groves/?sort=-last_heartbeat_at", "grove"),
+        ("grove detail", f"/staff/groves/{middle}/", "grove"),
+        ("accelerators", "/staff/inventory/", "item"),
+        ("placements", "/staff/placements/", "placement"),
+        ("placements ?would_refuse=true", "/staff/placements/?would_refuse=true", "placement"),
+        ("placements ?grove_slug=", f"/staff/placements/?grove_slug={middle}", "placement"),
+        ("placements ?platform=linux/arm64", "/staff/placements/?platform=linux/arm64", "placement"),
+        ("placements ?code=substrate_mismatch", "/staff/placements/?code=substrate_mismatch", "placement"),
+        ("placements ?team=ml&enforced=false", "/staff/placements/?team=ml&enforced=false", "placement"),
+        ("placements page 20 (htmx)", "/staff/placements/?page=20", "placement"),
+        ("placement detail", f"/staff/placements/{placement.pk}/", "placement"),
+        ("runs", "/staff/runs/", "run"),
+        ("runs ?status=failed&kind=build", "/staff/runs/?status=failed&kind=build", "run"),
+        ("run detail", f"/staff/runs/{run.id}/", "run"),
+        ("would refuse (14 days)", "/staff/refusals/", "placement"),
+        ("status", "/staff/status/", "grove"),
+    ]
+    floor_ms = {}
+    for name, sql in floors.items():
+        def bare(sql=sql):
+            with connection.cursor() as cursor:
+                cursor.execute(sql)
+                cursor.fetchall()
+        floor_ms[name] = timed(bare, args.repeat)
+    print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    print(f"\n{'page':38} {'p50 ms':>8} {'p95 ms':>8} {'cpu p50':>8}   {'floor p50':>9} {'p95/floor':>9}  budget")
+    over = []
+    for name, url, table in pages:
+        headers = {"HTTP_HX_REQUEST": "true"} if "htmx" in name else {}
+
+        def get(url=url, headers=headers):
+            response = client.get(url, **headers)
+            assert response.status_code == 200, (url, response.status_code)
+        p50, p95, cpu = timed(get, args.repeat)
+        floor = floor_ms[table][0]
+        verdict = "ok" if p95 < BUDGET_MS else "OVER"
+        if p95 >= BUDGET_MS:
+            over.append(name)
+        print(f"{name:38} {p50:8.1f} {p95:8.1f} {cpu:8.1f}   {floor:9.2f} {p95 / floor:8.0f}x  {verdict}")
+    print("\nfloors (bare SELECT ... LIMIT 50, p50/p95 ms): "
+          + ", ".join(f"{name} {p50:.2f}/{p95:.2f}" for name, (p50, p95, _cpu) in floor_ms.items()))
+    print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(f"pages over the {BUDGET_MS:.0f} ms p95 budget: {', '.join(over) if over else 'none'}")
+
+
+if __name__ == "__main__":
+    main()

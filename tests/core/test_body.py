@@ -1,0 +1,59 @@
+"""The one JSON body reader (apps.core.body): each refusal's code and field path. Pure, no database."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from apps.core.body import read_json, text_problem
+from apps.core.errors import ForestError
+
+LIMIT = 1 << 20
+
+
+def _refusal(raw) -> tuple[str, str | None, int]:
+    with pytest.raises(ForestError) as exc:
+        read_json(raw, max_bytes=LIMIT)
+    return exc.value.code, exc.value.field, exc.value.status
+
+
+@pytest.mark.parametrize(("raw", "code", "field"), [
+    (b"[" * 10_000 + b"]" * 10_000, "nesting_too_deep", None),
+    (b'{"a":' * 10_000 + b"1" + b"}" * 10_000, "nesting_too_deep", None),
+    (b"[" * 65 + b"]" * 65, "nesting_too_deep", None),
+    (b'{"a": {"b": 1, "b": 2}}', "duplicate_key", "a.b"),
+    (b'{"x": [1, {"k": 1, "k": 1}]}', "duplicate_key", "x[1].k"),
+    (b'{"token": "fet_\\u0000abc.def"}', "nul_character", "token"),
+    (b'{"log_tail": ["ok", "bad\\u0000"]}', "nul_character", "log_tail[1]"),
+    (b'{"k\\u0000": 1}', "nul_character", None),
+    (b'{"version": "\\ud800"}', "invalid_unicode", "version"),
+    (b'{"version": "\\udfff tail"}', "invalid_unicode", "version"),
+    (b'{"n": 1000000000000000000000000000000}', "out_of_range", "n"),
+    (b'{"n": -9223372036854775809}', "out_of_range", "n"),
+    (b'{"n": ' + b"9" * 5000 + b"}", "out_of_range", "n"),
+    (b'{"n": [1e400]}', "out_of_range", "n[0]"),
+    (b'{"n": NaN}', "malformed_json", None),
+    (b'{"n": -Infinity}', "malformed_json", None),
+    (b'{"name": "\xff"}', "malformed_json", None),
+    (b"{not json", "malformed_json", None),
+    (b"", "malformed_json", None),
+])
+def test_hostile_bodies_are_refused_with_a_code_and_path(raw, code, field):
+    assert _refusal(raw)[:2] == (code, field)
+
+
+def test_limits_and_what_stays_accepted():
+    assert read_json(b"[" * 64 + b"]" * 64, max_bytes=LIMIT) == json.loads("[" * 64 + "]" * 64)
+    # Brackets inside strings are not nesting; escaped quotes do not end a string.
+    assert read_json(b'{"s": "[[[[\\"{{{{", "t": "\\\\"}', max_bytes=LIMIT) == {"s": '[[[["{{{{', "t": "\\"}
+    assert read_json('\ufeff{"emoji": "\\ud83d\\ude00", "n": 9223372036854775807}'.encode(), max_bytes=LIMIT) == {
+        "emoji": "😀", "n": 2**63 - 1}
+    with pytest.raises(ForestError) as exc:
+        read_json(b"[1, 2, 3]", max_bytes=4)
+    assert exc.value.code == "payload_too_large" and exc.value.status == 413
+
+
+def test_text_rules_serve_urls_too():
+    assert text_problem("fine/ünïcode") is None
+    assert text_problem("a\x00b")[0] == "nul_character"
+    assert text_problem("\ud800")[0] == "invalid_unicode"
