@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -224,6 +225,33 @@ def heartbeat_statement_params(*, grove_id, data: dict, now, credential: tuple[s
             "free": free, "capacity": json.dumps(data["capacity"]), "units": json.dumps(units)}
 
 
+def heartbeat_statement_run(params: dict) -> bool:
+    """Run ``HEARTBEAT_SQL`` (PostgreSQL), or the same guarded writes through the ORM on the embedded
+    SQLite of ``make run``; True when the Grove row was written."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(HEARTBEAT_SQL, params)
+            return cursor.fetchone()[0] == 1
+    grove = Grove.objects.filter(pk=params["grove"], capacity_digest=params["shape"])
+    if params["key_id"] is not None:
+        grove = grove.filter(Exists(GroveCredential.objects.filter(
+            grove_id=OuterRef("pk"), key_id=params["key_id"], secret_hash=params["secret_hash"],
+            revoked_at__isnull=True)))
+    liveness = {"last_heartbeat_at": params["now"], "version": params["version"], "stale_since": None}
+    if params["log_tail"] is not None:
+        liveness["log_tail"] = json.loads(params["log_tail"])
+    if grove.filter(free_digest=params["free"]).update(**liveness):
+        return True
+    with transaction.atomic():
+        moved = grove.exclude(free_digest=params["free"]).update(
+            **liveness, capacity=json.loads(params["capacity"]), free_digest=params["free"],
+            capacity_reported_at=params["now"])
+        for unit in json.loads(params["units"]) if moved else ():
+            PlacementUnit.objects.filter(grove_id=params["grove"], unit_id=unit["unit_id"]).update(
+                cpu_milli_free=unit["cpu"], memory_bytes_free=unit["memory"], accelerators=unit["accelerators"])
+    return moved == 1
+
+
 def heartbeat_fast_params(*, grove_id, presented: str, body) -> dict | None:
     """The statement's parameters for a wire heartbeat, or None when it cannot take the fast path (not a
     Grove credential, or a body that does not validate: the full path answers those with their codes)."""
@@ -248,11 +276,7 @@ def grove_heartbeat_unchanged(*, grove_id, presented: str, body: dict) -> bool:
     (apps/dispatch/api/lean.py) runs the same statement on its async pool.
     """
     params = heartbeat_fast_params(grove_id=grove_id, presented=presented, body=body)
-    if params is None:
-        return False
-    with connection.cursor() as cursor:
-        cursor.execute(HEARTBEAT_SQL, params)
-        return cursor.fetchone()[0] == 1
+    return params is not None and heartbeat_statement_run(params)
 
 
 def grove_heartbeat_record(*, grove: Grove, body: dict) -> Grove:
@@ -267,10 +291,8 @@ def grove_heartbeat_record(*, grove: Grove, body: dict) -> Grove:
     now = timezone.now()
     liveness = _liveness_fields(data, now)
     if shape == grove.capacity_digest:
-        with connection.cursor() as cursor:
-            cursor.execute(HEARTBEAT_SQL, heartbeat_statement_params(grove_id=grove.pk, data=data, now=now,
+        written = heartbeat_statement_run(heartbeat_statement_params(grove_id=grove.pk, data=data, now=now,
                                                                      credential=None))
-            written = cursor.fetchone()[0] == 1
         if written:
             for key, value in liveness.items():
                 setattr(grove, key, value)
