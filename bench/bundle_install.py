@@ -5,7 +5,7 @@
 2. Times the agent's install (streamed download with size limit + sha256 while streaming + Ed25519
    signature check + safe extraction) against the floor `curl URL | tee >(sha256sum) | tar -xz`
    (or `sha256sum` then `tar -xzf` when curl is absent) on the same file in the same run, and
-   prints both and their ratio (aim: <= 1.3), for the best and the median of the rounds.
+   prints both and the median of the per-round ratios (aim: <= 1.3): floor and agent share each round's load.
 3. Runs the real agent (`forest-agent run`, heartbeats every 5 s) against the agent tests' stub
    Host for 60 s and prints its RSS and CPU.
 
@@ -164,13 +164,15 @@ def bench_install(size_mb: int, rounds: int) -> None:
         finally:
             server.terminate()
             server.wait()
-        # This machine is shared: report the best round (least disturbed) and the median.
-        for label, pick in (("best", min), ("median", statistics.median)):
-            floor, agent = pick(floors), pick(agents)
-            log(
-                f"install {size_mb} MB bundle ({label} of {rounds}): floor {floor:.2f}s, agent {agent:.2f}s, "
-                f"ratio {agent / floor:.2f} (aim <= 1.3)"
-            )
+        # Floor and agent run back to back in each round, so they see the same load on this shared box:
+        # the honest figure is the median of the per-round ratios, not best-of floor over best-of agent
+        # picked from different rounds.
+        ratios = [agent / floor for floor, agent in zip(floors, agents, strict=True)]
+        log(
+            f"install {size_mb} MB bundle over {rounds} rounds: floor median {statistics.median(floors):.2f}s, "
+            f"agent median {statistics.median(agents):.2f}s, per-round ratios "
+            f"{', '.join(f'{r:.2f}' for r in ratios)}; median ratio {statistics.median(ratios):.2f} (aim <= 1.3)"
+        )
 
 
 def bench_idle(seconds: int) -> None:

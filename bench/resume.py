@@ -1,31 +1,36 @@
-"""Resume latency and throughput against a floor measured in the same run, and sweep cost vs history.
+"""Report -> resume latency and throughput against a floor measured in the same run, and sweep cost vs history.
 
-    .venv/bin/python bench/resume.py [--jobs 1000] [--concurrency 16] [--history 10000,100000,1000000]
+    .venv/bin/python bench/resume.py [--jobs 1000] [--concurrency 16] [--steady-jobs 300] [--rate 20]
+                                     [--history 10000,100000,1000000] [--modes inline,celery]
 
-With a real Celery worker (prefork, 4 processes) on Redis and Host under uvicorn on PostgreSQL:
-* **resume**: N single-node compute runs are dispatched detached on one Grove and claimed; then the Grove
-  reports each terminal over HTTP (``--concurrency`` at a time). Latency = the node's success tail
-  committed (``finished_at``, written in the tail's transaction) minus the moment the report's HTTP
-  response arrived. Throughput = N / (last tail - first report sent).
-* **floor**: an empty Celery task (``bench.ping``, loaded into the worker from ``bench/floor_tasks.py``)
-  sent N times on the same broker to the same worker; latency = task ran minus send returned. The ratio
-  our/floor is what the resume path adds.
+With a real Celery worker (prefork, 4 processes) on Redis and Host under uvicorn (2 workers) on PostgreSQL:
+* **resume**, for each mode: ``inline`` (the tail commits with the terminal report; the default) and
+  ``celery`` (``PIPELINE_INLINE_TAIL=0``: the outbox row and the ``pipeline.node_resume`` task, the path
+  before issue 15 and still the fall-back). N single-node compute runs are dispatched detached on one
+  Grove (kept fresh by a heartbeat every 5 s for the whole run) and claimed; then the Grove reports each
+  terminal over HTTP, two ways: a *burst* (``--concurrency`` reports in flight until all N are sent) and a
+  *steady* offered load (``--steady-jobs`` reports sent open-loop at ``--rate`` per second). Latency =
+  the node's tail committed (``finished_at``, written in the tail's transaction) minus the moment its
+  report was sent. Throughput = N / (last tail - first report sent).
+* **floor**: an empty Celery task (``bench.ping`` from ``bench/floor_tasks.py``) on the same broker and
+  worker, sent the same two ways; latency = task ran minus sent.
 * **sweep**: ``pipeline_sweep()`` wall time with 10k, 100k and 1M historical (finished) node rows, each
   with a finished job and a done outbox row; it must stay flat (it reads live rows through partial indexes).
 
+Fails fast, naming the cause, when dispatch stalls or nodes are refused (no waiting out a timeout).
 Needs PostgreSQL and Redis on 127.0.0.1 (``scripts/services-up.sh``); uses database ``forest_bench_resume``
-and Redis db 13.
+and Redis db 6 (flushed at start; ``BENCH_REDIS_URL`` to change).
 """
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -37,7 +42,8 @@ ADMIN_URL = os.environ.get("BENCH_ADMIN_DATABASE_URL", "postgres://postgres@127.
 ENV = {
     "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DB_NAME}", "SECRET_KEY": "bench-secret-key", "DEBUG": "0",
     "SECURE_SSL_REDIRECT": "0", "ALLOWED_HOSTS": "127.0.0.1,localhost", "LOG_LEVEL": "ERROR",
-    "CELERY_BROKER_URL": "redis://127.0.0.1:6379/13", "PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS": "bench",
+    "CELERY_BROKER_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/6"),
+    "PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS": "bench",
     "FLAGS_CACHE_TTL_S": "5", "DJANGO_SETTINGS_MODULE": "forest_host.settings",
     # The worker imports the bench's floor task from bench/ (not an installed package).
     "PYTHONPATH": str(ROOT),
@@ -85,15 +91,61 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def wait(predicate, what: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
+def wait(predicate, what: str, timeout: float = 300, progress=None, stall_s: float = 90) -> None:
+    """Wait for ``predicate``; fail at ``timeout``, or earlier when ``progress()`` (a count) has not moved
+    for ``stall_s`` seconds."""
+    deadline, last, moved = time.monotonic() + timeout, None, time.monotonic()
     while not predicate():
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if progress is not None:
+            value = progress()
+            if value != last:
+                last, moved = value, now
+            elif now - moved > stall_s:
+                raise SystemExit(f"no progress for {stall_s:.0f}s waiting for {what} (stuck at {value})")
+        if now > deadline:
             raise SystemExit(f"timed out waiting for {what}")
         time.sleep(0.2)
 
 
-def measure_floor(n: int) -> dict:
+def offered(n: int, rate: float | None, concurrency: int, send) -> list[float]:
+    """Call ``send(i)`` for i in range(n): ``concurrency`` at a time (burst), or open-loop at ``rate`` per
+    second (steady: each at its scheduled time, whether or not the earlier ones are done). Returns the
+    send times."""
+    sent = [0.0] * n
+    if rate is None:
+        cursor = iter(range(n))
+        lock = threading.Lock()
+
+        def loop():
+            while True:
+                with lock:
+                    i = next(cursor, None)
+                if i is None:
+                    return
+                sent[i] = time.time()
+                send(i)
+
+        threads = [threading.Thread(target=loop) for _ in range(concurrency)]
+    else:
+        start = time.time() + 0.2
+
+        def one(i):
+            delay = start + i / rate - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            sent[i] = time.time()
+            send(i)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sent
+
+
+def measure_floor(n: int, *, rate: float | None, concurrency: int) -> dict:
     import redis
 
     from bench.floor_tasks import ping
@@ -103,75 +155,120 @@ def measure_floor(n: int) -> dict:
         ping.delay(key)
     wait(lambda: client.llen(key) >= 20, "warm-up pings")
     client.delete(key)
-    sent = []
-    started = time.time()
-    for _ in range(n):
-        ping.delay(key)
-        sent.append(time.time())
-    wait(lambda: client.llen(key) >= n, "pings")
-    ran = sorted(float(x) for x in client.lrange(key, 0, -1))
-    latencies = [(r - s) * 1000 for s, r in zip(sent, ran, strict=True)]  # FIFO queue, so order pairs them
-    return {"p50": pct(latencies, 50), "p99": pct(latencies, 99), "rate": n / (ran[-1] - started)}
+    marks = [f"{key}:{i}" for i in range(n)]
+    sent = offered(n, rate, concurrency, lambda i: ping.delay(marks[i]))
+
+    def arrived() -> int:
+        pipe = client.pipeline(transaction=False)
+        for m in marks:
+            pipe.exists(m)
+        return sum(pipe.execute())
+
+    wait(lambda: arrived() >= n, "every ping", timeout=600, progress=arrived)
+    pipe = client.pipeline(transaction=False)
+    for m in marks:
+        pipe.lindex(m, 0)
+    ran = [float(x) for x in pipe.execute()]
+    client.delete(*marks)
+    latencies = [(r - s) * 1000 for s, r in zip(sent, ran, strict=True)]
+    return {"p50": pct(latencies, 50), "p99": pct(latencies, 99), "rate": n / (max(ran) - min(sent))}
 
 
-def measure_resume(n: int, concurrency: int, base_url: str) -> dict:
-    import httpx
-    from django.db import transaction
+class Bench:
+    """One Grove kept fresh for the whole run, and the jobs it is handed."""
 
-    from apps.dispatch import services as dispatch
-    from apps.dispatch.models import GroveJob
-    from apps.flags.services import flag_override_set
-    from apps.groves import services as groves
-    from apps.pipelines import services as pipelines
-    from apps.pipelines.models import PipelineNode
-    from tests.factories import heartbeat_body
+    def __init__(self, base_url: str) -> None:
+        from apps.flags.services import flag_override_set
+        from apps.groves import services as groves
+        from tests.factories import heartbeat_body
 
-    flag_override_set(name="host.pipeline_detached_wait", enabled=True, reason="bench")
-    _, token = groves.enrollment_token_create(roles=["compute"], substrate="kubernetes")
-    grove, credential = groves.grove_enroll(body={"token": token, "name": "bench", "substrate": "kubernetes",
-                                                  "platforms": ["linux/amd64"], "version": "bench"})
-    groves.grove_heartbeat_record(grove=grove, body=heartbeat_body(substrate="kubernetes"))
-    image = "registry.example/bench@sha256:" + "b" * 64
-    graph = {"nodes": [{"id": "step", "kind": "exec", "image": image, "command": ["true"], "reuse": "never"}]}
-    for _ in range(n):
-        with transaction.atomic():
-            pipelines.pipeline_run_create(graph=graph, kind="compute", environment="bench")
-    wait(lambda: GroveJob.objects.filter(grove=grove).count() >= n, "dispatch of every node", timeout=600)
-    assert PipelineNode.objects.filter(wait_mode="detached").count() == n, "every node must wait detached"
-    job_ids = list(GroveJob.objects.filter(grove=grove).values_list("pk", flat=True))
-    for job_id in job_ids:
-        dispatch.grove_job_claim(grove=grove, job_id=job_id)
-    responded: dict[str, float] = {}
-    errors: list[str] = []
+        flag_override_set(name="host.pipeline_detached_wait", enabled=True, reason="bench")
+        _, token = groves.enrollment_token_create(roles=["compute"], substrate="kubernetes")
+        self.grove, self.credential = groves.grove_enroll(body={
+            "token": token, "name": "bench", "substrate": "kubernetes", "platforms": ["linux/amd64"],
+            "version": "bench"})
+        self.base_url, self.body = base_url, heartbeat_body(substrate="kubernetes")
+        self.stop = threading.Event()
+        groves.grove_heartbeat_record(grove=self.grove, body=self.body)
+        self.beater = threading.Thread(target=self._beat, daemon=True)
+        self.beater.start()
 
-    async def report_all() -> float:
-        headers = {"Authorization": f"Bearer {credential}"}
-        queue: asyncio.Queue = asyncio.Queue()
+    def _beat(self) -> None:
+        import httpx
+
+        with httpx.Client(timeout=30) as http:
+            while not self.stop.wait(5):
+                try:  # base_url moves when the bench restarts the web server
+                    http.post(f"{self.base_url}/api/forest/v1/groves/{self.grove.id}/heartbeat", json=self.body,
+                              headers={"Authorization": f"Bearer {self.credential}"})
+                except httpx.HTTPError as exc:
+                    print(f"  ! heartbeat failed: {exc}", file=sys.stderr)
+
+    def jobs(self, n: int) -> list:
+        """Create n single-node runs, wait for every node to be dispatched to our Grove, claim them all."""
+        from django.db import transaction
+
+        from apps.dispatch import services as dispatch
+        from apps.dispatch.models import GroveJob
+        from apps.pipelines import services as pipelines
+        from apps.pipelines.models import PipelineNode
+
+        image = "registry.example/bench@sha256:" + "b" * 64
+        graph = {"nodes": [{"id": "step", "kind": "exec", "image": image, "command": ["true"], "reuse": "never"}]}
+        before = set(GroveJob.objects.values_list("pk", flat=True))
+        runs = []
+        for _ in range(n):
+            with transaction.atomic():
+                runs.append(pipelines.pipeline_run_create(graph=graph, kind="compute", environment="bench").id)
+        nodes = PipelineNode.objects.filter(run_id__in=runs)
+
+        def refused():
+            bad = nodes.exclude(status__in=["queued", "awaiting", "pending"])
+            if bad.exists():
+                first = bad.first()
+                raise SystemExit(f"{bad.count()} of {n} nodes ended before their report ({first.status}: "
+                                 f"{first.reason} {first.detail[:200]}); is the Grove fresh, the worker up?")
+            return nodes.filter(status="awaiting").count()
+
+        wait(lambda: nodes.filter(status="awaiting").count() >= n, f"dispatch of {n} nodes", timeout=900,
+             progress=refused)
+        if nodes.exclude(wait_mode="detached").exists():
+            raise SystemExit("every node must wait detached (flag host.pipeline_detached_wait, environment 'bench')")
+        job_ids = [j for j in nodes.values_list("current_job_id", flat=True) if j not in before]
         for job_id in job_ids:
-            queue.put_nowait(job_id)
-        async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=60) as client:
-            async def one_worker():
-                while not queue.empty():
-                    job_id = queue.get_nowait()
-                    for _ in range(3):  # a 5xx is counted and retried (the report is idempotent)
-                        response = await client.post(f"/api/forest/v1/groves/{grove.id}/jobs/{job_id}/report",
-                                                     json={"state": "succeeded", "exit_code": 0})
-                        if response.status_code == 200:
-                            break
-                        errors.append(response.text[:200])
-                    responded[str(job_id)] = time.time()
-                    assert response.status_code == 200, response.text
-            first = time.time()
-            await asyncio.gather(*(one_worker() for _ in range(concurrency)))
-            return first
+            dispatch.grove_job_claim(grove=self.grove, job_id=job_id)
+        return job_ids
 
-    first_sent = asyncio.run(report_all())
-    wait(lambda: PipelineNode.objects.filter(status="succeeded").count() >= n, "every success tail", timeout=600)
-    finished = dict(PipelineNode.objects.values_list("current_job_id", "finished_at"))
-    latencies = [(finished[uuid.UUID(j)].timestamp() - t) * 1000 for j, t in responded.items()]
+
+def measure_resume(bench: Bench, n: int, *, rate: float | None, concurrency: int) -> dict:
+    import httpx
+
+    from apps.pipelines.models import PipelineNode
+
+    job_ids = bench.jobs(n)
+    errors: list[str] = []
+    local = threading.local()
+
+    def send(i: int) -> None:
+        if not hasattr(local, "http"):
+            local.http = httpx.Client(base_url=bench.base_url, timeout=60,
+                                      headers={"Authorization": f"Bearer {bench.credential}"})
+        url = f"/api/forest/v1/groves/{bench.grove.id}/jobs/{job_ids[i]}/report"
+        for _ in range(3):  # a 5xx is counted and retried (the report is idempotent)
+            response = local.http.post(url, json={"state": "succeeded", "exit_code": 0})
+            if response.status_code == 200:
+                return
+            errors.append(response.text[:200])
+        raise SystemExit(f"report refused three times: {errors[-1]}")
+
+    sent = offered(n, rate, concurrency, send)
+    nodes = PipelineNode.objects.filter(current_job_id__in=job_ids)
+    wait(lambda: nodes.filter(status="succeeded").count() >= n, "every success tail", timeout=600,
+         progress=lambda: nodes.filter(status="succeeded").count())
+    finished = dict(nodes.values_list("current_job_id", "finished_at"))
+    latencies = [(finished[j].timestamp() - t) * 1000 for j, t in zip(job_ids, sent, strict=True)]
     last = max(ts.timestamp() for ts in finished.values())
-    return {"p50": pct(latencies, 50), "p99": pct(latencies, 99), "rate": n / (last - first_sent),
-            "report_rate": n / (max(responded.values()) - first_sent), "errors": errors}
+    return {"p50": pct(latencies, 50), "p99": pct(latencies, 99), "rate": n / (last - min(sent)), "errors": errors}
 
 
 def add_history(total: int, done: int) -> None:
@@ -194,19 +291,19 @@ def add_history(total: int, done: int) -> None:
                    'succeeded', '', '', 1, '', 'detached', 0, '{}', now(), now()
             FROM generate_series(%s, %s) AS i""", [run.id, done + 1, total])
         cursor.execute("""
-            INSERT INTO pipelines_grovejob (id, run_id, node_id, grove_id, change_kind, payload, idempotency_key,
+            INSERT INTO dispatch_grovejob (id, run_id, node_id, grove_id, change_kind, payload, idempotency_key,
                 attempt, status, reason, outputs, log_tail, created_at, finished_at, deadline_at)
             SELECT gen_random_uuid(), run_id, id, %s, 'k8s.job', '{}', 'h:' || id, 1, 'succeeded', '', '{}', '[]',
                    now(), now(), now()
             FROM pipelines_pipelinenode WHERE run_id = %s AND position > %s""", [grove.id, run.id, done])
         cursor.execute("""
-            UPDATE pipelines_pipelinenode n SET current_job_id = j.id FROM pipelines_grovejob j
+            UPDATE pipelines_pipelinenode n SET current_job_id = j.id FROM dispatch_grovejob j
             WHERE j.node_id = n.id AND n.run_id = %s AND n.position > %s""", [run.id, done])
         cursor.execute("""
             INSERT INTO pipelines_pipelineoutbox (kind, node_id, job_id, created_at, next_send_at, sends, done_at)
             SELECT 'pipeline.node_resume', id, current_job_id, now(), now(), 1, now()
             FROM pipelines_pipelinenode WHERE run_id = %s AND position > %s""", [run.id, done])
-        cursor.execute("ANALYZE pipelines_pipelinenode; ANALYZE pipelines_grovejob; ANALYZE pipelines_pipelineoutbox")
+        cursor.execute("ANALYZE pipelines_pipelinenode; ANALYZE dispatch_grovejob; ANALYZE pipelines_pipelineoutbox")
 
 
 def measure_sweep(repeats: int = 30) -> float:
@@ -223,39 +320,54 @@ def measure_sweep(repeats: int = 30) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=int, default=1000)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--jobs", type=int, default=1000, help="jobs in the burst")
+    parser.add_argument("--concurrency", type=int, default=16, help="reports in flight during the burst")
+    parser.add_argument("--steady-jobs", type=int, default=300)
+    parser.add_argument("--rate", type=float, default=20, help="reports per second at the steady load")
+    parser.add_argument("--modes", default="inline,celery")
     parser.add_argument("--history", default="10000,100000,1000000")
     args = parser.parse_args()
+    print(f"uptime: {os.popen('uptime').read().strip()}", flush=True)
 
     prepare_database()
     import django
 
     django.setup()
-    port = free_port()
-    web = start("web", [str(ROOT / ".venv/bin/uvicorn"), "forest_host.asgi:application", "--host", "127.0.0.1",
-                 "--port", str(port), "--workers", "2", "--log-level", "warning"])
-    worker = start("worker", [str(ROOT / ".venv/bin/celery"), "-A", "forest_host", "worker", "-c", "4", "--loglevel",
-                    "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat",
-                    "-I", "bench.floor_tasks"])
+    worker = start("worker", [str(ROOT / ".venv/bin/celery"), "-A", "forest_host", "worker", "-c", "4",
+                              "--loglevel", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat",
+                              "-I", "bench.floor_tasks"])
+    rows, bench = [], None
     try:
-        import httpx
-
-        wait(lambda: _up(httpx, port), "uvicorn")
-        floor = measure_floor(args.jobs)
-        ours = measure_resume(args.jobs, args.concurrency, f"http://127.0.0.1:{port}")
-        print(f"resume over {args.jobs} jobs, report concurrency {args.concurrency}, worker prefork x4, Redis broker")
-        print(f"{'':28}{'p50 ms':>10}{'p99 ms':>10}{'jobs/s':>10}")
-        print(f"{'floor: empty task':28}{floor['p50']:>10.1f}{floor['p99']:>10.1f}{floor['rate']:>10.0f}")
-        print(f"{'report -> tail committed':28}{ours['p50']:>10.1f}{ours['p99']:>10.1f}{ours['rate']:>10.0f}")
-        print(f"{'(reports answered)':28}{'':>10}{'':>10}{ours['report_rate']:>10.0f}")
-        if ours["errors"]:
-            print(f"report errors retried: {len(ours['errors'])}, first: {ours['errors'][0]}")
-        print(f"{'ratio our/floor':28}{ours['p50'] / floor['p50']:>10.1f}{ours['p99'] / floor['p99']:>10.1f}"
-              f"{ours['rate'] / floor['rate']:>10.2f}")
+        floor_burst = measure_floor(args.jobs, rate=None, concurrency=args.concurrency)
+        floor_steady = measure_floor(args.steady_jobs, rate=args.rate, concurrency=args.concurrency)
+        rows += [("floor: empty task, burst", floor_burst, None), ("floor: empty task, steady", floor_steady, None)]
+        for mode in args.modes.split(","):
+            web, port = serve({"PIPELINE_INLINE_TAIL": "1" if mode == "inline" else "0"})
+            try:
+                if bench is None:
+                    bench = Bench(f"http://127.0.0.1:{port}")
+                bench.base_url = f"http://127.0.0.1:{port}"
+                burst = measure_resume(bench, args.jobs, rate=None, concurrency=args.concurrency)
+                steady = measure_resume(bench, args.steady_jobs, rate=args.rate, concurrency=args.concurrency)
+            finally:
+                stop(web)
+            rows += [(f"{mode}: report -> tail, burst", burst, floor_burst),
+                     (f"{mode}: report -> tail, steady", steady, floor_steady)]
     finally:
-        stop(web)
+        if bench is not None:
+            bench.stop.set()
         stop(worker)
+    print(f"\nresume: burst of {args.jobs} jobs ({args.concurrency} reports in flight), steady {args.steady_jobs} "
+          f"jobs at {args.rate:g}/s; worker prefork x4, uvicorn x2, Redis broker; {os.popen('uptime').read().strip()}")
+    print(f"{'':34}{'p50 ms':>9}{'p99 ms':>9}{'jobs/s':>8} | {'p50/floor':>9}{'p99/floor':>10}"
+          f"{'rate/floor':>11}")
+    for label, row, floor in rows:
+        ratios = "" if floor is None else (f"{row['p50'] / floor['p50']:>9.2f}{row['p99'] / floor['p99']:>10.2f}"
+                                           f"{row['rate'] / floor['rate']:>11.2f}")
+        print(f"{label:34}{row['p50']:>9.1f}{row['p99']:>9.1f}{row['rate']:>8.0f} | {ratios}")
+        if row.get("errors"):
+            print(f"  report errors retried: {len(row['errors'])}, first: {row['errors'][0]}")
+    print("target (issue 15): report -> tail p50 <= 2x the floor's, throughput >= 0.5x, at 1,000 jobs in flight")
     print("\nsweep with no due rows (median of 30 runs)")
     done, baseline = 0, None
     for total in (int(x) for x in args.history.split(",")):
@@ -264,6 +376,17 @@ def main() -> None:
         ms = measure_sweep()
         baseline = baseline or ms
         print(f"  {total:>9,} historical nodes: {ms:6.2f} ms  (x{ms / baseline:.2f} of the smallest)")
+
+
+def serve(extra: dict) -> tuple[subprocess.Popen, int]:
+    import httpx
+
+    port = free_port()
+    os.environ.update(extra)
+    web = start("web", [str(ROOT / ".venv/bin/uvicorn"), "forest_host.asgi:application", "--host", "127.0.0.1",
+                 "--port", str(port), "--workers", "2", "--log-level", "warning", "--no-access-log"])
+    wait(lambda: _up(httpx, port), "uvicorn", timeout=60)
+    return web, port
 
 
 def _up(httpx, port: int) -> bool:

@@ -103,11 +103,20 @@ TEMPLATES = [
     },
 ]
 
+# PostgreSQL connections are pooled per process (Django 5.2 + psycopg_pool; see apps/core/db.py): under
+# uvicorn every request runs in a fresh thread, so a per-thread connection (CONN_MAX_AGE) either reconnects
+# per request (0) or leaks one connection per thread (>0). The pool bounds each process to
+# DATABASE_POOL_MAX_SIZE connections; its health check costs a round trip only after an idle spell.
+# DATABASE_POOL=0 falls back to Django's per-thread connections (CONN_MAX_AGE, health check per request).
+DATABASE_POOL = env_bool("DATABASE_POOL", True)
+DATABASE_POOL_MIN_SIZE = int(os.environ.get("DATABASE_POOL_MIN_SIZE", "1"))
+DATABASE_POOL_MAX_SIZE = int(os.environ.get("DATABASE_POOL_MAX_SIZE", "6"))
+DATABASE_POOL_TIMEOUT_S = float(os.environ.get("DATABASE_POOL_TIMEOUT_S", "10"))
+# Connections of the lean wire routes' async pool (apps/dispatch/api/lean.py), per web process.
+DATABASE_POOL_ASYNC_SIZE = int(os.environ.get("DATABASE_POOL_ASYNC_SIZE", "4"))
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'forest.sqlite3'}"),
-        # 0 by default: under ASGI each request may run in its own thread, and a persistent connection per
-        # thread exhausts PostgreSQL. Raise it for WSGI servers (gunicorn sync workers) or use a pooler.
         conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
         conn_health_checks=True,
     )
@@ -128,6 +137,12 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     DATABASES["default"]["TEST"] = {}
+elif DATABASE_POOL:
+    # The backend is Django's PostgreSQL one with the cheap pool health check of apps/core/db.py.
+    DATABASES["default"].update(ENGINE="apps.core.dbbackend", CONN_MAX_AGE=0, CONN_HEALTH_CHECKS=False)
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": DATABASE_POOL_MIN_SIZE, "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": DATABASE_POOL_TIMEOUT_S, "max_idle": 300.0}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Django's model backend, reading a user's own and role permissions in one query (apps.accounts.backends).
@@ -224,9 +239,12 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Recovery of a resume the broker lost is bounded by the sweep interval plus the resend delay.
+PIPELINE_SWEEP_INTERVAL_S = float(os.environ.get("PIPELINE_SWEEP_INTERVAL_S", "15"))
+PIPELINE_RESUME_RESEND_AFTER_S = float(os.environ.get("PIPELINE_RESUME_RESEND_AFTER_S", "30"))
 CELERY_BEAT_SCHEDULE = {
     "groves.mark_stale": {"task": "groves.mark_stale", "schedule": timedelta(seconds=30)},
-    "pipelines.sweep": {"task": "pipelines.sweep", "schedule": timedelta(seconds=15)},
+    "pipelines.sweep": {"task": "pipelines.sweep", "schedule": timedelta(seconds=PIPELINE_SWEEP_INTERVAL_S)},
     "accelerators.accrue_usage": {"task": "accelerators.accrue_usage", "schedule": timedelta(seconds=60)},
     "artifacts.gc": {"task": "artifacts.gc", "schedule": timedelta(hours=1)},
 }
@@ -250,6 +268,8 @@ FLAGS_CACHE_TTL_S = float(os.environ.get("FLAGS_CACHE_TTL_S", "1.0"))
 # How stale one process's placement fleet snapshot may get (s); defaults to the flag snapshot's budget.
 PLACEMENT_FLEET_REFRESH_S = float(os.environ.get("PLACEMENT_FLEET_REFRESH_S", FLAGS_CACHE_TTL_S))
 
+# The lean ASGI routes for heartbeat and changes (apps/dispatch/api/lean.py); off sends them through Django.
+FOREST_LEAN_WIRE = env_bool("FOREST_LEAN_WIRE", True)
 FOREST_NATIVE_WORKLOAD_DISPATCH = env_bool("FOREST_NATIVE_WORKLOAD_DISPATCH", False)
 # Where agents reach Host (bundle URLs in workload generations are built on it).
 FOREST_PUBLIC_URL = os.environ.get("FOREST_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
@@ -273,6 +293,10 @@ FOREST_OCI_TIMEOUT_S = float(os.environ.get("FOREST_OCI_TIMEOUT_S", "10"))
 FOREST_OCI_INSECURE_REGISTRIES = env_list("FOREST_OCI_INSECURE_REGISTRIES")
 FOREST_OCI_FALLBACK_PLATFORMS = env_list("FOREST_OCI_FALLBACK_PLATFORMS", "linux/amd64")
 PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS = env_list("PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS")
+# A node's tail runs in its job's terminal report when cheap (apps/pipelines/services/resume.py); off, or
+# for runs above the node count, through the pipeline.node_resume task and its outbox row.
+PIPELINE_INLINE_TAIL = env_bool("PIPELINE_INLINE_TAIL", True)
+PIPELINE_INLINE_TAIL_MAX_NODES = int(os.environ.get("PIPELINE_INLINE_TAIL_MAX_NODES", "200"))
 # /metrics answers a staff session, or a scraper sending "Authorization: Bearer <this token>"; unset = staff only.
 FOREST_METRICS_TOKEN = os.environ.get("FOREST_METRICS_TOKEN", "")
 DJANGO_TABLES2_TEMPLATE = "staff/_table.html"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connections
 from rest_framework.test import APIClient
 
 from apps.accounts.roles import STAFF_ADMIN
@@ -9,6 +10,18 @@ from apps.groves import services as grove_services
 from tests.factories import UserFactory, api_token_for, grant, heartbeat_body
 
 pytest_plugins = ["tests.estate"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _pools_closed_before_teardown(django_db_setup, django_db_blocker):
+    """Host pools its PostgreSQL connections (apps/core/db.py): give them back before the test database
+    is dropped, or the drop finds the pool's idle connection still in it."""
+    yield
+    with django_db_blocker.unblock():
+        for conn in connections.all():
+            conn.close()
+            if getattr(conn, "pool", None) is not None:
+                conn.close_pool()
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
 os.environ.setdefault("ALLOWED_HOSTS", "testserver,127.0.0.1,localhost")
 os.environ.setdefault("FLAGS_CACHE_TTL_S", "0")
 os.environ.setdefault("PLACEMENT_FLEET_REFRESH_S", "0")
+# The pool stays on under test; the suite's races run more threads at once than a web process would.
+os.environ.setdefault("DATABASE_POOL_MAX_SIZE", "20")
 
 from forest_host.settings import *  # noqa: F403
 

@@ -230,9 +230,8 @@ def test_sigkilled_agent_mid_job_reports_it_after_restart(enrolled, host, agents
     restarted = AgentProcess(enrolled, "--enable-native-jobs")
     agents.append(restarted)
     host.wait_for(
-        lambda: any(
-            "re-attached" in line for beat in host.heartbeats[seen:] for line in beat.get("log_tail", [])
-        ),
+        lambda: any("re-attached" in line
+                    for beat in host.heartbeats[seen:] for line in beat.get("log_tail", [])),
         timeout=60,
         what="the restarted agent re-attaching to the job",
     )

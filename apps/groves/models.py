@@ -26,23 +26,31 @@ class Grove(models.Model):
     isolation_modes = models.JSONField(default=list)
     change_kinds = models.JSONField(default=list)
     version = models.CharField(max_length=100, blank=True, default="")
-    last_heartbeat_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # Not indexed, like every column a heartbeat writes: the liveness UPDATE stays HOT (heap-only, no index
+    # entry written). Stale sweeps and "fresh" filters scan the table, which is cheap beside the heartbeats.
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     # Set by the beat task when the Grove goes quiet, cleared by its next heartbeat.
     stale_since = models.DateTimeField(null=True, blank=True)
     # The latest reported capacity, verbatim ({"placement_units": [...], "accelerators": [...]}).
     capacity = models.JSONField(default=dict, blank=True)
+    # rules.capacity_digests: the shape (units, allocatable amounts, inventory, kinds) and the free counts.
     capacity_digest = models.CharField(max_length=64, blank=True, default="")
+    free_digest = models.CharField(max_length=64, blank=True, default="")
     capacity_reported_at = models.DateTimeField(null=True, blank=True)
     log_tail = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     enabled = models.BooleanField(default=True, help_text="A disabled Grove is never chosen for new work.")
     # Placement's fleet snapshot reloads Groves changed since its watermark. On PostgreSQL a trigger
     # (migration 0002) stamps every INSERT/UPDATE with the database clock, including queryset .update().
+    # A heartbeat that only moves liveness keeps updated_at (so its UPDATE touches no indexed column and
+    # stays HOT) while its heartbeat is within GROVE_LIVENESS_TOUCH_S of liveness_stamped_at, the
+    # heartbeat time the last stamp carried (migration 0003): the snapshot's copy of a live Grove's
+    # last_heartbeat_at is never more than that far behind.
     updated_at = models.DateTimeField(default=timezone.now, db_index=True, editable=False)
+    liveness_stamped_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["slug"]
-        indexes = [models.Index(fields=["substrate", "last_heartbeat_at"])]
 
     def __str__(self) -> str:
         return self.slug

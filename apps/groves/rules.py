@@ -158,7 +158,25 @@ def heartbeat(body: Any, *, substrate: str | None) -> dict:
     }
 
 
-def capacity_digest(capacity_report: dict, change_kinds: list[str], isolation: list[str]) -> str:
-    """Identity of what was reported: unchanged reports skip the rewrite of units and inventory."""
-    canonical = json.dumps([capacity_report, change_kinds, isolation], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def capacity_digests(capacity_report: dict, change_kinds: list[str], isolation: list[str]) -> tuple[str, str]:
+    """(shape, free) identities of what was reported. *Shape* is everything but free counts: units and
+    their allocatable amounts, the accelerator inventory, change kinds and isolation; a change rewrites
+    units, inventory, capabilities and history. *Free* covers only the free counts, which a busy Grove
+    changes on most beats: a change is one small write of those counts."""
+    shape_units, free_units = [], []
+    for unit in capacity_report["placement_units"]:
+        shape_units.append([unit["id"], unit["cpu_milli"]["allocatable"], unit["memory_bytes"]["allocatable"],
+                            [[a["inventory_id"], a["allocatable"]] for a in unit["accelerators"]]])
+        free_units.append(free_counts(unit))
+    return (_digest([shape_units, capacity_report["accelerators"], change_kinds, isolation]),
+            _digest(free_units))
+
+
+def free_counts(unit: dict) -> list:
+    """One unit's free counts as the free digest and the free-count write read them."""
+    return [unit["id"], unit["cpu_milli"]["free"], unit["memory_bytes"]["free"],
+            [a["free"] for a in unit["accelerators"]]]

@@ -1,11 +1,12 @@
 """Writes for Groves: enrollment tokens, enrollment, heartbeats, credentials, staleness."""
 from __future__ import annotations
 
+import json
 import logging
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.text import slugify
@@ -179,45 +180,125 @@ def _liveness_fields(data: dict, now) -> dict:
     return fields
 
 
-def grove_heartbeat_unchanged(*, grove_id, presented: str, body: dict) -> bool:
-    """The hot path in one statement: authenticate and record a heartbeat whose capacity is unchanged.
+# One statement records a heartbeat whose shape is unchanged, authenticating it when a credential is
+# given: `live` when the free counts are unchanged too (liveness columns only, none indexed: a HOT
+# update), `moved` when only free counts changed (the capacity JSON, the free digest and each unit's free
+# columns). Their conditions exclude each other, so at most one writes the row. The result is the number
+# of Grove rows written: 0 sends the caller to the full path.
+HEARTBEAT_SQL = """
+WITH live AS (
+    UPDATE groves_grove SET last_heartbeat_at = %(now)s, version = %(version)s, stale_since = NULL,
+                            log_tail = COALESCE(%(log_tail)s::jsonb, log_tail)
+    WHERE id = %(grove)s::uuid AND capacity_digest = %(shape)s AND free_digest = %(free)s AND (
+        %(key_id)s::text IS NULL OR EXISTS (SELECT 1 FROM groves_grovecredential WHERE grove_id = %(grove)s::uuid
+            AND key_id = %(key_id)s AND secret_hash = %(secret_hash)s AND revoked_at IS NULL))
+    RETURNING 1
+), moved AS (
+    UPDATE groves_grove SET last_heartbeat_at = %(now)s, version = %(version)s, stale_since = NULL,
+                            log_tail = COALESCE(%(log_tail)s::jsonb, log_tail), capacity = %(capacity)s::jsonb,
+                            free_digest = %(free)s, capacity_reported_at = %(now)s
+    WHERE id = %(grove)s::uuid AND capacity_digest = %(shape)s AND free_digest <> %(free)s AND (
+        %(key_id)s::text IS NULL OR EXISTS (SELECT 1 FROM groves_grovecredential WHERE grove_id = %(grove)s::uuid
+            AND key_id = %(key_id)s AND secret_hash = %(secret_hash)s AND revoked_at IS NULL))
+    RETURNING id
+), units AS (
+    UPDATE groves_placementunit u SET cpu_milli_free = f.cpu, memory_bytes_free = f.memory,
+                                      accelerators = f.accelerators
+    FROM jsonb_to_recordset(%(units)s::jsonb) AS f(unit_id text, cpu bigint, memory bigint, accelerators jsonb)
+    WHERE u.grove_id IN (SELECT id FROM moved) AND u.unit_id = f.unit_id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM live) + (SELECT count(*) FROM moved)
+"""
 
-    A single UPDATE of the Grove row, guarded by a live credential of *this* Grove with this secret and
-    by the stored capacity digest. False means "take the full path" (authenticate with error codes,
-    validate for the substrate, rewrite capacity): anything unusual — a bad body, an unknown or revoked
-    credential, another Grove's credential, changed capacity — lands there, so behaviour is unchanged.
-    """
+
+def heartbeat_statement_params(*, grove_id, data: dict, now, credential: tuple[str, str] | None) -> dict:
+    """Parameters of ``HEARTBEAT_SQL`` for a validated heartbeat (``credential``: key id and secret to check,
+    None when the caller has already authenticated the Grove)."""
+    shape, free = rules.capacity_digests(data["capacity"], data["change_kinds"], data["isolation"])
+    tail = data["log_tail"][-settings.GROVE_LOG_TAIL_LINES:] if data["log_tail"] else None
+    units = [{"unit_id": u["id"], "cpu": u["cpu_milli"]["free"], "memory": u["memory_bytes"]["free"],
+              "accelerators": u["accelerators"]} for u in data["capacity"]["placement_units"]]
+    return {"grove": str(grove_id), "key_id": credential[0] if credential else None,
+            "secret_hash": secrets.hash_secret(credential[1]) if credential else None, "now": now,
+            "version": data["version"], "log_tail": None if tail is None else json.dumps(tail), "shape": shape,
+            "free": free, "capacity": json.dumps(data["capacity"]), "units": json.dumps(units)}
+
+
+def heartbeat_statement_run(params: dict) -> bool:
+    """Run ``HEARTBEAT_SQL`` (PostgreSQL), or the same guarded writes through the ORM on the embedded
+    SQLite of ``make run``; True when the Grove row was written."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(HEARTBEAT_SQL, params)
+            return cursor.fetchone()[0] == 1
+    grove = Grove.objects.filter(pk=params["grove"], capacity_digest=params["shape"])
+    if params["key_id"] is not None:
+        grove = grove.filter(Exists(GroveCredential.objects.filter(
+            grove_id=OuterRef("pk"), key_id=params["key_id"], secret_hash=params["secret_hash"],
+            revoked_at__isnull=True)))
+    liveness = {"last_heartbeat_at": params["now"], "version": params["version"], "stale_since": None}
+    if params["log_tail"] is not None:
+        liveness["log_tail"] = json.loads(params["log_tail"])
+    if grove.filter(free_digest=params["free"]).update(**liveness):
+        return True
+    with transaction.atomic():
+        moved = grove.exclude(free_digest=params["free"]).update(
+            **liveness, capacity=json.loads(params["capacity"]), free_digest=params["free"],
+            capacity_reported_at=params["now"])
+        for unit in json.loads(params["units"]) if moved else ():
+            PlacementUnit.objects.filter(grove_id=params["grove"], unit_id=unit["unit_id"]).update(
+                cpu_milli_free=unit["cpu"], memory_bytes_free=unit["memory"], accelerators=unit["accelerators"])
+    return moved == 1
+
+
+def heartbeat_fast_params(*, grove_id, presented: str, body) -> dict | None:
+    """The statement's parameters for a wire heartbeat, or None when it cannot take the fast path (not a
+    Grove credential, or a body that does not validate: the full path answers those with their codes)."""
     parts = secrets.split(presented, secrets.CREDENTIAL_PREFIX)
     if parts is None:
-        return False
+        return None
     try:
         data = rules.heartbeat(body, substrate=None)
     except ValidationFailed:
-        return False
-    digest = rules.capacity_digest(data["capacity"], data["change_kinds"], data["isolation"])
-    live_credential = GroveCredential.objects.filter(
-        grove_id=OuterRef("pk"), key_id=parts[0], secret_hash=secrets.hash_secret(parts[1]), revoked_at__isnull=True)
-    updated = (Grove.objects.filter(pk=grove_id, capacity_digest=digest).filter(Exists(live_credential))
-               .update(**_liveness_fields(data, timezone.now())))
-    return updated == 1
+        return None
+    return heartbeat_statement_params(grove_id=grove_id, data=data, now=timezone.now(), credential=parts)
+
+
+def grove_heartbeat_unchanged(*, grove_id, presented: str, body: dict) -> bool:
+    """The hot path in one statement: authenticate and record a heartbeat whose shape is unchanged.
+
+    ``HEARTBEAT_SQL``, guarded by a live credential of *this* Grove with this secret and by the stored
+    shape digest: liveness only when the free counts are unchanged, else liveness plus the free counts.
+    False means "take the full path" (authenticate with error codes, validate for the substrate, rewrite
+    capacity): anything unusual — a bad body, an unknown or revoked credential, another Grove's
+    credential, a changed shape — lands there, so behaviour is unchanged. The lean ASGI route
+    (apps/dispatch/api/lean.py) runs the same statement on its async pool.
+    """
+    params = heartbeat_fast_params(grove_id=grove_id, presented=presented, body=body)
+    return params is not None and heartbeat_statement_run(params)
 
 
 def grove_heartbeat_record(*, grove: Grove, body: dict) -> Grove:
-    """Validate a heartbeat fully, then write it in one transaction.
+    """Validate a heartbeat fully, then write it.
 
-    The common case (nothing but liveness changed) is a single UPDATE; units, inventory, indexed
-    capabilities and a history row are rewritten only when the reported capacity changes.
+    An unchanged shape is one statement (``HEARTBEAT_SQL``: liveness, plus the free counts when they
+    moved); units, inventory, indexed capabilities and a history row are rewritten only when the shape
+    changes.
     """
     data = rules.heartbeat(body, substrate=grove.substrate)
-    digest = rules.capacity_digest(data["capacity"], data["change_kinds"], data["isolation"])
+    shape, free = rules.capacity_digests(data["capacity"], data["change_kinds"], data["isolation"])
     now = timezone.now()
     liveness = _liveness_fields(data, now)
-    if digest == grove.capacity_digest:
-        # One autocommitted UPDATE: no transaction round trips on the hot path.
-        Grove.objects.filter(pk=grove.pk).update(**liveness)
-        for key, value in liveness.items():
-            setattr(grove, key, value)
-        return grove
+    if shape == grove.capacity_digest:
+        written = heartbeat_statement_run(heartbeat_statement_params(grove_id=grove.pk, data=data, now=now,
+                                                                     credential=None))
+        if written:
+            for key, value in liveness.items():
+                setattr(grove, key, value)
+            if free != grove.free_digest:
+                grove.capacity, grove.free_digest, grove.capacity_reported_at = data["capacity"], free, now
+            return grove
     with transaction.atomic():
         grove = Grove.objects.select_for_update().get(pk=grove.pk)
         for key, value in liveness.items():
@@ -225,12 +306,12 @@ def grove_heartbeat_record(*, grove: Grove, body: dict) -> Grove:
         grove.change_kinds = data["change_kinds"]
         grove.isolation_modes = data["isolation"]
         grove.capacity = data["capacity"]
-        grove.capacity_digest = digest
+        grove.capacity_digest, grove.free_digest = shape, free
         grove.capacity_reported_at = now
         grove.save()
         _capacity_replace(grove, data["capacity"])
         grove_capabilities_sync(grove=grove)
-        CapacityReport.objects.create(grove=grove, received_at=now, version=data["version"], digest=digest,
+        CapacityReport.objects.create(grove=grove, received_at=now, version=data["version"], digest=shape,
                                       capacity=data["capacity"])
         keep = list(CapacityReport.objects.filter(grove=grove).values_list("pk", flat=True)
                     [: settings.GROVE_REPORT_HISTORY])

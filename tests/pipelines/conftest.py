@@ -197,3 +197,10 @@ def wait_for(predicate, *, timeout: float = 30.0, interval: float = 0.1, what: s
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
+
+
+@pytest.fixture
+def celery_tail(settings):
+    """Every tail through the pipeline.node_resume task and its outbox row (the path the inline tail
+    falls back to: busy locks, big runs, PIPELINE_INLINE_TAIL=0), for the tests that exercise that path."""
+    settings.PIPELINE_INLINE_TAIL = False

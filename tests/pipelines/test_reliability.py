@@ -59,6 +59,7 @@ def _sweep_later(minutes=5):
     return services.pipeline_sweep(now=timezone.now() + timedelta(minutes=minutes))
 
 
+@pytest.mark.usefixtures("celery_tail")
 def test_broker_loses_the_resume_and_the_sweep_recovers_it(grove, worker, celery_queue):
     run = _run(exec_node("a", reuse="never"), exec_node("b", needs=["a"], reuse="never"))
     w = worker()
@@ -81,6 +82,7 @@ def test_broker_loses_the_resume_and_the_sweep_recovers_it(grove, worker, celery
         assert _tails(node) == 1 and GroveJob.objects.filter(node_id=node.pk).count() == 1
 
 
+@pytest.mark.usefixtures("celery_tail")
 def test_three_concurrent_identical_terminal_reports_make_one_resume_and_one_tail(grove, worker):
     run = _run(exec_node("a", reuse="never"), exec_node("b", needs=["a"], reuse="never"))
     worker()

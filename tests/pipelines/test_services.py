@@ -146,6 +146,7 @@ def test_a_failed_earlier_run_is_never_inherited(k8s_grove, wire):
 
 # --- claim and report -----------------------------------------------------------------------------
 
+@pytest.mark.usefixtures("celery_tail")
 def test_claim_report_and_resume_run_the_tail_once_and_schedule_successors(k8s_grove, wire):
     run = _run([exec_node("a", reuse="never"), exec_node("b", needs=["a"], reuse="never")])
     execute_queued(run)
@@ -214,6 +215,7 @@ def test_flag_on_but_ineligible_steps_wait_in_place(k8s_grove, native_grove, det
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("celery_tail")
 def test_in_place_wait_runs_the_same_tail_when_the_job_ends(k8s_grove, wire):
     run = _run([exec_node("a", reuse="never")])
     execute_queued(run)
@@ -241,6 +243,7 @@ def test_in_place_wait_runs_the_same_tail_when_the_job_ends(k8s_grove, wire):
 
 # --- sweep ----------------------------------------------------------------------------------------
 
+@pytest.mark.usefixtures("celery_tail")
 def test_sweep_resends_due_resumes_only(k8s_grove, wire, detached):
     run = _run([exec_node("a")], environment="prod")
     execute_queued(run)
@@ -252,6 +255,7 @@ def test_sweep_resends_due_resumes_only(k8s_grove, wire, detached):
     assert counts["resent"] == 1 and row.sends == 2 and row.next_send_at > timezone.now() + timedelta(minutes=5)
 
 
+@pytest.mark.usefixtures("celery_tail")
 def test_sweep_resumes_a_node_whose_job_ended_by_another_path(k8s_grove, detached):
     run = _run([exec_node("a")], environment="prod")
     execute_queued(run)

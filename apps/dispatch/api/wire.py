@@ -14,6 +14,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import JsonResponse
 
+from apps.core.db import released
 from apps.core.errors import ForestError
 from apps.dispatch import rules, selectors, wakeups
 from apps.dispatch.api.views import ChangesSchemaView
@@ -25,16 +26,24 @@ async def changes_view(request, grove_id):
         return JsonResponse({"code": "method_not_allowed", "detail": f'Method "{request.method}" not allowed.'},
                             status=405)
     try:
-        grove = await sync_to_async(grove_for_request)(request, grove_id)
+        grove = await sync_to_async(released(grove_for_request))(request, grove_id)
         wait = rules.changes_wait(request.GET.get("wait"))
     except ForestError as exc:
         response = JsonResponse(exc.as_dict(), status=exc.status)
         if exc.status == 401:
             response["WWW-Authenticate"] = WWW_AUTHENTICATE
         return response
+    return JsonResponse(await changes_answer(grove, wait))
+
+
+async def changes_answer(grove, wait: int, *, thread_sensitive: bool = True) -> dict:
+    """The body of a long-poll for an authenticated Grove: at once when there is news, else after ``wait``
+    seconds or the first wake-up that brings news. Each read gives its connection back before the wait,
+    so waiting Groves hold no database connection. ``thread_sensitive=False`` (the lean route) runs the
+    reads on the shared executor instead of the request's own thread."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
-    read = sync_to_async(selectors.grove_changes)
+    read = sync_to_async(released(selectors.grove_changes), thread_sensitive=thread_sensitive)
     async with wakeups.GroveWaiter(grove.pk) as waiter:
         # Subscribed before the first read: work assigned between the read and the wait still wakes us.
         recheck = (getattr(settings, "PIPELINE_CHANGES_RECHECK_S", 10.0) if waiter.subscribed
@@ -43,7 +52,7 @@ async def changes_view(request, grove_id):
             body, news = await read(grove=grove)
             remaining = deadline - loop.time()
             if news or remaining <= 0:
-                return JsonResponse(body)
+                return body
             await waiter.wait(min(remaining, recheck))
 
 

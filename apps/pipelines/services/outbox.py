@@ -12,7 +12,7 @@ log = logging.getLogger(__name__)
 
 def resume_resend_after_s() -> float:
     """How long an outbox row may stay undone before the sweep re-sends it (the broker may have lost it)."""
-    return getattr(settings, "PIPELINE_RESUME_RESEND_AFTER_S", 30)
+    return settings.PIPELINE_RESUME_RESEND_AFTER_S
 
 
 def _send(task_name: str, *args, countdown: float | None = None) -> None:

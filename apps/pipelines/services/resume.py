@@ -1,9 +1,19 @@
-"""Resuming a node when its Grove job ends: the outbox row written in the job's terminal transaction (a
-``dispatch.hooks`` handler), and the node's ordinary success/failure tail that consumes it."""
+"""Resuming a node when its Grove job ends, in the job's terminal transaction (a ``dispatch.hooks`` handler).
+
+The tail (the node's success/failure transition and ``run_advance``, whose successor dispatch stays
+asynchronous: ``node_execute`` tasks after commit) runs *inline*, committed with the terminal report, when
+it is cheap: the run and node row locks are free right now (taken with SKIP LOCKED, so a report never
+waits on, or deadlocks with, a run cancellation that holds them) and the run has at most
+``PIPELINE_INLINE_TAIL_MAX_NODES`` nodes. Otherwise the report writes the resume outbox row and sends
+``pipeline.node_resume`` after commit, as before; the sweep re-sends it if the broker loses it. Either
+way the outcome commits with the job's end or is recorded for a later tail: nothing is lost, and the
+tail runs once (a node no longer awaiting its job is never tailed again). ``PIPELINE_INLINE_TAIL=0``
+sends every tail through Celery."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -14,7 +24,7 @@ from apps.dispatch.hooks import JobEnded
 from apps.dispatch.models import GroveJob
 from apps.dispatch.states import JOB_TERMINAL
 from apps.pipelines import rules
-from apps.pipelines.models import PipelineNode, PipelineOutbox
+from apps.pipelines.models import PipelineNode, PipelineOutbox, PipelineRun
 from apps.pipelines.services.outbox import resume_resend_after_s, send_after_commit
 from apps.pipelines.services.runs import run_advance, run_and_node_locked
 from apps.pipelines.services.transitions import node_transition
@@ -23,7 +33,10 @@ from apps.pipelines.vocabulary import NodeKind, NodeStatus, OutboxKind
 
 
 def write_resume(job: GroveJob, *, now: datetime) -> PipelineOutbox | None:
-    """In the transaction that makes the job terminal: a resume row for the node awaiting it, if any."""
+    """In the transaction that makes the job terminal: the node's tail inline when cheap, else a resume
+    row for the node awaiting the job, if any (returned)."""
+    if settings.PIPELINE_INLINE_TAIL and _tail_inline(job):
+        return None
     awaited = PipelineNode.objects.filter(pk=job.node_id, status=NodeStatus.AWAITING, current_job_id=job.id).exists()
     if not awaited:
         return None
@@ -31,6 +44,46 @@ def write_resume(job: GroveJob, *, now: datetime) -> PipelineOutbox | None:
                                         next_send_at=now + timedelta(seconds=resume_resend_after_s()), sends=1)
     send_after_commit("node_resume", job.node_id)
     return row
+
+
+def _tail_inline(job: GroveJob) -> bool:
+    """Run the node's tail now if its run and node locks are free and the run is small; True when it ran."""
+    # The node and its run locked in one statement; SKIP LOCKED on both, so it never waits.
+    node = (PipelineNode.objects.select_for_update(no_key=True, skip_locked=True, of=("self", "run"))
+            .select_related("run").filter(pk=job.node_id, status=NodeStatus.AWAITING, current_job_id=job.id).first())
+    if node is None or node.kind == NodeKind.BUILD_IMAGE:  # reading the pushed image's registry is not cheap
+        return False
+    run = node.run
+    nodes = list(run.nodes.order_by("position"))
+    if len(nodes) > settings.PIPELINE_INLINE_TAIL_MAX_NODES:
+        return False
+    _tail(node, job, run)
+    run_advance(run, [node if n.pk == node.pk else n for n in nodes])
+    return True
+
+
+def _tail(node: PipelineNode, job: GroveJob, run: PipelineRun) -> None:
+    """The node's outcome from its ended job (callers hold the locks): a build_image node's pushed image is
+    recorded and checked against its target platform first; a failed or timed-out attempt with retries
+    left is queued again; otherwise the node ends, its exit code and outputs in the same UPDATE."""
+    outcome, reason, detail = node_outcome_for_job(job.status), job.reason or f"job_{job.status}", ""
+    if node.kind == NodeKind.BUILD_IMAGE and outcome == NodeStatus.SUCCEEDED:
+        # The pushed image becomes an oci_registry artifact with its config platform; under
+        # host.deploy.forest_compatibility a platform that disagrees with the node's target fails it.
+        check = artifact_services.build_image_output_record(
+            outputs=job.outputs, run_id=str(run.id), node_id=node.node_id,
+            target_platforms=node.requirement["compatibility"]["platform"]["allowed"]
+            or [job.payload.get("platform")], environment=run.environment or None, team=run.team or None)
+        if check is not None and check.verdict == CheckVerdict.REFUSED:
+            outcome, reason, detail = NodeStatus.FAILED, check.code, check.detail
+    outcome_fields = {"exit_code": job.exit_code, "outputs": job.outputs}
+    delay = rules.retry_after(node.spec, attempt=node.attempt, outcome=outcome)
+    if delay is None:
+        node_transition(node=node, to=outcome, reason=reason, detail=detail, changes=outcome_fields)
+    else:
+        node.exit_code, node.outputs = job.exit_code, job.outputs
+        node.save(update_fields=list(outcome_fields))
+        node_retry(node=node, job=job, outcome=outcome, delay_s=delay)
 
 
 def on_job_ended(event: JobEnded) -> None:
@@ -56,23 +109,7 @@ def pipeline_node_resume(*, node_id: int) -> bool:
         job = GroveJob.objects.filter(pk=node.current_job_id).first()
         if job is None or job.status not in JOB_TERMINAL:
             return False
-        node.exit_code, node.outputs = job.exit_code, job.outputs
-        node.save(update_fields=["exit_code", "outputs"])
-        outcome, reason, detail = node_outcome_for_job(job.status), job.reason or f"job_{job.status}", ""
-        if node.kind == NodeKind.BUILD_IMAGE and outcome == NodeStatus.SUCCEEDED:
-            # The pushed image becomes an oci_registry artifact with its config platform; under
-            # host.deploy.forest_compatibility a platform that disagrees with the node's target fails it.
-            check = artifact_services.build_image_output_record(
-                outputs=job.outputs, run_id=str(run.id), node_id=node.node_id,
-                target_platforms=node.requirement["compatibility"]["platform"]["allowed"]
-                or [job.payload.get("platform")], environment=run.environment or None, team=run.team or None)
-            if check is not None and check.verdict == CheckVerdict.REFUSED:
-                outcome, reason, detail = NodeStatus.FAILED, check.code, check.detail
-        delay = rules.retry_after(node.spec, attempt=node.attempt, outcome=outcome)
-        if delay is None:
-            node_transition(node=node, to=outcome, reason=reason, detail=detail)
-        else:
-            node_retry(node=node, job=job, outcome=outcome, delay_s=delay)
+        _tail(node, job, run)
         pending.update(done_at=timezone.now())
         run_advance(run)
     return True

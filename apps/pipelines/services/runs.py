@@ -76,12 +76,14 @@ def run_and_node_locked(node_id: int) -> tuple[PipelineRun, PipelineNode] | None
     return run, PipelineNode.objects.select_for_update(no_key=True).get(pk=node_id)
 
 
-def run_advance(run: PipelineRun) -> list[str]:
+def run_advance(run: PipelineRun, nodes: list[PipelineNode] | None = None) -> list[str]:
     """Queue nodes whose needs succeeded, skip those whose needs cannot, and finish the run when all
-    nodes are terminal. Callers hold the run's row lock."""
+    nodes are terminal. Callers hold the run's row lock (and may pass the run's nodes, in position order,
+    when they have just read them)."""
     if run.status in RUN_TERMINAL:
         return []
-    nodes = list(run.nodes.order_by("position"))
+    if nodes is None:
+        nodes = list(run.nodes.order_by("position"))
     status = {n.node_id: n.status for n in nodes}
     queued = []
     for node in nodes:  # planner order: a skip cascades in one pass

@@ -22,8 +22,8 @@ NODE.listen(_record_node_event)
 
 def node_transition(*, node: PipelineNode, to: str, reason: str = "", detail: str = "",
                     changes: dict | None = None) -> PipelineNode:
-    """The only way a node changes status: checks the allowed from-states and records an event.
-    ``changes`` are other fields saved with the status (one write)."""
+    """The only way a node changes status: checks the allowed from-states and records an event
+    (``changes``: other fields saved in the same UPDATE)."""
     changes = dict(changes or {})
     if reason:
         changes.update(reason=reason, detail=detail[:2000])

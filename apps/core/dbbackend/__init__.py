@@ -1,0 +1,1 @@
+"""Django's PostgreSQL backend with the pool health check of ``apps.core.db`` (``ENGINE`` for pooled Host)."""

@@ -1,0 +1,183 @@
+"""Lean ASGI routes for the Grove hot paths, in front of Django: ``POST groves/{id}/heartbeat`` and
+``GET groves/{id}/changes``.
+
+At fleet scale these two are nearly all of Host's traffic, and Django's stack costs more than their work:
+eleven middleware (each sync-style one hops to a per-request thread, which a waiting long-poll would hold
+for its whole wait), URL resolution, DRF's negotiation and a pooled-connection round trip per request. Here:
+
+* **heartbeat**: the body is parsed and validated with the same rules, and the same one statement
+  (``apps.groves.services.HEARTBEAT_SQL``: auth, liveness and free counts) runs on this event loop's
+  async pool as a prepared statement. Only a heartbeat that statement records is answered here;
+  anything else (a changed shape, a bad or oversized body, a wrong credential, a plain-HTTP request
+  that must be redirected, a Host header Django would refuse) is handed to Django unchanged, which
+  answers it exactly as before (codes, fields and all).
+* **changes**: authenticated on the shared executor (no per-request thread), then the same
+  ``wire.changes_answer`` as the Django view; every refusal is handed to Django for its error body.
+
+Responses carry the headers Django's security middleware would add. ``FOREST_LEAN_WIRE=0`` turns the
+routes off (everything goes to Django), as does a database other than PostgreSQL.
+Counted in ``forest_wire_lean_total{route,outcome}``.
+"""
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connections
+from django.http.request import split_domain_port, validate_host
+from django.utils import timezone
+from prometheus_client import Counter
+
+from apps.core.body import read_json
+from apps.core.db import async_pool, released
+from apps.core.errors import ForestError
+from apps.dispatch import rules
+from apps.dispatch.api.wire import changes_answer
+from apps.groves import services as grove_services
+
+_UUID = r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
+HEARTBEAT = re.compile(rf"/api/forest/v1/groves/(?P<grove>{_UUID})/heartbeat")
+CHANGES = re.compile(rf"/api/forest/v1/groves/(?P<grove>{_UUID})/changes")
+LEAN = Counter("forest_wire_lean", "Grove hot-path requests seen by the lean ASGI routes",
+               ["route", "outcome"])
+# What SecurityMiddleware and XFrameOptionsMiddleware add to a Django JSON response.
+SECURITY_HEADERS = [(b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"same-origin"), (b"cross-origin-opener-policy", b"same-origin")]
+
+
+def _header(scope, name: bytes) -> bytes | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value
+    return None
+
+
+def _plain_enough(scope) -> bool:
+    """Django would answer this request itself (no redirect, no bad Host refusal)."""
+    host = (_header(scope, b"host") or b"").decode("latin-1")
+    domain, _port = split_domain_port(host)
+    if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+        return False
+    if getattr(settings, "SECURE_SSL_REDIRECT", False):
+        proxy = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+        secure = scope.get("scheme") == "https" or (
+            proxy is not None and _header(scope, proxy[0].removeprefix("HTTP_").lower().replace("_", "-").encode())
+            == proxy[1].encode())
+        if not secure:
+            return False
+    return True
+
+
+def _bearer(scope) -> str | None:
+    parts = (_header(scope, b"authorization") or b"").split()
+    if len(parts) != 2 or parts[0].lower() != b"bearer":
+        return None
+    return parts[1].decode(errors="replace")
+
+
+def _json_datetime(value) -> str:
+    # As DRF's encoder renders it, so both routes answer the same bytes for a timestamp.
+    text = value.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+async def _send_json(send, status: int, body: dict) -> None:
+    payload = json.dumps(body, separators=(",", ":")).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+                            *SECURITY_HEADERS]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class _Replay:
+    """An ASGI ``receive`` that first gives back the messages already read, then the live ones."""
+
+    def __init__(self, messages: list[dict], receive) -> None:
+        self.messages, self.receive = messages, receive
+
+    async def __call__(self) -> dict:
+        if self.messages:
+            return self.messages.pop(0)
+        return await self.receive()
+
+
+class LeanWire:
+    """ASGI middleware: serve the hot paths it can, pass everything else to ``app`` (Django)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    @staticmethod
+    def _on() -> bool:
+        # PostgreSQL only: the statement and the async pool are psycopg's (the embedded SQLite of
+        # `make run` sends everything to Django).
+        return settings.FOREST_LEAN_WIRE and connections["default"].vendor == "postgresql"
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and self._on():
+            method, path = scope["method"], scope["path"]
+            if method == "POST" and (match := HEARTBEAT.fullmatch(path)):
+                return await self.heartbeat(match["grove"], scope, receive, send)
+            if method == "GET" and (match := CHANGES.fullmatch(path)):
+                return await self.changes(match["grove"], scope, receive, send)
+        return await self.app(scope, receive, send)
+
+    async def heartbeat(self, grove_id: str, scope, receive, send) -> None:
+        messages, body, limit = [], bytearray(), settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            body += message.get("body", b"")
+            if len(body) > limit or not message.get("more_body", False):
+                break
+        presented = _bearer(scope)
+        content_type = (_header(scope, b"content-type") or b"").split(b";")[0].strip().lower()
+        complete = messages[-1]["type"] == "http.request" and not messages[-1].get("more_body", False)
+        if (presented is not None and complete and len(body) <= limit and content_type == b"application/json"
+                and _plain_enough(scope)):
+            try:  # the one body reader (depth, NUL, huge numbers): a refusal is Django's to answer
+                parsed = read_json(bytes(body), max_bytes=limit)
+            except ForestError:
+                parsed = None
+            params = grove_services.heartbeat_fast_params(grove_id=grove_id, presented=presented, body=parsed)
+            if params is not None and await self._record(params):
+                LEAN.labels("heartbeat", "served").inc()
+                return await _send_json(send, 200, {"server_time": _json_datetime(timezone.now()),
+                                                    "stale_after_s": settings.GROVE_STALE_AFTER_S})
+        LEAN.labels("heartbeat", "django").inc()
+        return await self.app(scope, _Replay(messages, receive), send)
+
+    @staticmethod
+    async def _record(params: dict) -> bool:
+        pool = await async_pool()
+        async with pool.connection() as conn:
+            cursor = await conn.execute(grove_services.HEARTBEAT_SQL, params, prepare=True)
+            (written,) = await cursor.fetchone()
+        return written == 1
+
+    async def changes(self, grove_id: str, scope, receive, send) -> None:
+        presented = _bearer(scope)
+        if presented is not None and _plain_enough(scope):
+            try:
+                query = dict(part.split("=", 1) if "=" in part else (part, "")
+                             for part in scope.get("query_string", b"").decode("latin-1").split("&") if part)
+                wait = rules.changes_wait(query.get("wait"))
+                grove = await sync_to_async(released(_authenticated), thread_sensitive=False)(presented, grove_id)
+            except ForestError:
+                grove = None
+            if grove is not None:
+                LEAN.labels("changes", "served").inc()
+                return await _send_json(send, 200, await changes_answer(grove, wait, thread_sensitive=False))
+        LEAN.labels("changes", "django").inc()
+        return await self.app(scope, receive, send)
+
+
+def _authenticated(presented: str, grove_id: str):
+    """The credential's Grove when it is the one in the URL; None lets Django give the refusal."""
+    credential = grove_services.grove_authenticate(presented=presented)
+    return credential.grove if credential.grove_id == uuid.UUID(grove_id) else None

@@ -1,0 +1,264 @@
+"""The lean ASGI routes (apps/dispatch/api/lean.py) in front of Django, through the real ASGI application
+(``forest_host.asgi.application``) over httpx's ASGI transport, on real PostgreSQL (and real Redis for the
+long-poll's wake-ups). Transactional tests: the lean route writes on its own async pool, so the rows must
+be committed for it to see them."""
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+
+import httpx
+import pytest
+from django.utils import timezone
+
+from apps.core.db import async_pool_close
+from apps.dispatch.api import lean
+from apps.groves import rules
+from apps.groves import services as grove_services
+from apps.groves.models import CapacityReport, Grove, PlacementUnit
+from forest_host.asgi import application
+from tests.factories import heartbeat_body
+
+V1 = "/api/forest/v1"
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(scope="module")
+def loop():
+    """One event loop for the module: the lean route keeps one async pool per loop, closed at the end."""
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.run_until_complete(async_pool_close())
+    loop.close()
+
+
+@pytest.fixture(autouse=True)
+def _runner(loop, monkeypatch):
+    monkeypatch.setattr(asyncio, "run", loop.run_until_complete)
+
+
+def served(route: str, outcome: str) -> float:
+    return lean.LEAN.labels(route, outcome)._value.get()
+
+
+def post(path: str, *, credential: str | None, body=None, content: bytes | None = None,
+         content_type: str = "application/json", host: str = "testserver") -> httpx.Response:
+    async def go():
+        headers = {"Host": host, "Content-Type": content_type}
+        if credential is not None:
+            headers["Authorization"] = f"Bearer {credential}"
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+            data = content if content is not None else json.dumps(body).encode()
+            return await client.post(path, content=data, headers=headers)
+
+    return asyncio.run(go())
+
+
+def get(path: str, *, credential: str | None) -> httpx.Response:
+    async def go():
+        headers = {"Authorization": f"Bearer {credential}"} if credential else {}
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application),
+                                     base_url="http://testserver") as client:
+            return await client.get(path, headers=headers)
+
+    return asyncio.run(go())
+
+
+def test_an_unchanged_heartbeat_is_answered_by_the_lean_route(fresh_grove):
+    grove, credential = fresh_grove(gpus=1)
+    before = served("heartbeat", "served")
+    response = post(f"{V1}/groves/{grove.id}/heartbeat", credential=credential,
+                    body=heartbeat_body(gpus=1, log_tail=["lean"]))
+    assert response.status_code == 200, response.text
+    assert set(response.json()) == {"server_time", "stale_after_s"}
+    assert response.json()["server_time"].endswith("Z")
+    assert response.headers["x-frame-options"] == "DENY"
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert served("heartbeat", "served") == before + 1
+    grove.refresh_from_db()
+    assert grove.log_tail == ["lean"] and not grove.stale
+
+
+def test_a_free_count_change_is_one_small_write_without_history(fresh_grove):
+    grove, credential = fresh_grove(gpus=2)
+    reports = CapacityReport.objects.filter(grove=grove).count()
+    busy = heartbeat_body(gpus=2)
+    unit = busy["capacity"]["placement_units"][0]
+    unit["cpu_milli"]["free"] -= 1000
+    unit["accelerators"][1]["free"] = 0
+    before = served("heartbeat", "served")
+    stamped = Grove.objects.get(pk=grove.pk).updated_at
+    response = post(f"{V1}/groves/{grove.id}/heartbeat", credential=credential, body=busy)
+    assert response.status_code == 200
+    assert served("heartbeat", "served") == before + 1
+    row = PlacementUnit.objects.get(grove=grove)
+    assert row.cpu_milli_free == unit["cpu_milli"]["free"]
+    assert row.accelerators == unit["accelerators"]
+    grove.refresh_from_db()
+    assert grove.capacity["placement_units"][0]["cpu_milli"]["free"] == unit["cpu_milli"]["free"]
+    assert grove.free_digest == rules.capacity_digests(grove.capacity, grove.change_kinds, grove.isolation_modes)[1]
+    assert grove.updated_at > stamped  # the placement snapshot reloads this Grove's units
+    assert CapacityReport.objects.filter(grove=grove).count() == reports
+
+
+def test_a_changed_shape_goes_to_django_and_rewrites_inventory(fresh_grove):
+    grove, credential = fresh_grove(gpus=1)
+    reports = CapacityReport.objects.filter(grove=grove).count()
+    before = served("heartbeat", "django")
+    response = post(f"{V1}/groves/{grove.id}/heartbeat", credential=credential, body=heartbeat_body(gpus=3))
+    assert response.status_code == 200 and set(response.json()) == {"server_time", "stale_after_s"}
+    assert served("heartbeat", "django") == before + 1
+    assert grove.accelerators.count() == 3
+    assert CapacityReport.objects.filter(grove=grove).count() == reports + 1
+
+
+@pytest.mark.parametrize(("case", "status", "code"), [
+    ("unknown", 401, "credential_unknown"),
+    ("other", 403, "grove_mismatch"),
+    ("malformed", 400, "malformed_json"),
+    ("nan", 400, "malformed_json"),
+    ("invalid", 400, "invalid_type"),
+    ("missing", 401, "not_authenticated"),
+])
+def test_every_refusal_is_djangos(fresh_grove, case, status, code):
+    grove, credential = fresh_grove()
+    other = fresh_grove(name="other")[1]
+    body, content = heartbeat_body(), None
+    if case == "unknown":
+        credential = "fgc_deadbeef.nope"
+    elif case == "other":
+        credential = other
+    elif case == "malformed":
+        content = b"{"
+    elif case == "nan":
+        content = json.dumps(heartbeat_body()).replace('"forest-agent 0.1.0"', "NaN").encode()
+    elif case == "invalid":
+        body["capacity"] = []
+    elif case == "missing":
+        credential = None
+    response = post(f"{V1}/groves/{grove.id}/heartbeat", credential=credential, body=body, content=content)
+    assert response.status_code == status, response.text
+    assert response.json()["code"] == code
+
+
+def test_an_oversized_body_and_an_unknown_host_are_djangos(fresh_grove, settings):
+    grove, credential = fresh_grove()
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    response = post(f"{V1}/groves/{grove.id}/heartbeat", credential=credential,
+                    body=heartbeat_body(log_tail=["x" * 3000] * 10))
+    assert response.status_code == 413 and response.json()["code"] == "payload_too_large"
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
+    response = post(f"{V1}/groves/{grove.id}/heartbeat", credential=credential, body=heartbeat_body(),
+                    host="evil.example")
+    assert response.status_code == 400  # Django's DisallowedHost
+
+
+def test_the_lean_routes_can_be_turned_off(fresh_grove, settings):
+    settings.FOREST_LEAN_WIRE = False
+    grove, credential = fresh_grove()
+    before = served("heartbeat", "served"), served("heartbeat", "django")
+    response = post(f"{V1}/groves/{grove.id}/heartbeat", credential=credential, body=heartbeat_body())
+    assert response.status_code == 200
+    assert (served("heartbeat", "served"), served("heartbeat", "django")) == before
+
+
+def test_changes_is_served_lean_and_refusals_by_django(fresh_grove):
+    grove, credential = fresh_grove()
+    before = served("changes", "served")
+    response = get(f"{V1}/groves/{grove.id}/changes?wait=0", credential=credential)
+    assert response.status_code == 200 and response.json() == {"jobs": [], "workloads": [], "cancel": []}
+    assert served("changes", "served") == before + 1
+    assert get(f"{V1}/groves/{grove.id}/changes?wait=31", credential=credential).json()["code"] == "invalid_wait"
+    other = fresh_grove(name="other")[1]
+    assert get(f"{V1}/groves/{grove.id}/changes?wait=0", credential=other).json()["code"] == "grove_mismatch"
+    assert get(f"{V1}/groves/{grove.id}/changes?wait=0", credential=None).status_code == 401
+
+
+def test_liveness_writes_are_hot_and_keep_updated_at_within_the_touch_window(fresh_grove):
+    """A liveness-only heartbeat touches no indexed column (HOT) and leaves ``updated_at`` alone while it is
+    within the touch window of the last stamp; past the window, moving backwards, or with any other
+    column changed, the row is stamped so placement's snapshot reloads it."""
+    from django.db import connection
+
+    grove, credential = fresh_grove()
+    url = f"{V1}/groves/{grove.id}/heartbeat"
+
+    def counters():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_force_next_flush()")
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'groves_grove'")
+            return cursor.fetchone()
+
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM groves_grove")
+    stamped = Grove.objects.get(pk=grove.pk).updated_at
+    upd, hot = counters()
+    for _ in range(5):  # the statement the lean route runs, here on this test's connection to read its stats
+        assert grove_services.grove_heartbeat_unchanged(grove_id=grove.pk, presented=credential, body=heartbeat_body())
+    upd2, hot2 = counters()
+    assert upd2 - upd == 5 and hot2 - hot == 5
+    assert post(url, credential=credential, body=heartbeat_body()).status_code == 200
+    assert Grove.objects.get(pk=grove.pk).updated_at == stamped
+
+    # Past the window: the stamp moves, carrying the new heartbeat time. (Moving the heartbeat back a
+    # minute is itself stamped, with that heartbeat time, so the next beat is past the window.)
+    Grove.objects.filter(pk=grove.pk).update(last_heartbeat_at=timezone.now() - timedelta(minutes=1))
+    stamped = Grove.objects.get(pk=grove.pk).updated_at
+    assert post(url, credential=credential, body=heartbeat_body()).status_code == 200
+    row = Grove.objects.get(pk=grove.pk)
+    assert row.updated_at > stamped and row.liveness_stamped_at == row.last_heartbeat_at
+
+    # A heartbeat moved backwards (an operator, a test) and any other column are stamped too.
+    for change in ({"last_heartbeat_at": timezone.now() - timedelta(minutes=5)}, {"enabled": False}):
+        before = Grove.objects.get(pk=grove.pk).updated_at
+        Grove.objects.filter(pk=grove.pk).update(**change)
+        assert Grove.objects.get(pk=grove.pk).updated_at > before
+
+
+def test_the_trigger_names_every_grove_column():
+    """The touch trigger keeps ``updated_at`` only when nothing outside liveness changed; a new Grove column
+    must be added to its comparison (migration) or to liveness here, or the snapshot would miss its writes."""
+    from importlib import import_module
+
+    trigger = import_module("apps.groves.migrations.0003_grove_hot_liveness").TRIGGER
+    liveness = {"last_heartbeat_at", "stale_since", "log_tail", "updated_at", "liveness_stamped_at",
+                "capacity"}  # capacity only changes with its digests, which are compared
+    for field in Grove._meta.concrete_fields:
+        if field.column not in liveness:
+            assert f"NEW.{field.column}" in trigger and f"OLD.{field.column}" in trigger, field.column
+
+
+def test_waiting_long_polls_hold_no_database_connection(fresh_grove):
+    """40 Groves waiting in ``changes`` at once: the database sees only the pools' few connections (each
+    read gives its connection back before the wait), not one per waiting Grove."""
+    import psycopg
+    from django.db import connection
+
+    groves = [fresh_grove(name=f"g{i}") for i in range(40)]
+    name = connection.settings_dict["NAME"]
+    connection.close()
+    seen = {}
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application),
+                                     base_url="http://testserver", timeout=30) as client:
+            async def poll(grove, credential):
+                return await client.get(f"{V1}/groves/{grove.id}/changes?wait=3",
+                                        headers={"Authorization": f"Bearer {credential}"})
+
+            async def sample():
+                await asyncio.sleep(1.5)  # every poll is in its wait by now
+                async with await psycopg.AsyncConnection.connect(dbname="postgres", host="127.0.0.1",
+                                                                 user="postgres", autocommit=True) as admin:
+                    cursor = await admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [name])
+                    seen["sessions"] = (await cursor.fetchone())[0]
+
+            answers = await asyncio.gather(*(poll(g, c) for g, c in groves), sample())
+            return answers[:-1]
+
+    answers = asyncio.run(go())
+    assert [a.status_code for a in answers] == [200] * 40
+    assert seen["sessions"] < 20, seen
