@@ -326,8 +326,14 @@ def test_deployment_rolls_out_and_reports_success(harness: Harness, kubelet: Kub
     kubelet.running(pod)
     report = harness.host.terminal_report(job["job_id"])
     assert report["state"] == "succeeded"
-    deployment = fake.get("Deployment", "forest", "web")
-    assert deployment["metadata"]["annotations"][names.ANNOTATION_REPORTED] == f"{job['job_id']} succeeded"
+    # The controller marks the object after Host has taken the report: wait for that write, not a moment.
+    reported = harness.host.wait_for(
+        lambda: (fake.get("Deployment", "forest", "web")["metadata"].get("annotations") or {}).get(
+            names.ANNOTATION_REPORTED
+        ),
+        what="the Deployment marked reported",
+    )
+    assert reported == f"{job['job_id']} succeeded"
 
 
 def test_bad_payloads_are_refused_without_applying(harness: Harness, fake: FakeKube) -> None:
