@@ -25,6 +25,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from django.conf import settings
@@ -140,7 +141,7 @@ def _apply_summary(result: EngineResult) -> str:
     return "apply finished"
 
 
-def _infra_run(
+def infra_run(
     *,
     environment: str,
     action: str,
@@ -228,43 +229,7 @@ def _infra_run(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def infra_plan(
-    *,
-    environment: str,
-    dry_run: bool = False,
-    engine_preference: str | None = None,
-    infra_root: Path | None = None,
-    hostname_file: Path | None = None,
-    progress: Progress = _silent,
-) -> InfraRunResult:
-    """``manage.py infra plan ENV``: preflight, init, plan, and report what an apply would be allowed."""
-    return _infra_run(
-        environment=environment,
-        action=ACTION_PLAN,
-        dry_run=dry_run,
-        engine_preference=engine_preference,
-        infra_root=infra_root,
-        hostname_file=hostname_file,
-        progress=progress,
-    )
-
-
-def infra_apply(
-    *,
-    environment: str,
-    dry_run: bool = False,
-    engine_preference: str | None = None,
-    infra_root: Path | None = None,
-    hostname_file: Path | None = None,
-    progress: Progress = _silent,
-) -> InfraRunResult:
-    """``manage.py infra apply ENV``: everything plan does, then the size check, then apply the saved plan."""
-    return _infra_run(
-        environment=environment,
-        action=ACTION_APPLY,
-        dry_run=dry_run,
-        engine_preference=engine_preference,
-        infra_root=infra_root,
-        hostname_file=hostname_file,
-        progress=progress,
-    )
+# ``manage.py infra plan ENV``: preflight, init, plan, and report what an apply would be allowed.
+infra_plan = partial(infra_run, action=ACTION_PLAN)
+# ``manage.py infra apply ENV``: everything plan does, then the size check, then apply the saved plan.
+infra_apply = partial(infra_run, action=ACTION_APPLY)
