@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -345,27 +346,39 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+ExitRule = tuple[type[BaseException], Callable[[Any], int]]
+# How each failure ends a command (checked in order; a program may put its own rules first).
+EXIT_RULES: tuple[ExitRule, ...] = (
+    (ConfigError, lambda exc: EXIT_CONFIG),
+    (AgentError, lambda exc: EXIT_REFUSED),
+    (WireError, lambda exc: EXIT_UNREACHABLE if exc.retryable else EXIT_REFUSED),
+)
+
+
+def run_command(program: str, build: Callable[[], argparse.ArgumentParser], argv: list[str] | None,
+                commands: dict[str, Callable[[argparse.Namespace, LogRing], int]],
+                exit_rules: tuple[ExitRule, ...] = ()) -> int:
+    """Parse, set up logging through the redacting ring, run the chosen command, and turn a known failure
+    into one redacted line and its exit code (the shared ``main`` of forest-agent and forest-controller)."""
+    args = build().parse_args(argv)
     ring = LogRing(500, Redactor())
     install_logging(ring, verbose=args.verbose)
     try:
-        if args.command == "enroll":
-            return cmd_enroll(args, ring.redactor)
-        if args.command == "run":
-            return cmd_run(args, ring)
-        if args.command == "status":
-            return cmd_status(args)
-        return cmd_inventory(args)
-    except ConfigError as exc:
-        print(f"forest-agent: error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except AgentError as exc:
-        print(f"forest-agent: error: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except WireError as exc:
-        print(f"forest-agent: error: {ring.redactor.redact(str(exc))}", file=sys.stderr)
-        return EXIT_UNREACHABLE if exc.retryable else EXIT_REFUSED
+        return commands[args.command](args, ring)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        for kind, exit_code in (*exit_rules, *EXIT_RULES):
+            if isinstance(exc, kind):
+                print(f"{program}: error: {ring.redactor.redact(str(exc))}", file=sys.stderr)
+                return exit_code(exc)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command("forest-agent", build_parser, argv, {
+        "enroll": lambda args, ring: cmd_enroll(args, ring.redactor),
+        "run": cmd_run,
+        "status": lambda args, ring: cmd_status(args),
+        "inventory": lambda args, ring: cmd_inventory(args),
+    })

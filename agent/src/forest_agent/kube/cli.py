@@ -17,18 +17,18 @@ from typing import Any
 
 import yaml
 
-from forest_agent.errors import AgentError, ConfigError
+from forest_agent.cli import EXIT_REFUSED, EXIT_UNREACHABLE, run_command
+from forest_agent.errors import ConfigError
 from forest_agent.kube import inventory
 from forest_agent.kube.cluster import Cluster, ClusterError, api_client_from
 from forest_agent.kube.controller import VERSION, Controller, ControllerConfig
 from forest_agent.kube.render import RenderConfig, render
 from forest_agent.kube.spec import parse_job
 from forest_agent.kube.validate import KUBERNETES_VERSION, validate_all
-from forest_agent.logring import LogRing, Redactor, install_logging
+from forest_agent.logring import LogRing, Redactor
 from forest_agent.state import Identity, StateDir
-from forest_agent.wire.client import WireClient, WireError, api_base_url
+from forest_agent.wire.client import WireClient, api_base_url
 
-EXIT_CONFIG, EXIT_REFUSED, EXIT_UNREACHABLE = 2, 3, 4
 STATE_DIR_ENV = "FOREST_CONTROLLER_STATE_DIR"
 TOKEN_ENV = "FOREST_CONTROLLER_ENROLL_TOKEN"
 
@@ -320,29 +320,9 @@ def cmd_inventory(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    ring = LogRing(500, Redactor())
-    install_logging(ring, verbose=args.verbose)
-    try:
-        if args.command == "enroll":
-            return cmd_enroll(args, ring.redactor)
-        if args.command == "run":
-            return cmd_run(args, ring)
-        if args.command == "render":
-            return cmd_render(args)
-        return cmd_inventory(args)
-    except ConfigError as exc:
-        print(f"forest-controller: error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except ClusterError as exc:
-        print(f"forest-controller: error: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE if exc.retryable else EXIT_REFUSED
-    except AgentError as exc:
-        print(f"forest-controller: error: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except WireError as exc:
-        print(f"forest-controller: error: {ring.redactor.redact(str(exc))}", file=sys.stderr)
-        return EXIT_UNREACHABLE if exc.retryable else EXIT_REFUSED
-    except KeyboardInterrupt:
-        return 130
+    return run_command("forest-controller", build_parser, argv, {
+        "enroll": lambda args, ring: cmd_enroll(args, ring.redactor),
+        "run": cmd_run,
+        "render": lambda args, ring: cmd_render(args),
+        "inventory": lambda args, ring: cmd_inventory(args),
+    }, exit_rules=((ClusterError, lambda exc: EXIT_UNREACHABLE if exc.retryable else EXIT_REFUSED),))
