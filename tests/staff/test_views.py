@@ -4,31 +4,12 @@ from __future__ import annotations
 import pytest
 
 from apps.accounts.roles import VIEWER
-from apps.flags.services import flag_override_set
 from apps.pipelines.rules import node_requirement
 from apps.placement.services import place_execution
 from tests.factories import UserFactory, grant
+from tests.staff.conftest import FLAG
 
 pytestmark = pytest.mark.django_db
-FLAG = "host.staff.execution_observability"
-
-
-@pytest.fixture
-def staff_browser(client, staff_user):
-    client.force_login(staff_user)
-    return client
-
-
-@pytest.fixture
-def observability_on():
-    flag_override_set(name=FLAG, enabled=True, reason="test")
-
-
-@pytest.fixture
-def estate(fresh_grove):
-    k8s, _ = fresh_grove(name="k8s-compute", substrate="kubernetes", roles=("compute",), change_kinds=["k8s.job"])
-    gpu, _ = fresh_grove(name="gpu-box", roles=("compute",), gpus=2)
-    return k8s, gpu
 
 
 def _place(subject_id: str, target: str | None = None):

@@ -31,7 +31,7 @@ EXIT_CONFIG, EXIT_REFUSED, EXIT_UNREACHABLE = 2, 3, 4
 TOKEN_ENV = "FOREST_AGENT_ENROLL_TOKEN"
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -41,10 +41,36 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     if not text.isdigit() or int(text) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a whole number greater than 0")
     return int(text)
+
+
+def add_wire_timing(timing: argparse._ArgumentGroup) -> None:
+    """The wire client's timing options, the same for every executor (forest-agent, forest-controller)."""
+    timing.add_argument(
+        "--heartbeat-interval",
+        type=positive_float,
+        default=15.0,
+        metavar="SECONDS",
+        help="seconds between heartbeats (default 15; shortened if Host asks)",
+    )
+    timing.add_argument(
+        "--poll-wait",
+        type=int,
+        default=20,
+        choices=range(0, 31),
+        metavar="SECONDS",
+        help="long-poll wait, 0..30 (default 20)",
+    )
+    timing.add_argument(
+        "--backoff-max",
+        type=positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="longest wait between retries while Host is unreachable (default 60)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,19 +137,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bundles.add_argument(
         "--max-bundle-bytes",
-        type=_positive_int,
+        type=positive_int,
         default=1024**3,
         help="largest bundle download accepted (default 1 GiB)",
     )
     bundles.add_argument(
         "--max-extract-bytes",
-        type=_positive_int,
+        type=positive_int,
         default=4 * 1024**3,
         help="largest total extracted size (default 4 GiB)",
     )
     bundles.add_argument(
         "--max-bundle-files",
-        type=_positive_int,
+        type=positive_int,
         default=100_000,
         help="most entries in one bundle (default 100000)",
     )
@@ -137,34 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
     ingress.add_argument("--nginx-config", type=Path, help="nginx main config passed as -c")
     ingress.add_argument("--nginx-prefix", type=Path, help="nginx prefix passed as -p")
     timing = run.add_argument_group("timing")
-    timing.add_argument(
-        "--heartbeat-interval",
-        type=_positive_float,
-        default=15.0,
-        metavar="SECONDS",
-        help="seconds between heartbeats (default 15; shortened if Host asks)",
-    )
-    timing.add_argument(
-        "--poll-wait",
-        type=int,
-        default=20,
-        choices=range(0, 31),
-        metavar="SECONDS",
-        help="long-poll wait, 0..30 (default 20)",
-    )
+    add_wire_timing(timing)
     timing.add_argument(
         "--kill-grace",
-        type=_positive_float,
+        type=positive_float,
         default=10.0,
         metavar="SECONDS",
         help="SIGTERM-to-SIGKILL grace for cancelled/timed-out jobs and stopped workloads",
-    )
-    timing.add_argument(
-        "--backoff-max",
-        type=_positive_float,
-        default=60.0,
-        metavar="SECONDS",
-        help="longest wait between retries while Host is unreachable (default 60)",
     )
 
     status = sub.add_parser("status", parents=[common], help="identity, Host reachability, jobs, generations")

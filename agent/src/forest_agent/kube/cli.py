@@ -17,7 +17,14 @@ from typing import Any
 
 import yaml
 
-from forest_agent.cli import EXIT_REFUSED, EXIT_UNREACHABLE, run_command
+from forest_agent.cli import (
+    EXIT_REFUSED,
+    EXIT_UNREACHABLE,
+    add_wire_timing,
+    positive_float,
+    positive_int,
+    run_command,
+)
 from forest_agent.errors import ConfigError
 from forest_agent.kube import inventory
 from forest_agent.kube.cluster import Cluster, ClusterError, api_client_from
@@ -40,17 +47,6 @@ def default_state_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".local" / "state") / "forest-controller"
 
 
-def _positive(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
-        return value
-
-    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,25 +120,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="taint key GPU pods tolerate (repeatable; default nvidia.com/gpu)",
     )
     timing = run.add_argument_group("timing")
-    timing.add_argument("--heartbeat-interval", type=_positive(float), default=15.0, metavar="SECONDS")
-    timing.add_argument(
-        "--poll-wait",
-        type=int,
-        default=20,
-        choices=range(0, 31),
-        metavar="SECONDS",
-        help="long-poll wait, 0..30 (default 20)",
-    )
+    add_wire_timing(timing)
     timing.add_argument(
         "--watch-timeout",
-        type=_positive(int),
+        type=positive_int,
         default=60,
         metavar="SECONDS",
         help="server-side timeout of each watch (the client waits 10 s longer)",
     )
     timing.add_argument(
         "--resync",
-        type=_positive(float),
+        type=positive_float,
         default=30.0,
         metavar="SECONDS",
         help="reconcile every tracked job this often, whatever the watches said",
@@ -156,11 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     timing.add_argument(
         "--workers",
-        type=_positive(int),
+        type=positive_int,
         default=4,
         help="jobs reconciled in parallel (one worker per job at a time; default 4)",
     )
-    timing.add_argument("--backoff-max", type=_positive(float), default=60.0, metavar="SECONDS")
 
     rend = sub.add_parser(
         "render",
