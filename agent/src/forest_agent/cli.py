@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,17 @@ def positive_int(text: str) -> int:
     if not text.isdigit() or int(text) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a whole number greater than 0")
     return int(text)
+
+
+def stop_on_signals(stop_event: threading.Event) -> None:
+    """SIGTERM or Ctrl-C asks the executor to stop cleanly; a second one kills at once."""
+
+    def _stop(signum: int, _frame: Any) -> None:
+        signal.signal(signum, signal.SIG_DFL)
+        stop_event.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
 
 
 def add_wire_timing(timing: argparse._ArgumentGroup) -> None:
@@ -268,13 +280,7 @@ def cmd_run(args: argparse.Namespace, ring: LogRing) -> int:
         identity = state.load_identity()
         ring.redactor.add([identity.credential])
         agent = Agent(config=config, state=state, identity=identity, ring=ring, keys=keys)
-
-        def _stop(signum: int, _frame: Any) -> None:
-            signal.signal(signum, signal.SIG_DFL)  # a second Ctrl-C kills at once
-            agent.stop_event.set()
-
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
+        stop_on_signals(agent.stop_event)
         return agent.run()
     finally:
         state.release_lock()

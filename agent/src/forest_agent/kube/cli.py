@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from forest_agent.cli import (
     positive_float,
     positive_int,
     run_command,
+    stop_on_signals,
 )
 from forest_agent.errors import ConfigError
 from forest_agent.kube import inventory
@@ -255,13 +255,7 @@ def cmd_run(args: argparse.Namespace, ring: LogRing) -> int:
         controller = Controller(
             wire=wire, cluster=_cluster(args), grove_id=identity.grove_id, config=config, ring=ring
         )
-
-        def _stop(signum: int, _frame: Any) -> None:
-            signal.signal(signum, signal.SIG_DFL)
-            controller.stop_event.set()
-
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
+        stop_on_signals(controller.stop_event)
         return controller.run()
     finally:
         state.release_lock()
