@@ -1,9 +1,8 @@
-"""The running agent: heartbeat and poll loops around the job and workload managers.
+"""The running agent: Host's heartbeat and poll loops (``wire.loops.HostLoops``) around the job and
+workload managers.
 
-Both loops back off with jitter when Host is down and never spin: a poll that comes back early is
-padded to a minimum interval. A permanent refusal from Host (revoked credential, wrong Grove) stops
-the agent with a clear message instead of retrying forever. Jobs keep running across an agent
-restart (the journal re-attaches them); workloads are stopped gracefully and restored on start.
+Jobs keep running across an agent restart (the journal re-attaches them); workloads are stopped
+gracefully and restored on start.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from forest_agent import __version__
-from forest_agent.backoff import Backoff
 from forest_agent.inventory import AcceleratorItem, capacity_report, collect_accelerators
 from forest_agent.logring import LogRing
 from forest_agent.native.bundles import BundleInstaller, BundleLimits
@@ -32,14 +30,12 @@ from forest_agent.native.supervisor import SupervisorTiming
 from forest_agent.native.workloads import WorkloadManager, WorkloadSettings
 from forest_agent.oskit import Clock, CommandRunner, machine_platform
 from forest_agent.state import Identity, StateDir
-from forest_agent.wire.client import WireClient, WireError
-from forest_agent.wire.messages import MessageInvalid, parse_changes
+from forest_agent.wire.client import WireClient
+from forest_agent.wire.loops import HostLoops
+from forest_agent.wire.messages import Changes
 
 log = logging.getLogger(__name__)
 
-# Host answers these when the credential itself is wrong; retrying cannot help.
-_FATAL_STATUSES = (401, 403, 404)
-_MIN_POLL_INTERVAL_S = 1.0
 _INVENTORY_REFRESH_S = 300.0
 _HEARTBEAT_LOG_LINES = 50
 
@@ -75,7 +71,9 @@ def change_kinds(config: AgentConfig) -> list[str]:
     return kinds
 
 
-class Agent:
+class Agent(HostLoops):
+    runner_name = "agent"
+
     def __init__(
         self,
         *,
@@ -174,71 +172,17 @@ class Agent:
             }
         )
 
-    # -- loops ---------------------------------------------------------------------------------
-    def _fatal_check(self, exc: WireError) -> bool:
-        if not exc.retryable and exc.status in _FATAL_STATUSES:
-            self.fatal = f"Host refused this agent's credential ({exc.code}: {exc.detail}); re-enroll it"
-            self.stop_event.set()
-            return True
-        return False
+    # -- loops (HostLoops) ------------------------------------------------------------------------
+    def after_heartbeat(self) -> None:
+        self._write_status_quietly()
 
-    def _heartbeat_loop(self) -> None:
-        backoff = Backoff(self.config.backoff_initial_s, self.config.backoff_max_s)
-        while not self.stop_event.is_set():
-            try:
-                answer = self.wire.heartbeat(self.heartbeat_body())
-            except WireError as exc:
-                if self._fatal_check(exc):
-                    return
-                delay = backoff.next_delay()
-                self.last_error = exc.code
-                log.warning("heartbeat failed (%s); next try in %.1fs", exc.code, delay)
-            else:
-                if backoff.failures:
-                    log.info("heartbeat delivered again after %d failures", backoff.failures)
-                backoff.reset()
-                self.last_heartbeat_at = time.time()
-                self.last_error = None
-                delay = self.config.heartbeat_interval_s
-                stale = answer.get("stale_after_s")
-                if isinstance(stale, int | float) and stale > 0:
-                    # Three beats per staleness window: one lost beat never makes the Grove look stale.
-                    delay = min(delay, max(1.0, stale / 3))
-            self._write_status_quietly()
-            self.stop_event.wait(delay)
-
-    def _poll_loop(self) -> None:
-        backoff = Backoff(self.config.backoff_initial_s, self.config.backoff_max_s)
-        while not self.stop_event.is_set():
-            started = time.monotonic()
-            try:
-                changes = parse_changes(self.wire.changes(wait_s=self.config.poll_wait_s))
-            except WireError as exc:
-                if self._fatal_check(exc):
-                    return
-                delay = backoff.next_delay()
-                log.warning("poll failed (%s); next try in %.1fs", exc.code, delay)
-                self.stop_event.wait(delay)
-                continue
-            except MessageInvalid as exc:
-                delay = backoff.next_delay()
-                log.error(
-                    "Host sent an unreadable changes answer (%s); next try in %.1fs", exc.message, delay
-                )
-                self.stop_event.wait(delay)
-                continue
-            backoff.reset()
-            if self.stop_event.is_set():
-                return
-            for job_id in changes.cancel:
-                self.jobs.cancel(job_id)
-            for job in changes.jobs:
-                self.jobs.submit(job)
-            for generation in changes.workloads:
-                self.workloads.apply(generation)
-            elapsed = time.monotonic() - started
-            if elapsed < _MIN_POLL_INTERVAL_S:
-                self.stop_event.wait(_MIN_POLL_INTERVAL_S - elapsed)
+    def apply_changes(self, changes: Changes) -> None:
+        for job_id in changes.cancel:
+            self.jobs.cancel(job_id)
+        for job in changes.jobs:
+            self.jobs.submit(job)
+        for generation in changes.workloads:
+            self.workloads.apply(generation)
 
     def _write_status_quietly(self) -> None:
         try:

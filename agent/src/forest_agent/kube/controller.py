@@ -35,13 +35,12 @@ from forest_agent.kube.spec import CHANGE_KINDS, DEPLOYMENT_KIND, parse_job
 from forest_agent.kube.validate import validate_all
 from forest_agent.logring import LogRing, Redactor
 from forest_agent.wire.client import WireClient, WireError
-from forest_agent.wire.messages import MessageInvalid, parse_changes
+from forest_agent.wire.loops import HostLoops
+from forest_agent.wire.messages import Changes, MessageInvalid
 
 log = logging.getLogger(__name__)
 
 VERSION = f"forest-controller {__version__}"
-_FATAL_STATUSES = (401, 403, 404)
-_MIN_POLL_INTERVAL_S = 1.0
 _HEARTBEAT_LOG_LINES = 50
 
 
@@ -82,7 +81,9 @@ def owner_selector(grove_id: str) -> str:
     return f"{names.MANAGED_BY}={names.CONTROLLER},{names.LABEL_GROVE}={grove_id}"
 
 
-class Controller:
+class Controller(HostLoops):
+    runner_name = "controller"
+
     def __init__(
         self,
         *,
@@ -442,14 +443,7 @@ class Controller:
         self.recovered.set()
         return count
 
-    # -- loops ---------------------------------------------------------------------------------
-    def _fatal_check(self, exc: WireError) -> bool:
-        if not exc.retryable and exc.status in _FATAL_STATUSES:
-            self.fatal = f"Host refused this controller's credential ({exc.code}: {exc.detail}); re-enroll it"
-            self.stop_event.set()
-            return True
-        return False
-
+    # -- loops (HostLoops) ------------------------------------------------------------------------
     def heartbeat_body(self) -> dict[str, Any]:
         try:
             nodes, _ = self.cluster.list("Node")
@@ -468,50 +462,14 @@ class Controller:
             "log_tail": self.ring.tail(_HEARTBEAT_LOG_LINES),
         }
 
-    def _heartbeat_loop(self) -> None:
-        backoff = Backoff(self.config.backoff_initial_s, self.config.backoff_max_s)
-        while not self.stop_event.is_set():
-            try:
-                answer = self.wire.heartbeat(self.heartbeat_body())
-            except WireError as exc:
-                if self._fatal_check(exc):
-                    return
-                delay = backoff.next_delay()
-                log.warning("heartbeat failed (%s); next try in %.1fs", exc.code, delay)
-            else:
-                backoff.reset()
-                delay = self.config.heartbeat_interval_s
-                stale = answer.get("stale_after_s")
-                if isinstance(stale, int | float) and stale > 0:
-                    delay = min(delay, max(1.0, stale / 3))
-            self.stop_event.wait(delay)
-
-    def _poll_loop(self) -> None:
-        backoff = Backoff(self.config.backoff_initial_s, self.config.backoff_max_s)
+    def before_polling(self) -> None:
         self.recovered.wait()
-        while not self.stop_event.is_set():
-            started = time.monotonic()
-            try:
-                changes = parse_changes(self.wire.changes(wait_s=self.config.poll_wait_s))
-            except WireError as exc:
-                if self._fatal_check(exc):
-                    return
-                delay = backoff.next_delay()
-                log.warning("poll failed (%s); next try in %.1fs", exc.code, delay)
-                self.stop_event.wait(delay)
-                continue
-            except MessageInvalid as exc:
-                log.error("Host sent an unreadable changes answer (%s)", exc.message)
-                self.stop_event.wait(backoff.next_delay())
-                continue
-            backoff.reset()
-            for job_id in changes.cancel:
-                self._guarded(self.cancel, job_id)
-            for raw in changes.jobs:
-                self._guarded(self.start_job, raw)
-            elapsed = time.monotonic() - started
-            if elapsed < _MIN_POLL_INTERVAL_S:
-                self.stop_event.wait(_MIN_POLL_INTERVAL_S - elapsed)
+
+    def apply_changes(self, changes: Changes) -> None:
+        for job_id in changes.cancel:
+            self._guarded(self.cancel, job_id)
+        for raw in changes.jobs:
+            self._guarded(self.start_job, raw)
 
     def _guarded(self, func: Any, arg: Any) -> None:
         try:
