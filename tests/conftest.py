@@ -15,9 +15,16 @@ pytest_plugins = ["tests.estate"]
 @pytest.fixture(scope="session", autouse=True)
 def _pools_closed_before_teardown(django_db_setup, django_db_blocker):
     """Host pools its PostgreSQL connections (apps/core/db.py): give them back before the test database
-    is dropped, or the drop finds the pool's idle connection still in it."""
+    is dropped, or the drop finds the pool's idle connection still in it. Connections opened by threads
+    the tests started (in-process workers, live servers) are not this thread's to close: they are ended
+    server-side, so the drop never fails on "being accessed by other users"."""
     yield
     with django_db_blocker.unblock():
+        default = connections["default"]
+        if default.vendor == "postgresql":
+            with default.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                               "WHERE datname = current_database() AND pid <> pg_backend_pid()")
         for conn in connections.all():
             conn.close()
             if getattr(conn, "pool", None) is not None:
