@@ -13,6 +13,7 @@ from datetime import date, datetime, timedelta
 
 from django.db import connection
 from django.db.models import Count, Prefetch, Q, QuerySet, Sum
+from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import TruncDay
 from django.utils import timezone
 
@@ -193,10 +194,16 @@ def team_usage(*, now: datetime | None = None) -> list[TeamUse]:
 
 # --- placements -----------------------------------------------------------------------------------
 
-def placement_rows() -> QuerySet[ExecutionPlacement]:
-    return ExecutionPlacement.objects.select_related("grove").only(
-        "id", "subject_type", "subject_id", "grove__slug", "grove_slug", "selected_platform", "decision",
-        "chooser", "enforced", "would_refuse", "team", "created_at").order_by("-created_at", "-id")
+def placement_rows(*, whole: bool = False) -> QuerySet[ExecutionPlacement]:
+    """Placements newest first. For the pages: the list's columns and, of the decision, only its
+    ``incompatibilities`` (the decision's candidate list and the requirement are the large JSON of a row,
+    one entry per Grove considered). ``whole``: every column, for the API, which returns whole rows."""
+    rows = ExecutionPlacement.objects.order_by("-created_at", "-id")
+    if whole:
+        return rows
+    return rows.only("id", "subject_type", "subject_id", "grove_id", "grove_slug", "selected_platform", "chooser",
+                     "enforced", "would_refuse", "team", "created_at").annotate(
+        incompatibilities=KeyTransform("incompatibilities", "decision"))
 
 
 def subjects_describe(placements) -> dict[int, dict]:
@@ -226,8 +233,8 @@ def placement_node(placement: ExecutionPlacement) -> PipelineNode | None:
             .filter(pk=int(placement.subject_id)).first())
 
 
-def refused_placements() -> QuerySet[ExecutionPlacement]:
-    return placement_rows().filter(REFUSED)
+def refused_placements(*, whole: bool = False) -> QuerySet[ExecutionPlacement]:
+    return placement_rows(whole=whole).filter(REFUSED)
 
 
 # --- runs -------------------------------------------------------------------------------------------

@@ -109,8 +109,8 @@ def test_placements_filter_by_every_field(staff_browser, observability_on, estat
     assert rows("enforced=false") == 2 and rows("enforced=true") == 0
     assert rows("chooser=explicit") == 1 and rows("chooser=selection") == 1
     assert rows(f"code={code}") == 1 and rows("code=no_such_code") == 0
-    # The pinned node was placed at run creation, which records no team (pipelines' pin passes none).
-    assert rows("team=ml") == 1 and rows("team=web") == 0
+    # The pinned node, placed at run creation, records the run's team like the unpinned one.
+    assert rows("team=ml") == 2 and rows("team=web") == 0
     assert rows("created_after=2000-01-01T00:00:00Z") == 2 and rows("created_before=2000-01-01T00:00:00Z") == 0
     bad = staff_browser.get("/staff/placements/?created_after=yesterday&chooser=psychic")
     assert bad.status_code == 400 and b"created_after" in bad.content and b"chooser" in bad.content
@@ -174,7 +174,9 @@ def test_refusal_report_counts_trend_and_csv(staff_browser, observability_on, di
                                                                           finished_at=shadow.created_at)
     page = staff_browser.get("/staff/refusals/").content.decode()
     assert '<strong id="refusal-total">2</strong>' in page
-    assert code in page and "gpu-box" in page and "(no team)" in page and "placement_refused" in page
+    assert code in page and "gpu-box" in page and "placement_refused" in page
+    by_team = page[page.index('id="by-team"'):].split("</table>")[0]
+    assert "<td>ml</td><td>1</td>" in by_team and "<td>web</td><td>1</td>" in by_team and "(no team)" not in by_team
     assert "<svg" in page and page.count('class="bar"') == 14  # one bar per day of the default window
     export = staff_browser.get("/staff/refusals/?_export=csv")
     rows = list(csv.reader(io.StringIO(b"".join(export.streaming_content).decode())))

@@ -82,7 +82,7 @@ class StaffPlacementListView(generics.ListAPIView):
 
     def get_queryset(self):
         refused = self.request.query_params.get("refused", "").lower() in {"true", "1", "yes"}
-        return selectors.refused_placements() if refused else selectors.placement_rows()
+        return selectors.refused_placements(whole=True) if refused else selectors.placement_rows(whole=True)
 
     def get_serializer(self, *args, **kwargs):
         if args:
