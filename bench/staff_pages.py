@@ -196,6 +196,13 @@ def main() -> None:
               f"({args.runs * 3} nodes) in {seconds:.1f}s")
     else:
         print(f"reusing the seeded database {DB_NAME}")
+    from apps.staff.services import refusal_rollup_update
+
+    # The seed wrote placements in bulk, past the placement service: build the refusal rollup from them as
+    # its beat task would on its first run.
+    started = time.perf_counter()
+    rollup = refusal_rollup_update(rebuild=fresh)
+    print(f"refusal rollup: {rollup.rows} rows over {len(rollup.days)} days in {time.perf_counter() - started:.1f}s")
     flag_override_set(name="host.staff.execution_observability", enabled=True, reason="bench")
     client = Client()
     # A superuser holds every role's permissions (the pages need viewer and up).

@@ -102,7 +102,7 @@ class StaffInventoryView(StaffAPIView):
                    responses={200: OpenApiTypes.OBJECT, **ERRORS})
     def get(self, request):
         groups = [{"api": g.api, "vendor": g.vendor, "model": g.model, "memory_bytes": g.memory_bytes,
-                   "memory_kind": g.memory_kind, "share_mode": g.share_mode, "groves": len(g.groves),
+                   "memory_kind": g.memory_kind, "share_mode": g.share_mode, "groves": g.groves,
                    "items": g.items, "allocatable": g.allocatable, "free": g.free}
                   for g in selectors.inventory_groups()]
         teams = [{"team": u.entitlement.team, "api": u.entitlement.api, "vendor": u.entitlement.vendor,

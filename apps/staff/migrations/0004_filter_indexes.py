@@ -1,0 +1,34 @@
+"""The indexes still missing behind the staff filters, and the one the refusal rollup finds changed days by.
+
+As in 0001 these serve staff read paths on other apps' tables, so they live here. Placements (a million
+rows at the quality bar): ``subject_id`` alone (the unique key leads with ``subject_type``), ``chooser``
+and ``enforced`` (each with the list's order), and ``updated_at`` (``services.refusal_rollup_update`` asks
+which days changed since its watermark). Nodes: the failed ones by ``finished_at`` with their reason, for
+the report's "refused at dispatch" counts over a window (an index-only scan of the window on PostgreSQL).
+"""
+from django.db import migrations
+
+INDEXES = [
+    ("placement_subject_id", "placement_executionplacement", "subject_id", ""),
+    ("placement_chooser_recent", "placement_executionplacement", "chooser, created_at DESC", ""),
+    ("placement_enforced_recent", "placement_executionplacement", "enforced, created_at DESC", ""),
+    ("placement_updated", "placement_executionplacement", "updated_at", ""),
+    ("pipeline_node_failed_finished", "pipelines_pipelinenode", "finished_at, reason", "status = 'failed'"),
+]
+
+
+def create(apps, schema_editor):
+    quote = schema_editor.quote_name
+    for name, table, columns, where in INDEXES:
+        condition = f" WHERE {where}" if where else ""
+        schema_editor.execute(f"CREATE INDEX IF NOT EXISTS {quote(name)} ON {quote(table)} ({columns}){condition}")
+
+
+def drop(apps, schema_editor):
+    for name, *_rest in INDEXES:
+        schema_editor.execute(f"DROP INDEX IF EXISTS {schema_editor.quote_name(name)}")
+
+
+class Migration(migrations.Migration):
+    dependencies = [("staff", "0003_refusal_rollup")]
+    operations = [migrations.RunPython(create, drop)]
