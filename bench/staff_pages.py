@@ -23,7 +23,9 @@ import os
 import statistics
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
+from unittest import mock
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,6 +186,7 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import connection
     from django.test import Client
+    from django.utils import timezone
 
     from apps.flags.services import flag_override_set
     from apps.pipelines.models import PipelineRun
@@ -203,6 +206,8 @@ def main() -> None:
     started = time.perf_counter()
     rollup = refusal_rollup_update(rebuild=fresh)
     print(f"refusal rollup: {rollup.rows} rows over {len(rollup.days)} days in {time.perf_counter() - started:.1f}s")
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE staff_refusalrollup")  # as autovacuum would after the first build
     flag_override_set(name="host.staff.execution_observability", enabled=True, reason="bench")
     client = Client()
     # A superuser holds every role's permissions (the pages need viewer and up).
@@ -234,11 +239,16 @@ def main() -> None:
         ("placements ?code=substrate_mismatch", "/staff/placements/?code=substrate_mismatch", "placement"),
         ("placements ?team=ml&enforced=false", "/staff/placements/?team=ml&enforced=false", "placement"),
         ("placements page 20 (htmx)", "/staff/placements/?page=20", "placement"),
+        ("placements ?chooser=fallback", "/staff/placements/?chooser=fallback", "placement"),
+        ("placements ?subject_id=", f"/staff/placements/?subject_id={placement.subject_id}", "placement"),
+        ("placements page 200 (deepest)", "/staff/placements/?page=200", "placement"),
         ("placement detail", f"/staff/placements/{placement.pk}/", "placement"),
         ("runs", "/staff/runs/", "run"),
         ("runs ?status=failed&kind=build", "/staff/runs/?status=failed&kind=build", "run"),
         ("run detail", f"/staff/runs/{run.id}/", "run"),
         ("would refuse (14 days)", "/staff/refusals/", "placement"),
+        ("would refuse (90 days)", f"/staff/refusals/?since={(timezone.now() - timedelta(days=89)).date()}",
+         "placement"),
         ("status", "/staff/status/", "grove"),
     ]
     floor_ms = {}
@@ -265,6 +275,19 @@ def main() -> None:
         if p95 >= BUDGET_MS:
             over.append(name)
         print(f"{name:38} {p50:8.1f} {p95:8.1f} {cpu:8.1f}   {floor:9.2f} {p95 / floor:8.0f}x  {verdict}")
+    # The report's counts from the rollup against the same counts aggregated from the placements (the
+    # rollup's purpose), in the same run.
+    from apps.staff import selectors
+
+    print()
+    for days in (14, 90):
+        until = timezone.now()
+        since = until - timedelta(days=days)
+        with_rollup = timed(lambda s=since, u=until: selectors.refusal_report(since=s, until=u), args.repeat)
+        with mock.patch.object(selectors, "rollup_covers", return_value=None):
+            raw = timed(lambda s=since, u=until: selectors.refusal_report(since=s, until=u), args.repeat)
+        print(f"report counts over {days} days: rollup p50/p95 {with_rollup[0]:.1f}/{with_rollup[1]:.1f} ms, "
+              f"from placements {raw[0]:.1f}/{raw[1]:.1f} ms ({raw[0] / with_rollup[0]:.1f}x)")
     print("\nfloors (bare SELECT ... LIMIT 50, p50/p95 ms): "
           + ", ".join(f"{name} {p50:.2f}/{p95:.2f}" for name, (p50, p95, _cpu) in floor_ms.items()))
     print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")

@@ -6,6 +6,8 @@ import csv
 import io
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from apps.accelerators.models import AcceleratorEntitlement
 from apps.pipelines.models import PipelineNode, PipelineRun
@@ -209,3 +211,28 @@ def test_status_page_lists_every_capability(staff_browser, observability_on):
     page = staff_browser.get("/staff/status/").content.decode()
     assert all(c.name.replace("'", "&#x27;") in page for c in CAPABILITIES)
     assert "needs hardware not present" in page and "gated by flag" in page
+
+
+def test_lists_read_no_whole_decision_and_csv_cells_are_plain(staff_browser, observability_on, dispatched_run):
+    dispatched_run()
+    with CaptureQueriesContext(connection) as queries:
+        page = staff_browser.get("/staff/placements/", HTTP_HX_REQUEST="true").content.decode()
+    assert "would refuse" in page and "<code>" in page  # the verdict's codes, from the decision's list alone
+    listing = [q["sql"] for q in queries.captured_queries if 'FROM "placement_executionplacement"' in q["sql"]]
+    assert listing and all('"placement_executionplacement"."decision",' not in sql
+                           and '"placement_executionplacement"."requirement"' not in sql for sql in listing)
+    export = staff_browser.get("/staff/placements/?_export=csv")
+    rows = list(csv.reader(io.StringIO(b"".join(export.streaming_content).decode())))
+    assert rows[0][2] == "Grove" and {row[2] for row in rows[1:]} == {"k8s-compute", "gpu-box"}
+    assert not any("<" in cell for row in rows for cell in row)
+
+
+@pytest.mark.parametrize("url", ["/staff/placements/", "/staff/runs/", "/staff/refusals/"])
+def test_pages_stop_at_the_offset_cap_with_a_pointer_to_the_filters(staff_browser, observability_on, dispatched_run,
+                                                                    url):
+    dispatched_run()
+    deepest = staff_browser.get(f"{url}?page=200&per_page=50")  # rows 9,951-10,000: still served
+    assert deepest.status_code == 200 and b'id="page-error"' not in deepest.content
+    past = staff_browser.get(f"{url}?page=201&per_page=50")
+    assert past.status_code == 400 and b'id="page-error"' in past.content and b"narrow the filters" in past.content
+    assert b"compute node" not in past.content

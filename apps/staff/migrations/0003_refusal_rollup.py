@@ -29,7 +29,6 @@ class Migration(migrations.Migration):
                 ('count', models.PositiveIntegerField()),
             ],
             options={
-                'indexes': [models.Index(fields=['code', 'day'], name='refusal_rollup_code_day')],
                 'constraints': [models.UniqueConstraint(fields=('day', 'code', 'grove_slug', 'team'), name='refusal_rollup_key')],
             },
         ),

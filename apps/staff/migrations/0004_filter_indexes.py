@@ -5,6 +5,7 @@ rows at the quality bar): ``subject_id`` alone (the unique key leads with ``subj
 and ``enforced`` (each with the list's order), and ``updated_at`` (``services.refusal_rollup_update`` asks
 which days changed since its watermark). Nodes: the failed ones by ``finished_at`` with their reason, for
 the report's "refused at dispatch" counts over a window (an index-only scan of the window on PostgreSQL).
+The rollup's own index, (code, day), covers the columns the report sums on PostgreSQL (index-only scans).
 """
 from django.db import migrations
 
@@ -14,14 +15,18 @@ INDEXES = [
     ("placement_enforced_recent", "placement_executionplacement", "enforced, created_at DESC", ""),
     ("placement_updated", "placement_executionplacement", "updated_at", ""),
     ("pipeline_node_failed_finished", "pipelines_pipelinenode", "finished_at, reason", "status = 'failed'"),
+    ("refusal_rollup_code_day", "staff_refusalrollup", "code, day", ""),
 ]
+COVERING = {"refusal_rollup_code_day": " INCLUDE (grove_slug, team, count)"}
 
 
 def create(apps, schema_editor):
     quote = schema_editor.quote_name
     for name, table, columns, where in INDEXES:
         condition = f" WHERE {where}" if where else ""
-        schema_editor.execute(f"CREATE INDEX IF NOT EXISTS {quote(name)} ON {quote(table)} ({columns}){condition}")
+        include = COVERING.get(name, "") if schema_editor.connection.vendor == "postgresql" else ""
+        schema_editor.execute(
+            f"CREATE INDEX IF NOT EXISTS {quote(name)} ON {quote(table)} ({columns}){include}{condition}")
 
 
 def drop(apps, schema_editor):
