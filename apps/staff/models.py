@@ -1,33 +1,49 @@
 """The daily rollup behind the "would have refused" report (see docs/decisions.md "Refusal rollup").
 
-One row per (UTC day, code, Grove, team): how many refused / would-refuse placements of that day, Grove and
-team carried that incompatibility code. The row with ``code = ""`` (``ALL_CODES``) counts the placements
-themselves, once each whatever their codes: the report's total and its counts by Grove, team and day read
-those rows, its counts by code the others. Derived data only: ``services.refusal_rollup_update`` rewrites
-whole days from the placement table, and the report reads raw rows for any part of a window the rollup
-does not cover yet.
+One table, a small data cube over refused / would-refuse placements per UTC day, in grains:
+
+- ``detail``: (day, code, Grove, team) → count. The row with ``code = ""`` (``ALL_CODES``) counts the
+  placements themselves, once each whatever their codes; the others count the placements carrying that
+  incompatibility code.
+- the margins the report sums, derived from the detail rows in the same run: ``day`` (placements per day:
+  the total and the trend), ``grove`` and ``team`` (placements per day and Grove, per day and team), and
+  ``code`` (per day and code). Columns a grain does not group by hold "". Summing a window then reads a
+  few rows per day and dimension instead of every (Grove, team) pair of every day.
+
+Derived data only: ``services.refusal_rollup_update`` rewrites whole days from the placement table, and
+the report reads raw rows for any part of a window the rollup does not cover yet.
 """
 from django.db import models
 
 ALL_CODES = ""
 
 
+class Grain(models.TextChoices):
+    DETAIL = "detail"
+    DAY = "day"
+    GROVE = "grove"
+    TEAM = "team"
+    CODE = "code"
+
+
 class RefusalRollup(models.Model):
+    grain = models.CharField(max_length=10, choices=Grain.choices)
     day = models.DateField()
     code = models.CharField(max_length=100, blank=True)
-    grove_slug = models.CharField(max_length=100)
+    grove_slug = models.CharField(max_length=100, blank=True)
     team = models.CharField(max_length=100, blank=True)
     count = models.PositiveIntegerField()
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["day", "code", "grove_slug", "team"], name="refusal_rollup_key"),
+            models.UniqueConstraint(fields=["grain", "day", "code", "grove_slug", "team"], name="refusal_rollup_key"),
         ]
-        # The report reads one kind of row (all-codes or per-code) over a range of days: the index on
-        # (code, day) is created by staff migration 0004 (covering on PostgreSQL, for index-only scans).
+        # The report reads one grain over a range of days: the index on (grain, day) is created by staff
+        # migration 0004 (covering on PostgreSQL, for index-only scans).
 
     def __str__(self) -> str:
-        return f"{self.day} {self.code or '(all)'} {self.grove_slug} {self.team or '(no team)'}: {self.count}"
+        return (f"{self.grain} {self.day} {self.code or '(all)'} {self.grove_slug or '-'} "
+                f"{self.team or '-'}: {self.count}")
 
 
 class RollupWatermark(models.Model):

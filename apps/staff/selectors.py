@@ -23,12 +23,13 @@ from django.utils import timezone
 from apps.accelerators import rules as accelerator_rules
 from apps.accelerators.choices import ClaimState
 from apps.accelerators.models import AcceleratorClaim, AcceleratorEntitlement, AcceleratorUsage
+from apps.dispatch.models import GroveJob
 from apps.dispatch.vocabulary import JobStatus
 from apps.groves.models import AcceleratorInventoryItem, CapacityReport, Grove, PlacementUnit
 from apps.pipelines.models import PipelineNode, PipelineRun
 from apps.pipelines.vocabulary import NodeStatus
 from apps.placement.models import ExecutionPlacement
-from apps.staff.models import ALL_CODES, RefusalRollup, RollupWatermark
+from apps.staff.models import Grain, RefusalRollup, RollupWatermark
 from apps.workloads.selectors import generations_latest_for_grove
 
 # Why a node failed at dispatch when placement or admission refused it (pipelines records exc.code).
@@ -39,6 +40,9 @@ NODE_REFUSAL_REASONS = (
     "accelerator_budget_exhausted", "accelerator_concurrency_exceeded", "accelerator_not_entitled",
 )
 LIVE_JOBS = (JobStatus.ASSIGNED, JobStatus.CLAIMED, JobStatus.RUNNING)
+# A Grove's page says "N placements" up to this many, then "N+" (an exact count of a busy Grove's history
+# would read every one of its rows for one figure).
+PLACEMENTS_COUNTED = 10_000
 # Refused or would-refuse. Its SQL is the predicate of the partial index in staff migration 0002 (keep
 # them in step: PostgreSQL uses that index only when the query implies its predicate).
 REFUSED = Q(would_refuse=True) | Q(decision__incompatibilities__0__isnull=False, enforced=True)
@@ -71,6 +75,10 @@ class GroveDetail:
     running_jobs: list
     placements_total: int
 
+    @property
+    def placements_capped(self) -> bool:
+        return self.placements_total >= PLACEMENTS_COUNTED
+
 
 def grove_detail(*, slug: str) -> GroveDetail | None:
     grove = Grove.objects.filter(slug=slug).first()
@@ -88,11 +96,20 @@ def grove_detail(*, slug: str) -> GroveDetail | None:
         units=units,
         devices=devices,
         generations=list(generations_latest_for_grove(grove)) if grove.substrate == "native" else [],
-        # The nodes whose current job runs here (a Grove job knows its node only by id, so read from the node).
-        running_jobs=list(PipelineNode.objects.filter(current_job__grove=grove, current_job__status__in=LIVE_JOBS)
-                          .select_related("run", "current_job").order_by("-current_job__created_at")[:50]),
-        placements_total=ExecutionPlacement.objects.filter(grove=grove).count(),
+        running_jobs=_running_here(grove),
+        placements_total=ExecutionPlacement.objects.filter(grove=grove).values("id")[:PLACEMENTS_COUNTED].count(),
     )
+
+
+def _running_here(grove: Grove) -> list[PipelineNode]:
+    """The nodes whose current job is live on this Grove, newest job first. The Grove's live jobs are read
+    first (a partial index, staff migration 0004), then their nodes by id: as one join the planner may
+    start from the node table (300,000 rows at the quality bar) when it misjudges the jobs."""
+    jobs = list(GroveJob.objects.filter(grove=grove, status__in=LIVE_JOBS).order_by("-created_at")
+                .values_list("id", flat=True)[:50])
+    nodes = {node.current_job_id: node for node in PipelineNode.objects.filter(current_job_id__in=jobs)
+             .select_related("run", "current_job")}
+    return [nodes[job] for job in jobs if job in nodes]
 
 
 def _slots_by_inventory(units) -> dict[str, list[int]]:
@@ -315,7 +332,7 @@ def refused_sql() -> RefusedSql:
 
 def rollup_covers() -> date | None:
     """The first UTC day the refusal rollup does not cover completely (the days before it are read from the
-    rollup), or None when it has never run (every window is read from the placements)."""
+    rollup's margins), or None when it has never run (every window is read from the placements)."""
     through = RollupWatermark.objects.filter(name=REFUSAL_ROLLUP).values_list("through", flat=True).first()
     if through is None or through == ROLLUP_NEVER:
         return None
@@ -348,18 +365,24 @@ def _midnight(day: date) -> datetime:
     return datetime.combine(day, datetime.min.time(), tzinfo=UTC)
 
 
-def _counts(window: _Window, *, key: str, per_code: bool, limit: int | None = None) -> list[tuple]:
-    """(key, count) over the window, largest first: the rollup's rows for its days plus the placements'
+# Which rollup grain answers each key, and the column it is read from.
+_GRAINS = {"total": (Grain.DAY, "''"), "day": (Grain.DAY, "r.day"), "grove_slug": (Grain.GROVE, "r.grove_slug"),
+           "team": (Grain.TEAM, "r.team"), "code": (Grain.CODE, "r.code")}
+
+
+def _counts(window: _Window, *, key: str, limit: int | None = None) -> list[tuple]:
+    """(key, count) over the window, largest first: the rollup's margin for its days plus the placements'
     aggregate for the rest, summed in one statement. ``key`` is ``grove_slug``, ``team``, ``day``, ``code``
-    or ``total``; ``per_code`` counts (placement, code) pairs instead of placements."""
+    (which counts (placement, code) pairs) or ``total``."""
     sql = refused_sql()
-    rollup_key = {"total": "''", "code": "r.code"}.get(key, f"r.{key}")
+    per_code = key == "code"
+    grain, rollup_key = _GRAINS[key]
     raw_key = {"total": "''", "code": sql.code, "day": sql.day}.get(key, f"p.{key}")
     parts, params = [], []
     if window.first is not None:
         parts.append(f"SELECT {rollup_key} AS k, r.count AS n FROM {RefusalRollup._meta.db_table} r "
-                     f"WHERE r.code {'<>' if per_code else '='} %s AND r.day >= %s AND r.day < %s")
-        params += [ALL_CODES, window.first, window.last]
+                     "WHERE r.grain = %s AND r.day >= %s AND r.day < %s")
+        params += [grain, window.first, window.last]
     for start, end in window.raw:
         elements = f", {sql.elements}" if per_code else ""
         present = f" AND {sql.code} IS NOT NULL AND {sql.code} <> ''" if per_code else ""
@@ -380,11 +403,11 @@ def refusal_report(*, since: datetime, until: datetime, limit: int = 20) -> Refu
     """Counts of refused / would-refuse placements in [since, until): whole days the rollup covers come from
     the rollup, the rest from the placements (so the figures are exact whether or not the rollup ran)."""
     window = _split(since, until)
-    total = sum(n for _k, n in _counts(window, key="total", per_code=False))
-    by_grove = _counts(window, key="grove_slug", per_code=False, limit=limit)
-    by_team = [(team or "(no team)", n) for team, n in _counts(window, key="team", per_code=False, limit=limit)]
+    total = sum(n for _k, n in _counts(window, key="total"))
+    by_grove = _counts(window, key="grove_slug", limit=limit)
+    by_team = [(team or "(no team)", n) for team, n in _counts(window, key="team", limit=limit)]
     counts = {(d if isinstance(d, date) else date.fromisoformat(str(d)[:10])): n
-              for d, n in _counts(window, key="day", per_code=False)}
+              for d, n in _counts(window, key="day")}
     last_day = (until - timedelta(microseconds=1)).date()  # ``until`` is exclusive
     days = (last_day - since.date()).days + 1
     trend = [(since.date() + timedelta(days=i), counts.get(since.date() + timedelta(days=i), 0))
@@ -393,10 +416,10 @@ def refusal_report(*, since: datetime, until: datetime, limit: int = 20) -> Refu
                                              finished_at__gte=since, finished_at__lt=until)
                  .values("reason").annotate(n=Count("id")).order_by("-n").values_list("reason", "n"))
     return RefusalReport(since=since, until=until, total=total,
-                         by_code=_counts(window, key="code", per_code=True, limit=limit),
+                         by_code=_counts(window, key="code", limit=limit),
                          by_grove=by_grove, by_team=by_team, trend=trend, node_refusals=nodes)
 
 
 def refusal_codes(*, since: datetime, until: datetime, limit: int = 50) -> list[tuple[str, int]]:
     """Counts per incompatibility code in [since, until) (the rollup's days and the placements' rest)."""
-    return _counts(_split(since, until), key="code", per_code=True, limit=limit)
+    return _counts(_split(since, until), key="code", limit=limit)

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from apps.placement.models import ExecutionPlacement
 from apps.staff import selectors
-from apps.staff.models import ALL_CODES, RefusalRollup, RollupWatermark
+from apps.staff.models import ALL_CODES, Grain, RefusalRollup, RollupWatermark
 
 ROLLUP = selectors.REFUSAL_ROLLUP
 NEVER = selectors.ROLLUP_NEVER
@@ -68,24 +68,41 @@ def _ranges(days: list[date]) -> list[tuple[date, date]]:
     return ranges
 
 
+# Each margin from the detail rows of the same days: (grain, its code column, its Grove column, its team
+# column, which detail rows it sums). Columns a grain does not group by hold "".
+MARGINS = (
+    (Grain.DAY, "''", "''", "''", "r.code = ''"),
+    (Grain.GROVE, "''", "r.grove_slug", "''", "r.code = ''"),
+    (Grain.TEAM, "''", "''", "r.team", "r.code = ''"),
+    (Grain.CODE, "r.code", "''", "''", "r.code <> ''"),
+)
+
+
 def _aggregate(first: date, last: date) -> int:
-    """Insert the rollup rows of the UTC days [first, last] from the placement table; the count inserted."""
+    """Insert the rollup rows of the UTC days [first, last] from the placement table (the detail rows), then
+    the margins from the detail rows; the number of rows inserted."""
     sql = selectors.refused_sql()
     table, rollup = ExecutionPlacement._meta.db_table, RefusalRollup._meta.db_table
     since = datetime.combine(first, datetime.min.time(), tzinfo=UTC)
     until = datetime.combine(last + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
     window = f"{sql.refused} AND p.created_at >= %s AND p.created_at < %s"
+    columns = f"INSERT INTO {rollup} (grain, day, code, grove_slug, team, count)"
     inserted = 0
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {rollup} (day, code, grove_slug, team, count) "
-            f"SELECT {sql.day} AS day, %s, p.grove_slug, p.team, COUNT(*) FROM {table} p WHERE {window} "
-            f"GROUP BY {sql.day}, p.grove_slug, p.team", [ALL_CODES, since, until])
+            f"{columns} SELECT %s, {sql.day}, %s, p.grove_slug, p.team, COUNT(*) FROM {table} p WHERE {window} "
+            f"GROUP BY {sql.day}, p.grove_slug, p.team", [Grain.DETAIL, ALL_CODES, since, until])
         inserted += cursor.rowcount
         cursor.execute(
-            f"INSERT INTO {rollup} (day, code, grove_slug, team, count) "
-            f"SELECT {sql.day} AS day, {sql.code}, p.grove_slug, p.team, COUNT(*) FROM {table} p, {sql.elements} "
-            f"WHERE {window} AND {sql.code} IS NOT NULL AND {sql.code} <> '' "
-            f"GROUP BY {sql.day}, {sql.code}, p.grove_slug, p.team", [since, until])
+            f"{columns} SELECT %s, {sql.day}, {sql.code}, p.grove_slug, p.team, COUNT(*) "
+            f"FROM {table} p, {sql.elements} WHERE {window} AND {sql.code} IS NOT NULL AND {sql.code} <> '' "
+            f"GROUP BY {sql.day}, {sql.code}, p.grove_slug, p.team", [Grain.DETAIL, since, until])
         inserted += cursor.rowcount
+        for grain, code, grove, team, rows in MARGINS:
+            cursor.execute(
+                f"{columns} SELECT %s, r.day, {code}, {grove}, {team}, SUM(r.count) FROM {rollup} r "
+                f"WHERE r.grain = %s AND {rows} AND r.day >= %s AND r.day <= %s GROUP BY "
+                + ", ".join(["r.day", *(column for column in (code, grove, team) if column != "''")]),
+                [grain, Grain.DETAIL, first, last])
+            inserted += cursor.rowcount
     return inserted

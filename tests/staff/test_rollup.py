@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from apps.placement.models import ExecutionPlacement
 from apps.staff import selectors, services, tasks
-from apps.staff.models import ALL_CODES, RefusalRollup, RollupWatermark
+from apps.staff.models import ALL_CODES, Grain, RefusalRollup, RollupWatermark
 
 pytestmark = pytest.mark.django_db
 
@@ -54,21 +54,29 @@ def _estate() -> None:
 
 
 def _direct() -> Counter:
-    """The rollup computed by hand from the placement rows."""
-    expected: Counter = Counter()
+    """The rollup computed by hand from the placement rows: the detail grain, then its margins."""
+    detail: Counter = Counter()
     for row in ExecutionPlacement.objects.all():
         codes = [item["code"] for item in row.decision["incompatibilities"]]
         if not (row.would_refuse or (codes and row.enforced)):
             continue
         day = row.created_at.astimezone(UTC).date()
-        expected[(day, ALL_CODES, row.grove_slug, row.team)] += 1
+        detail[(Grain.DETAIL, day, ALL_CODES, row.grove_slug, row.team)] += 1
         for code in codes:
-            expected[(day, code, row.grove_slug, row.team)] += 1
+            detail[(Grain.DETAIL, day, code, row.grove_slug, row.team)] += 1
+    expected = Counter(detail)
+    for (_grain, day, code, grove, team), n in detail.items():
+        if code == ALL_CODES:
+            expected[(Grain.DAY, day, "", "", "")] += n
+            expected[(Grain.GROVE, day, "", grove, "")] += n
+            expected[(Grain.TEAM, day, "", "", team)] += n
+        else:
+            expected[(Grain.CODE, day, code, "", "")] += n
     return expected
 
 
 def _rollup() -> Counter:
-    return Counter({(r.day, r.code, r.grove_slug, r.team): r.count for r in RefusalRollup.objects.all()})
+    return Counter({(r.grain, r.day, r.code, r.grove_slug, r.team): r.count for r in RefusalRollup.objects.all()})
 
 
 def _report_figures(since, until) -> tuple:
@@ -83,12 +91,13 @@ def test_rollup_equals_a_direct_aggregate_over_several_days():
     assert selectors.rollup_covers() is None
     run = services.refusal_rollup_update()
     assert _rollup() == _direct() and len(run.days) == 5 and run.rows == len(_direct())
-    assert _rollup()[(TODAY - timedelta(days=4), ALL_CODES, "g-a", "web")] == 2  # one code, and two codes
-    assert _rollup()[(TODAY - timedelta(days=1), "change_kind_not_advertised", "g-a", "web")] == 1
+    assert _rollup()[(Grain.DETAIL, TODAY - timedelta(days=4), ALL_CODES, "g-a", "web")] == 2  # one code, two codes
+    assert _rollup()[(Grain.DETAIL, TODAY - timedelta(days=1), "change_kind_not_advertised", "g-a", "web")] == 1
+    assert _rollup()[(Grain.DAY, TODAY - timedelta(days=1), "", "", "")] == 5  # 3 one-code, 1 two-code, 1 enforced
     assert selectors.rollup_covers() == TODAY
     # The same figures, now from the rollup for the four whole past days and the placements for today.
     assert _report_figures(*window) == raw
-    assert raw[0] == sum(n for (_d, code, _g, _t), n in _direct().items() if code == ALL_CODES)
+    assert raw[0] == sum(n for (grain, *_key), n in _direct().items() if grain == Grain.DAY)
 
 
 def test_incremental_runs_never_double_count_and_follow_changed_verdicts():
@@ -121,21 +130,23 @@ def test_a_run_reads_back_over_the_settle_margin():
     ExecutionPlacement.objects.filter(pk=late.pk).update(updated_at=stamp)
     RollupWatermark.objects.filter(name=selectors.REFUSAL_ROLLUP).update(through=timezone.now())
     services.refusal_rollup_update()
-    assert _rollup()[(TODAY - timedelta(days=1), ALL_CODES, "g-late", "ml")] == 1 and _rollup() == _direct()
+    assert _rollup()[(Grain.GROVE, TODAY - timedelta(days=1), "", "g-late", "")] == 1 and _rollup() == _direct()
 
 
 def test_the_report_reads_the_rollup_for_covered_days_and_placements_for_the_rest():
     _estate()
     services.refusal_rollup_update()
     covered = TODAY - timedelta(days=2)
-    # Doctor one rollup row: the report's figures for that day follow it, which only a rollup read explains.
-    RefusalRollup.objects.filter(day=covered, code=ALL_CODES, grove_slug="g-b", team="ml").update(count=1000)
-    RefusalRollup.objects.filter(day=covered, code="substrate_mismatch").update(count=500)
+    # Doctor the margins of one day: the report's figures for that day follow them, which only a rollup read
+    # explains.
+    RefusalRollup.objects.filter(grain=Grain.DAY, day=covered).update(count=1000)
+    RefusalRollup.objects.filter(grain=Grain.GROVE, day=covered, grove_slug="g-b").update(count=1000)
+    RefusalRollup.objects.filter(grain=Grain.CODE, day=covered, code="substrate_mismatch").update(count=500)
     # Today is not covered yet: a refusal made after the run is counted from the placements.
     _placement(300, day_ago=0, codes=("accelerator_api_mismatch",), grove="g-new", team="new", hour=0)
     since = datetime.combine(TODAY - timedelta(days=4), time.min, tzinfo=UTC)
     report = selectors.refusal_report(since=since, until=timezone.now() + timedelta(minutes=1))
-    assert dict(report.trend)[covered] > 1000 and report.by_grove[0][0] == "g-b"
+    assert dict(report.trend)[covered] == 1000 and report.by_grove[0][0] == "g-b" and report.by_grove[0][1] > 1000
     assert dict(report.by_code)["substrate_mismatch"] == 500 + 4  # the doctored day, plus four days of one each
     assert ("g-new", 1) in report.by_grove and ("new", 1) in report.by_team
     assert dict(report.by_code)["accelerator_api_mismatch"] == 1

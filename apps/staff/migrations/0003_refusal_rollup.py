@@ -22,14 +22,15 @@ class Migration(migrations.Migration):
             name='RefusalRollup',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('grain', models.CharField(choices=[('detail', 'Detail'), ('day', 'Day'), ('grove', 'Grove'), ('team', 'Team'), ('code', 'Code')], max_length=10)),
                 ('day', models.DateField()),
                 ('code', models.CharField(blank=True, max_length=100)),
-                ('grove_slug', models.CharField(max_length=100)),
+                ('grove_slug', models.CharField(blank=True, max_length=100)),
                 ('team', models.CharField(blank=True, max_length=100)),
                 ('count', models.PositiveIntegerField()),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('day', 'code', 'grove_slug', 'team'), name='refusal_rollup_key')],
+                'constraints': [models.UniqueConstraint(fields=('grain', 'day', 'code', 'grove_slug', 'team'), name='refusal_rollup_key')],
             },
         ),
     ]

@@ -5,7 +5,8 @@ rows at the quality bar): ``subject_id`` alone (the unique key leads with ``subj
 and ``enforced`` (each with the list's order), and ``updated_at`` (``services.refusal_rollup_update`` asks
 which days changed since its watermark). Nodes: the failed ones by ``finished_at`` with their reason, for
 the report's "refused at dispatch" counts over a window (an index-only scan of the window on PostgreSQL).
-The rollup's own index, (code, day), covers the columns the report sums on PostgreSQL (index-only scans).
+A Grove's page lists the nodes of its live jobs: those jobs by Grove, newest first (``selectors.LIVE_JOBS``).
+The rollup's own index, (grain, day), covers the columns the report sums on PostgreSQL (index-only scans).
 """
 from django.db import migrations
 
@@ -15,9 +16,11 @@ INDEXES = [
     ("placement_enforced_recent", "placement_executionplacement", "enforced, created_at DESC", ""),
     ("placement_updated", "placement_executionplacement", "updated_at", ""),
     ("pipeline_node_failed_finished", "pipelines_pipelinenode", "finished_at, reason", "status = 'failed'"),
-    ("refusal_rollup_code_day", "staff_refusalrollup", "code, day", ""),
+    ("refusal_rollup_grain_day", "staff_refusalrollup", "grain, day", ""),
+    ("grove_job_live_by_grove", "dispatch_grovejob", "grove_id, created_at DESC",
+     "status IN ('assigned', 'claimed', 'running')"),
 ]
-COVERING = {"refusal_rollup_code_day": " INCLUDE (grove_slug, team, count)"}
+COVERING = {"refusal_rollup_grain_day": " INCLUDE (code, grove_slug, team, count)"}
 
 
 def create(apps, schema_editor):
@@ -35,5 +38,5 @@ def drop(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("staff", "0003_refusal_rollup")]
+    dependencies = [("staff", "0003_refusal_rollup"), ("dispatch", "0001_initial")]
     operations = [migrations.RunPython(create, drop)]
