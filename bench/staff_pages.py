@@ -209,6 +209,11 @@ def main() -> None:
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE staff_refusalrollup")  # as autovacuum would after the first build
     flag_override_set(name="host.staff.execution_observability", enabled=True, reason="bench")
+    from apps.accelerators.models import AcceleratorEntitlement
+
+    for team in ("ml", "web", "data", "infra"):  # the inventory page's per-team use reads this month's refusals
+        AcceleratorEntitlement.objects.update_or_create(team=team, api="cuda", vendor="", defaults={
+            "max_concurrent": 8, "budget_accelerator_seconds": 3_600_000})
     client = Client()
     # A superuser holds every role's permissions (the pages need viewer and up).
     user, _ = get_user_model().objects.update_or_create(username="bench", defaults={"is_staff": True,

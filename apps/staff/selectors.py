@@ -144,10 +144,13 @@ class InventoryGroup:
 
 
 def _json_sql() -> tuple:
-    """(the elements of a JSON array column as rows ``s``, the text of a key of element ``s``) for this database."""
+    """(the elements of a JSON array column as rows ``s``, the text of a key of element ``s``, "this array
+    column is not empty") for this database."""
     if connection.vendor == "postgresql":
-        return (lambda column: f"jsonb_array_elements({column}) AS s"), (lambda key: f"(s ->> '{key}')")
-    return (lambda column: f"json_each({column}) AS s"), (lambda key: f"json_extract(s.value, '$.{key}')")
+        return ((lambda column: f"jsonb_array_elements({column}) AS s"), (lambda key: f"(s ->> '{key}')"),
+                (lambda column: f"{column} <> '[]'::jsonb"))
+    return ((lambda column: f"json_each({column}) AS s"), (lambda key: f"json_extract(s.value, '$.{key}')"),
+            (lambda column: f"json_array_length({column}) > 0"))
 
 
 def inventory_groups() -> list[InventoryGroup]:
@@ -155,14 +158,15 @@ def inventory_groups() -> list[InventoryGroup]:
     devices they stand for (an item may stand for several allocatable slots, e.g. a shared chip; the slot
     figures are those of the placement units that reference the item). One statement: the fleet's units
     and items are aggregated where they are, not read into Python (10,000 Groves at the quality bar)."""
-    elements, key = _json_sql()
+    elements, key, nonempty = _json_sql()
     units, items = PlacementUnit._meta.db_table, AcceleratorInventoryItem._meta.db_table
     group = "i.apis, i.vendor, i.model, i.memory_bytes, i.memory_kind, i.share_mode"
     sql = (
         f"WITH slots AS (SELECT u.grove_id AS grove_id, {key('inventory_id')} AS inventory_id, "
         f"SUM(CAST(COALESCE({key('allocatable')}, '0') AS BIGINT)) AS allocatable, "
         f"SUM(CAST(COALESCE({key('free')}, '0') AS BIGINT)) AS free "
-        f"FROM {units} u, {elements('u.accelerators')} GROUP BY u.grove_id, {key('inventory_id')}) "
+        f"FROM {units} u, {elements('u.accelerators')} WHERE {nonempty('u.accelerators')} "
+        f"GROUP BY u.grove_id, {key('inventory_id')}) "
         f"SELECT {group}, COUNT(*), COUNT(DISTINCT i.grove_id), COALESCE(SUM(slots.allocatable), 0), "
         f"COALESCE(SUM(slots.free), 0) FROM {items} i LEFT JOIN slots ON slots.grove_id = i.grove_id "
         f"AND slots.inventory_id = i.inventory_id GROUP BY {group}")
@@ -205,7 +209,9 @@ def team_usage(*, now: datetime | None = None) -> list[TeamUse]:
                   .values_list("team", "api", "vendor", "count", "accrued_through"))
     ledger = list(AcceleratorUsage.objects.filter(day__gte=earliest).values("team", "api", "vendor", "day")
                   .annotate(ms=Sum("accelerator_ms")).values_list("team", "api", "vendor", "day", "ms"))
-    refused = dict(ExecutionPlacement.objects.filter(REFUSED, created_at__date__gte=earliest)
+    # A range on the column itself (not its date): the partial index of refusals serves it.
+    since = datetime.combine(earliest, datetime.min.time(), tzinfo=now.tzinfo)
+    refused = dict(ExecutionPlacement.objects.filter(REFUSED, created_at__gte=since)
                    .exclude(requirement__accelerators=None).values("team").annotate(n=Count("id"))
                    .values_list("team", "n"))
     rows = []
