@@ -11,7 +11,9 @@ filterset, django-tables2, template) ``--repeat`` times, and the p50/p95 server 
 the floor: a bare ``SELECT * FROM <the page's main table> ORDER BY <its order> LIMIT 50`` on the same
 connection, timed the same way. The issue's budget is p95 < 150 ms per page.
 
-Needs PostgreSQL on 127.0.0.1 (``scripts/services-up.sh``); uses a ``forest_bench_staff`` database.
+Needs PostgreSQL on 127.0.0.1 (``scripts/services-up.sh``); drops and seeds the database named by
+``BENCH_STAFF_DATABASE_URL`` or ``DATABASE_URL`` (default ``forest_bench_staff``). ``--reuse`` keeps an
+already seeded database (migrating it only), to measure again after a code change without seeding anew.
 """
 from __future__ import annotations
 
@@ -21,13 +23,19 @@ import os
 import statistics
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
+from unittest import mock
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-DB_NAME = "forest_bench_staff"
 ADMIN_URL = os.environ.get("BENCH_ADMIN_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-DB_URL = os.environ.get("BENCH_STAFF_DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/{DB_NAME}")
+# The bench database is dropped and re-created: it is named by BENCH_STAFF_DATABASE_URL or DATABASE_URL (so
+# several people on one machine each bench in a database of their own), forest_bench_staff by default.
+DB_URL = (os.environ.get("BENCH_STAFF_DATABASE_URL") or os.environ.get("DATABASE_URL")
+          or "postgres://postgres@127.0.0.1:5432/forest_bench_staff")
+DB_NAME = urlsplit(DB_URL).path.lstrip("/")
 os.environ.update({
     "DATABASE_URL": DB_URL, "SECRET_KEY": "bench-secret-key", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0",
     "CELERY_BROKER_URL": "redis://127.0.0.1:6379/14", "LOG_LEVEL": "ERROR", "FLAGS_CACHE_TTL_S": "60",
@@ -40,7 +48,8 @@ BUDGET_MS = 150.0
 SEED = [
     # Groves: a third native, the rest Kubernetes; 2 % never reported (stale).
     """INSERT INTO groves_grove (id, slug, name, roles, substrate, platforms, isolation_modes, change_kinds, version,
-        last_heartbeat_at, capacity, capacity_digest, capacity_reported_at, log_tail, created_at, enabled, updated_at)
+        last_heartbeat_at, capacity, capacity_digest, free_digest, capacity_reported_at, log_tail, created_at, enabled,
+        updated_at)
     SELECT gen_random_uuid(), 'grove-' || lpad(i::text, 6, '0'), 'Grove ' || i,
         CASE i % 3 WHEN 0 THEN '["build"]' WHEN 1 THEN '["compute"]' ELSE '["runtime","compute"]' END::jsonb,
         CASE WHEN i % 3 = 0 THEN 'native' ELSE 'kubernetes' END,
@@ -49,7 +58,7 @@ SEED = [
         CASE WHEN i % 3 = 0 THEN '["host_process"]' ELSE '["container"]' END::jsonb,
         CASE WHEN i % 3 = 0 THEN '["native.job"]' ELSE '["k8s.job","k8s.build_job"]' END::jsonb,
         'bench 1.0', CASE WHEN i % 50 = 0 THEN NULL ELSE now() - (i % 60) * interval '1 second' END,
-        '{}'::jsonb, '', now(), '["started"]'::jsonb, now(), true, now()
+        '{}'::jsonb, '', '', now(), '["started"]'::jsonb, now(), true, now()
     FROM generate_series(1, %(groves)s) AS i""",
     """INSERT INTO groves_grovecapability (grove_id, kind, value, rank)
     SELECT g.id, 'role', r.value, 0 FROM groves_grove g, jsonb_array_elements_text(g.roles) AS r(value)""",
@@ -114,12 +123,16 @@ SEED = [
 ]
 
 
-def prepare_database() -> None:
+def prepare_database(*, reuse: bool) -> bool:
+    """Drop and create the bench database; with ``reuse``, keep it when it exists. True: it needs seeding."""
     import psycopg
 
     with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        if reuse and conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone():
+            return False
         conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {DB_NAME}")
+    return True
 
 
 def seed(*, groves: int, placements: int, runs: int) -> float:
@@ -161,8 +174,10 @@ def main() -> None:
     parser.add_argument("--placements", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--reuse", action="store_true", help="keep an already seeded bench database")
+    parser.add_argument("--only", default="", help="measure only the pages whose name contains this")
     args = parser.parse_args()
-    prepare_database()
+    fresh = prepare_database(reuse=args.reuse)
     import django
 
     django.setup()
@@ -171,18 +186,39 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import connection
     from django.test import Client
+    from django.utils import timezone
 
     from apps.flags.services import flag_override_set
     from apps.pipelines.models import PipelineRun
     from apps.placement.models import ExecutionPlacement
 
     call_command("migrate", verbosity=0)
-    seconds = seed(groves=args.groves, placements=args.placements, runs=args.runs)
-    print(f"seeded {args.groves} Groves, {args.placements} placements, {args.runs} runs "
-          f"({args.runs * 3} nodes) in {seconds:.1f}s")
+    if fresh:
+        seconds = seed(groves=args.groves, placements=args.placements, runs=args.runs)
+        print(f"seeded {args.groves} Groves, {args.placements} placements, {args.runs} runs "
+              f"({args.runs * 3} nodes) in {seconds:.1f}s")
+    else:
+        print(f"reusing the seeded database {DB_NAME}")
+    from apps.staff.services import refusal_rollup_update
+
+    # The seed wrote placements in bulk, past the placement service: build the refusal rollup from them as
+    # its beat task would on its first run.
+    started = time.perf_counter()
+    rollup = refusal_rollup_update(rebuild=fresh)
+    print(f"refusal rollup: {rollup.rows} rows over {len(rollup.days)} days in {time.perf_counter() - started:.1f}s")
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE staff_refusalrollup")  # as autovacuum would after the first build
     flag_override_set(name="host.staff.execution_observability", enabled=True, reason="bench")
+    from apps.accelerators.models import AcceleratorEntitlement
+
+    for team in ("ml", "web", "data", "infra"):  # the inventory page's per-team use reads this month's refusals
+        AcceleratorEntitlement.objects.update_or_create(team=team, api="cuda", vendor="", defaults={
+            "max_concurrent": 8, "budget_accelerator_seconds": 3_600_000})
     client = Client()
-    client.force_login(get_user_model().objects.create_user("bench", is_staff=True))
+    # A superuser holds every role's permissions (the pages need viewer and up).
+    user, _ = get_user_model().objects.update_or_create(username="bench", defaults={"is_staff": True,
+                                                                                    "is_superuser": True})
+    client.force_login(user)
     placement = ExecutionPlacement.objects.filter(would_refuse=True).order_by("-created_at").first()
     run = PipelineRun.objects.order_by("-created_at").first()
     middle = f"grove-{args.groves // 2:06d}"
@@ -208,11 +244,16 @@ def main() -> None:
         ("placements ?code=substrate_mismatch", "/staff/placements/?code=substrate_mismatch", "placement"),
         ("placements ?team=ml&enforced=false", "/staff/placements/?team=ml&enforced=false", "placement"),
         ("placements page 20 (htmx)", "/staff/placements/?page=20", "placement"),
+        ("placements ?chooser=fallback", "/staff/placements/?chooser=fallback", "placement"),
+        ("placements ?subject_id=", f"/staff/placements/?subject_id={placement.subject_id}", "placement"),
+        ("placements page 200 (deepest)", "/staff/placements/?page=200", "placement"),
         ("placement detail", f"/staff/placements/{placement.pk}/", "placement"),
         ("runs", "/staff/runs/", "run"),
         ("runs ?status=failed&kind=build", "/staff/runs/?status=failed&kind=build", "run"),
         ("run detail", f"/staff/runs/{run.id}/", "run"),
         ("would refuse (14 days)", "/staff/refusals/", "placement"),
+        ("would refuse (90 days)", f"/staff/refusals/?since={(timezone.now() - timedelta(days=89)).date()}",
+         "placement"),
         ("status", "/staff/status/", "grove"),
     ]
     floor_ms = {}
@@ -226,6 +267,8 @@ def main() -> None:
     print(f"\n{'page':38} {'p50 ms':>8} {'p95 ms':>8} {'cpu p50':>8}   {'floor p50':>9} {'p95/floor':>9}  budget")
     over = []
     for name, url, table in pages:
+        if args.only not in name:
+            continue
         headers = {"HTTP_HX_REQUEST": "true"} if "htmx" in name else {}
 
         def get(url=url, headers=headers):
@@ -237,6 +280,19 @@ def main() -> None:
         if p95 >= BUDGET_MS:
             over.append(name)
         print(f"{name:38} {p50:8.1f} {p95:8.1f} {cpu:8.1f}   {floor:9.2f} {p95 / floor:8.0f}x  {verdict}")
+    # The report's counts from the rollup against the same counts aggregated from the placements (the
+    # rollup's purpose), in the same run.
+    from apps.staff import selectors
+
+    print()
+    for days in (14, 90):
+        until = timezone.now()
+        since = until - timedelta(days=days)
+        with_rollup = timed(lambda s=since, u=until: selectors.refusal_report(since=s, until=u), args.repeat)
+        with mock.patch.object(selectors, "rollup_covers", return_value=None):
+            raw = timed(lambda s=since, u=until: selectors.refusal_report(since=s, until=u), args.repeat)
+        print(f"report counts over {days} days: rollup p50/p95 {with_rollup[0]:.1f}/{with_rollup[1]:.1f} ms, "
+              f"from placements {raw[0]:.1f}/{raw[1]:.1f} ms ({raw[0] / with_rollup[0]:.1f}x)")
     print("\nfloors (bare SELECT ... LIMIT 50, p50/p95 ms): "
           + ", ".join(f"{name} {p50:.2f}/{p95:.2f}" for name, (p50, p95, _cpu) in floor_ms.items()))
     print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")

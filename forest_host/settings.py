@@ -247,7 +247,13 @@ CELERY_BEAT_SCHEDULE = {
     "pipelines.sweep": {"task": "pipelines.sweep", "schedule": timedelta(seconds=PIPELINE_SWEEP_INTERVAL_S)},
     "accelerators.accrue_usage": {"task": "accelerators.accrue_usage", "schedule": timedelta(seconds=60)},
     "artifacts.gc": {"task": "artifacts.gc", "schedule": timedelta(hours=1)},
+    "staff.refusal_rollup": {"task": "staff.refusal_rollup",
+                             "schedule": timedelta(seconds=float(os.environ.get("STAFF_REFUSAL_ROLLUP_INTERVAL_S",
+                                                                                "60")))},
 }
+# The refusal rollup re-reads placements changed this long before its last run too: a placement write
+# stamps its row before it commits, so one that committed just after a run is still found by the next.
+STAFF_REFUSAL_ROLLUP_SETTLE_S = float(os.environ.get("STAFF_REFUSAL_ROLLUP_SETTLE_S", "300"))
 
 # Redis is also the wake-up channel for long-polling Groves; without it Host polls the database.
 REDIS_URL = os.environ.get(

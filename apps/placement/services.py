@@ -352,10 +352,13 @@ def _still_holds(decision: Decision, requirement: ExecutionRequirement) -> Grove
     return grove if found == {item["code"] for item in decision.incompatibilities} else None
 
 
-def placement_pin(*, subject_type: str, subject_id: str, requirement: ExecutionRequirement,
-                  grove: str) -> PlacementResult:
-    """Validate and store an explicit Grove pin before a run starts (compute jobs)."""
-    result = place_execution(subject_type=subject_type, subject_id=subject_id, requirement=requirement, target=grove)
+def placement_pin(*, subject_type: str, subject_id: str, requirement: ExecutionRequirement, grove: str,
+                  team: str | None = None, environment: str | None = None) -> PlacementResult:
+    """Validate and store an explicit Grove pin before a run starts (compute jobs). The pin is the
+    subject's placement row, so it records the team and environment the work runs for (the report counts
+    by team, and the flags are read for them) exactly as an unpinned placement does."""
+    result = place_execution(subject_type=subject_type, subject_id=subject_id, requirement=requirement, target=grove,
+                             team=team, environment=environment)
     if result.reused and result.grove is not None and grove not in (str(result.grove.id), result.grove.slug):
         raise Conflict("placement_exists",
                        f"{subject_type} {subject_id} is already placed on Grove {result.grove.slug}.")

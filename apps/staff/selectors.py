@@ -1,29 +1,35 @@
 """Reads behind the staff pages, the staff API and the CLI: every figure is one bounded query (no N+1).
 
-The "would have refused" report reads the placement table: today a refusal is stored only as a shadow
+The "would have refused" report counts refused placements: today a refusal is stored only as a shadow
 placement (``would_refuse``: incompatible, placed anyway because enforcement was off); a placement
 stored as *refused* (enforced, with incompatibilities) is picked up by the same filter the day such rows
-exist. Nodes that failed at dispatch with a refusal code are the other record of refusals today.
+exist. Its counts read the daily rollup (``models.RefusalRollup``) for the whole days it covers and the
+placements for the rest of the window; its list of subjects pages over the placements themselves. Nodes
+that failed at dispatch with a refusal code are the other record of refusals today.
 """
 from __future__ import annotations
 
+import json
 from collections import defaultdict
-from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import NamedTuple
 
 from django.db import connection
 from django.db.models import Count, Prefetch, Q, QuerySet, Sum
-from django.db.models.functions import TruncDay
+from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
 from apps.accelerators import rules as accelerator_rules
 from apps.accelerators.choices import ClaimState
 from apps.accelerators.models import AcceleratorClaim, AcceleratorEntitlement, AcceleratorUsage
+from apps.dispatch.models import GroveJob
 from apps.dispatch.vocabulary import JobStatus
 from apps.groves.models import AcceleratorInventoryItem, CapacityReport, Grove, PlacementUnit
 from apps.pipelines.models import PipelineNode, PipelineRun
 from apps.pipelines.vocabulary import NodeStatus
 from apps.placement.models import ExecutionPlacement
+from apps.staff.models import Grain, RefusalRollup, RollupWatermark
 from apps.workloads.selectors import generations_latest_for_grove
 
 # Why a node failed at dispatch when placement or admission refused it (pipelines records exc.code).
@@ -34,10 +40,15 @@ NODE_REFUSAL_REASONS = (
     "accelerator_budget_exhausted", "accelerator_concurrency_exceeded", "accelerator_not_entitled",
 )
 LIVE_JOBS = (JobStatus.ASSIGNED, JobStatus.CLAIMED, JobStatus.RUNNING)
+# A Grove's page says "N placements" up to this many, then "N+" (an exact count of a busy Grove's history
+# would read every one of its rows for one figure).
+PLACEMENTS_COUNTED = 10_000
 # Refused or would-refuse. Its SQL is the predicate of the partial index in staff migration 0002 (keep
 # them in step: PostgreSQL uses that index only when the query implies its predicate).
 REFUSED = Q(would_refuse=True) | Q(decision__incompatibilities__0__isnull=False, enforced=True)
 REFUSED_SQL = "(p.would_refuse OR ((p.decision #> '{incompatibilities,0}') IS NOT NULL AND p.enforced))"
+REFUSAL_ROLLUP = "refusals"  # the rollup's watermark row
+ROLLUP_NEVER = datetime(1970, 1, 1, tzinfo=UTC)  # a watermark that has never moved: the next run rebuilds
 
 
 # --- Groves -------------------------------------------------------------------------------------
@@ -64,6 +75,10 @@ class GroveDetail:
     running_jobs: list
     placements_total: int
 
+    @property
+    def placements_capped(self) -> bool:
+        return self.placements_total >= PLACEMENTS_COUNTED
+
 
 def grove_detail(*, slug: str) -> GroveDetail | None:
     grove = Grove.objects.filter(slug=slug).first()
@@ -81,11 +96,20 @@ def grove_detail(*, slug: str) -> GroveDetail | None:
         units=units,
         devices=devices,
         generations=list(generations_latest_for_grove(grove)) if grove.substrate == "native" else [],
-        # The nodes whose current job runs here (a Grove job knows its node only by id, so read from the node).
-        running_jobs=list(PipelineNode.objects.filter(current_job__grove=grove, current_job__status__in=LIVE_JOBS)
-                          .select_related("run", "current_job").order_by("-current_job__created_at")[:50]),
-        placements_total=ExecutionPlacement.objects.filter(grove=grove).count(),
+        running_jobs=_running_here(grove),
+        placements_total=ExecutionPlacement.objects.filter(grove=grove).values("id")[:PLACEMENTS_COUNTED].count(),
     )
+
+
+def _running_here(grove: Grove) -> list[PipelineNode]:
+    """The nodes whose current job is live on this Grove, newest job first. The Grove's live jobs are read
+    first (a partial index, staff migration 0004), then their nodes by id: as one join the planner may
+    start from the node table (300,000 rows at the quality bar) when it misjudges the jobs."""
+    jobs = list(GroveJob.objects.filter(grove=grove, status__in=LIVE_JOBS).order_by("-created_at")
+                .values_list("id", flat=True)[:50])
+    nodes = {node.current_job_id: node for node in PipelineNode.objects.filter(current_job_id__in=jobs)
+             .select_related("run", "current_job")}
+    return [nodes[job] for job in jobs if job in nodes]
 
 
 def _slots_by_inventory(units) -> dict[str, list[int]]:
@@ -110,7 +134,7 @@ class InventoryGroup:
     memory_kind: str
     share_mode: str
     items: int = 0
-    groves: set = field(default_factory=set)
+    groves: int = 0
     allocatable: int = 0
     free: int = 0
 
@@ -119,29 +143,42 @@ class InventoryGroup:
         return max(0, self.allocatable - self.free)
 
 
+def _json_sql() -> tuple:
+    """(the elements of a JSON array column as rows ``s``, the text of a key of element ``s``, "this array
+    column is not empty") for this database."""
+    if connection.vendor == "postgresql":
+        return ((lambda column: f"jsonb_array_elements({column}) AS s"), (lambda key: f"(s ->> '{key}')"),
+                (lambda column: f"{column} <> '[]'::jsonb"))
+    return ((lambda column: f"json_each({column}) AS s"), (lambda key: f"json_extract(s.value, '$.{key}')"),
+            (lambda column: f"json_array_length({column}) > 0"))
+
+
 def inventory_groups() -> list[InventoryGroup]:
     """Reported accelerators across Groves grouped by api/vendor/model: how many inventory items, and the
-    devices they stand for (an item may stand for several allocatable slots, e.g. a shared chip)."""
-    slots: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
-    for grove_id, reported in PlacementUnit.objects.exclude(accelerators=[]).values_list("grove_id", "accelerators"):
-        for slot in reported or []:
-            entry = slots[(grove_id, slot.get("inventory_id", ""))]
-            entry[0] += int(slot.get("allocatable") or 0)
-            entry[1] += int(slot.get("free") or 0)
-    groups: dict[tuple, InventoryGroup] = {}
-    for row in AcceleratorInventoryItem.objects.values_list(
-            "grove_id", "inventory_id", "vendor", "model", "apis", "memory_bytes", "memory_kind", "share_mode"):
-        grove_id, inventory_id, vendor, model, apis, memory, memory_kind, share_mode = row
-        api = ",".join(apis or []) or "—"
-        key = (api, vendor, model, memory, memory_kind, share_mode)
-        group = groups.get(key) or groups.setdefault(key, InventoryGroup(api, vendor, model, memory, memory_kind,
-                                                                         share_mode))
-        group.items += 1
-        group.groves.add(grove_id)
-        allocatable, free = slots.get((grove_id, inventory_id), (0, 0))
-        group.allocatable += allocatable
-        group.free += free
-    return sorted(groups.values(), key=lambda g: (g.api, g.vendor, g.model))
+    devices they stand for (an item may stand for several allocatable slots, e.g. a shared chip; the slot
+    figures are those of the placement units that reference the item). One statement: the fleet's units
+    and items are aggregated where they are, not read into Python (10,000 Groves at the quality bar)."""
+    elements, key, nonempty = _json_sql()
+    units, items = PlacementUnit._meta.db_table, AcceleratorInventoryItem._meta.db_table
+    group = "i.apis, i.vendor, i.model, i.memory_bytes, i.memory_kind, i.share_mode"
+    sql = (
+        f"WITH slots AS (SELECT u.grove_id AS grove_id, {key('inventory_id')} AS inventory_id, "
+        f"SUM(CAST(COALESCE({key('allocatable')}, '0') AS BIGINT)) AS allocatable, "
+        f"SUM(CAST(COALESCE({key('free')}, '0') AS BIGINT)) AS free "
+        f"FROM {units} u, {elements('u.accelerators')} WHERE {nonempty('u.accelerators')} "
+        f"GROUP BY u.grove_id, {key('inventory_id')}) "
+        f"SELECT {group}, COUNT(*), COUNT(DISTINCT i.grove_id), COALESCE(SUM(slots.allocatable), 0), "
+        f"COALESCE(SUM(slots.free), 0) FROM {items} i LEFT JOIN slots ON slots.grove_id = i.grove_id "
+        f"AND slots.inventory_id = i.inventory_id GROUP BY {group}")
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        rows = cursor.fetchall()
+    groups = []
+    for apis, vendor, model, memory, memory_kind, share_mode, count, groves, allocatable, free in rows:
+        apis = json.loads(apis) if isinstance(apis, str) else apis
+        groups.append(InventoryGroup(",".join(apis or []) or "—", vendor, model, memory, memory_kind, share_mode,
+                                     items=count, groves=groves, allocatable=int(allocatable), free=int(free)))
+    return sorted(groups, key=lambda g: (g.api, g.vendor, g.model))
 
 
 @dataclass
@@ -172,7 +209,9 @@ def team_usage(*, now: datetime | None = None) -> list[TeamUse]:
                   .values_list("team", "api", "vendor", "count", "accrued_through"))
     ledger = list(AcceleratorUsage.objects.filter(day__gte=earliest).values("team", "api", "vendor", "day")
                   .annotate(ms=Sum("accelerator_ms")).values_list("team", "api", "vendor", "day", "ms"))
-    refused = dict(ExecutionPlacement.objects.filter(REFUSED, created_at__date__gte=earliest)
+    # A range on the column itself (not its date): the partial index of refusals serves it.
+    since = datetime.combine(earliest, datetime.min.time(), tzinfo=now.tzinfo)
+    refused = dict(ExecutionPlacement.objects.filter(REFUSED, created_at__gte=since)
                    .exclude(requirement__accelerators=None).values("team").annotate(n=Count("id"))
                    .values_list("team", "n"))
     rows = []
@@ -193,10 +232,16 @@ def team_usage(*, now: datetime | None = None) -> list[TeamUse]:
 
 # --- placements -----------------------------------------------------------------------------------
 
-def placement_rows() -> QuerySet[ExecutionPlacement]:
-    return ExecutionPlacement.objects.select_related("grove").only(
-        "id", "subject_type", "subject_id", "grove__slug", "grove_slug", "selected_platform", "decision",
-        "chooser", "enforced", "would_refuse", "team", "created_at").order_by("-created_at", "-id")
+def placement_rows(*, whole: bool = False) -> QuerySet[ExecutionPlacement]:
+    """Placements newest first. For the pages: the list's columns and, of the decision, only its
+    ``incompatibilities`` (the decision's candidate list and the requirement are the large JSON of a row,
+    one entry per Grove considered). ``whole``: every column, for the API, which returns whole rows."""
+    rows = ExecutionPlacement.objects.order_by("-created_at", "-id")
+    if whole:
+        return rows
+    return rows.only("id", "subject_type", "subject_id", "grove_id", "grove_slug", "selected_platform", "chooser",
+                     "enforced", "would_refuse", "team", "created_at").annotate(
+        incompatibilities=KeyTransform("incompatibilities", "decision"))
 
 
 def subjects_describe(placements) -> dict[int, dict]:
@@ -226,8 +271,8 @@ def placement_node(placement: ExecutionPlacement) -> PipelineNode | None:
             .filter(pk=int(placement.subject_id)).first())
 
 
-def refused_placements() -> QuerySet[ExecutionPlacement]:
-    return placement_rows().filter(REFUSED)
+def refused_placements(*, whole: bool = False) -> QuerySet[ExecutionPlacement]:
+    return placement_rows(whole=whole).filter(REFUSED)
 
 
 # --- runs -------------------------------------------------------------------------------------------
@@ -272,16 +317,103 @@ class RefusalReport:
     node_refusals: list[tuple[str, int]]
 
 
+class RefusedSql(NamedTuple):
+    """SQL fragments over ``placement_executionplacement p`` for this database: the refused predicate, the
+    decision's incompatibilities as rows ``e``, an element's code, and the row's UTC day."""
+    refused: str
+    elements: str
+    code: str
+    day: str
+
+
+def refused_sql() -> RefusedSql:
+    if connection.vendor == "postgresql":
+        return RefusedSql(REFUSED_SQL, "jsonb_array_elements(p.decision -> 'incompatibilities') AS e",
+                          "e ->> 'code'", "(p.created_at AT TIME ZONE 'UTC')::date")
+    # SQLite (``make run``): the same predicate and elements in its JSON functions.
+    return RefusedSql("(p.would_refuse OR (json_array_length(p.decision, '$.incompatibilities') > 0 AND p.enforced))",
+                      "json_each(p.decision, '$.incompatibilities') AS e",
+                      "json_extract(e.value, '$.code')", "date(p.created_at)")
+
+
+def rollup_covers() -> date | None:
+    """The first UTC day the refusal rollup does not cover completely (the days before it are read from the
+    rollup's margins), or None when it has never run (every window is read from the placements)."""
+    through = RollupWatermark.objects.filter(name=REFUSAL_ROLLUP).values_list("through", flat=True).first()
+    if through is None or through == ROLLUP_NEVER:
+        return None
+    return through.astimezone(UTC).date()
+
+
+class _Window(NamedTuple):
+    """A report window split into whole UTC days the rollup covers, [first, last) read from the rollup,
+    and the rest (at most a partial day at each end, and whatever is newer than the rollup) as [start, end)
+    moments read from the placements."""
+    first: date | None
+    last: date | None
+    raw: list[tuple[datetime, datetime]]
+
+
+def _split(since: datetime, until: datetime) -> _Window:
+    covers = rollup_covers()
+    if covers is None:
+        return _Window(None, None, [(since, until)])
+    start_day = since.astimezone(UTC).date()
+    first = start_day if _midnight(start_day) == since else start_day + timedelta(days=1)
+    last = min(until.astimezone(UTC).date(), covers)
+    if first >= last:
+        return _Window(None, None, [(since, until)])
+    raw = [(a, b) for a, b in ((since, _midnight(first)), (_midnight(last), until)) if a < b]
+    return _Window(first, last, raw)
+
+
+def _midnight(day: date) -> datetime:
+    return datetime.combine(day, datetime.min.time(), tzinfo=UTC)
+
+
+# Which rollup grain answers each key, and the column it is read from.
+_GRAINS = {"total": (Grain.DAY, "''"), "day": (Grain.DAY, "r.day"), "grove_slug": (Grain.GROVE, "r.grove_slug"),
+           "team": (Grain.TEAM, "r.team"), "code": (Grain.CODE, "r.code")}
+
+
+def _counts(window: _Window, *, key: str, limit: int | None = None) -> list[tuple]:
+    """(key, count) over the window, largest first: the rollup's margin for its days plus the placements'
+    aggregate for the rest, summed in one statement. ``key`` is ``grove_slug``, ``team``, ``day``, ``code``
+    (which counts (placement, code) pairs) or ``total``."""
+    sql = refused_sql()
+    per_code = key == "code"
+    grain, rollup_key = _GRAINS[key]
+    raw_key = {"total": "''", "code": sql.code, "day": sql.day}.get(key, f"p.{key}")
+    parts, params = [], []
+    if window.first is not None:
+        parts.append(f"SELECT {rollup_key} AS k, r.count AS n FROM {RefusalRollup._meta.db_table} r "
+                     "WHERE r.grain = %s AND r.day >= %s AND r.day < %s")
+        params += [grain, window.first, window.last]
+    for start, end in window.raw:
+        elements = f", {sql.elements}" if per_code else ""
+        present = f" AND {sql.code} IS NOT NULL AND {sql.code} <> ''" if per_code else ""
+        parts.append(f"SELECT {raw_key} AS k, COUNT(*) AS n FROM {ExecutionPlacement._meta.db_table} p{elements} "
+                     f"WHERE {sql.refused} AND p.created_at >= %s AND p.created_at < %s{present}"
+                     + ("" if key == "total" else f" GROUP BY {raw_key}"))
+        params += [start, end]
+    order = "k" if key == "day" else "n DESC, k"
+    statement = f"SELECT k, SUM(n) AS n FROM ({' UNION ALL '.join(parts)}) AS t GROUP BY k ORDER BY {order}"
+    if limit is not None:
+        statement += f" LIMIT {int(limit)}"
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return [(k, int(n)) for k, n in cursor.fetchall()]
+
+
 def refusal_report(*, since: datetime, until: datetime, limit: int = 20) -> RefusalReport:
-    window = ExecutionPlacement.objects.filter(REFUSED, created_at__gte=since, created_at__lt=until)
-    total = window.count()
-    by_grove = list(window.values("grove_slug").annotate(n=Count("id")).order_by("-n", "grove_slug")
-                    .values_list("grove_slug", "n")[:limit])
-    by_team = [(team or "(no team)", n) for team, n in window.values("team").annotate(n=Count("id"))
-               .order_by("-n", "team").values_list("team", "n")[:limit]]
-    per_day = dict(window.annotate(day=TruncDay("created_at")).values("day").annotate(n=Count("id"))
-                   .values_list("day", "n"))
-    counts = {(d.date() if isinstance(d, datetime) else d): n for d, n in per_day.items()}
+    """Counts of refused / would-refuse placements in [since, until): whole days the rollup covers come from
+    the rollup, the rest from the placements (so the figures are exact whether or not the rollup ran)."""
+    window = _split(since, until)
+    total = sum(n for _k, n in _counts(window, key="total"))
+    by_grove = _counts(window, key="grove_slug", limit=limit)
+    by_team = [(team or "(no team)", n) for team, n in _counts(window, key="team", limit=limit)]
+    counts = {(d if isinstance(d, date) else date.fromisoformat(str(d)[:10])): n
+              for d, n in _counts(window, key="day")}
     last_day = (until - timedelta(microseconds=1)).date()  # ``until`` is exclusive
     days = (last_day - since.date()).days + 1
     trend = [(since.date() + timedelta(days=i), counts.get(since.date() + timedelta(days=i), 0))
@@ -290,24 +422,10 @@ def refusal_report(*, since: datetime, until: datetime, limit: int = 20) -> Refu
                                              finished_at__gte=since, finished_at__lt=until)
                  .values("reason").annotate(n=Count("id")).order_by("-n").values_list("reason", "n"))
     return RefusalReport(since=since, until=until, total=total,
-                         by_code=refusal_codes(since=since, until=until, limit=limit),
+                         by_code=_counts(window, key="code", limit=limit),
                          by_grove=by_grove, by_team=by_team, trend=trend, node_refusals=nodes)
 
 
 def refusal_codes(*, since: datetime, until: datetime, limit: int = 50) -> list[tuple[str, int]]:
-    """Counts per incompatibility code: the decision's array is unnested in SQL (one query)."""
-    table = ExecutionPlacement._meta.db_table
-    if connection.vendor == "postgresql":
-        elements = "jsonb_array_elements(p.decision -> 'incompatibilities') AS e"
-        code = "e ->> 'code'"
-        refused = REFUSED_SQL
-    else:
-        elements = "json_each(p.decision, '$.incompatibilities') AS e"
-        code = "json_extract(e.value, '$.code')"
-        refused = "(p.would_refuse OR p.enforced)"  # rows without incompatibilities add no element anyway
-    sql = (f"SELECT {code} AS code, COUNT(*) AS n FROM {table} p, {elements} "
-           f"WHERE {refused} AND p.created_at >= %s AND p.created_at < %s "
-           f"GROUP BY {code} ORDER BY n DESC, code LIMIT %s")
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [since, until, limit])
-        return [(row[0], row[1]) for row in cursor.fetchall()]
+    """Counts per incompatibility code in [since, until) (the rollup's days and the placements' rest)."""
+    return _counts(_split(since, until), key="code", limit=limit)

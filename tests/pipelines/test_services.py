@@ -93,6 +93,18 @@ def test_node_is_placed_through_placement_with_subject_pipeline_node(k8s_grove):
     assert GroveJob.objects.filter(node_id=node.pk).count() == 1
 
 
+def test_pinned_and_unpinned_nodes_record_the_runs_team_and_environment(k8s_grove):
+    run = _run([exec_node("pinned", grove="kube"), exec_node("free")], environment="prod", team="ml")
+    pinned = ExecutionPlacement.objects.get(subject_type="pipeline_node", subject_id=str(_node(run, "pinned").pk))
+    # The pin is stored when the run is created, before any node runs: it already carries the scope.
+    assert (pinned.chooser, pinned.team, pinned.environment) == ("explicit", "ml", "prod")
+    execute_queued(run)
+    rows = ExecutionPlacement.objects.filter(subject_type="pipeline_node").order_by("id")  # the pin first
+    assert [(row.chooser, row.team, row.environment) for row in rows] == [
+        ("explicit", "ml", "prod"), ("selection", "ml", "prod")]
+    assert {node.status for node in run.nodes.all()} == {"awaiting"}
+
+
 # --- GRAPH_DEDUP ----------------------------------------------------------------------------------
 
 def _finish(run, wire_grove, node_id="a"):

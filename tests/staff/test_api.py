@@ -77,3 +77,15 @@ def test_groves_api_is_staff_only(user_client, staff_client, estate):
     # The Grove read API declares its role permission (docs/permissions.md): a token user without one is refused.
     assert user_client.get(f"{V1}/groves").json()["code"] == "permission_required"
     assert staff_client.get(f"{V1}/groves").status_code == 200
+
+
+def test_staff_placement_list_reads_whole_rows_in_bounded_queries(staff_client, observability_on, dispatched_run,
+                                                                   django_assert_max_num_queries):
+    dispatched_run(team="ml")
+    dispatched_run(team="web")
+    # Whatever the page size: the token, the flag, the count, the page and one query for its subjects.
+    with django_assert_max_num_queries(8):
+        body = staff_client.get(f"{V1}/staff/placements").json()
+    assert body["count"] == 4 and all(row["requirement"] and row["decision"] for row in body["results"])
+    assert {row["environment"] for row in body["results"]} == {""} and all(row["history"] == [] for row in
+                                                                          body["results"])

@@ -6,6 +6,8 @@ import csv
 import io
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from apps.accelerators.models import AcceleratorEntitlement
 from apps.pipelines.models import PipelineNode, PipelineRun
@@ -109,8 +111,8 @@ def test_placements_filter_by_every_field(staff_browser, observability_on, estat
     assert rows("enforced=false") == 2 and rows("enforced=true") == 0
     assert rows("chooser=explicit") == 1 and rows("chooser=selection") == 1
     assert rows(f"code={code}") == 1 and rows("code=no_such_code") == 0
-    # The pinned node was placed at run creation, which records no team (pipelines' pin passes none).
-    assert rows("team=ml") == 1 and rows("team=web") == 0
+    # The pinned node, placed at run creation, records the run's team like the unpinned one.
+    assert rows("team=ml") == 2 and rows("team=web") == 0
     assert rows("created_after=2000-01-01T00:00:00Z") == 2 and rows("created_before=2000-01-01T00:00:00Z") == 0
     bad = staff_browser.get("/staff/placements/?created_after=yesterday&chooser=psychic")
     assert bad.status_code == 400 and b"created_after" in bad.content and b"chooser" in bad.content
@@ -174,7 +176,9 @@ def test_refusal_report_counts_trend_and_csv(staff_browser, observability_on, di
                                                                           finished_at=shadow.created_at)
     page = staff_browser.get("/staff/refusals/").content.decode()
     assert '<strong id="refusal-total">2</strong>' in page
-    assert code in page and "gpu-box" in page and "(no team)" in page and "placement_refused" in page
+    assert code in page and "gpu-box" in page and "placement_refused" in page
+    by_team = page[page.index('id="by-team"'):].split("</table>")[0]
+    assert "<td>ml</td><td>1</td>" in by_team and "<td>web</td><td>1</td>" in by_team and "(no team)" not in by_team
     assert "<svg" in page and page.count('class="bar"') == 14  # one bar per day of the default window
     export = staff_browser.get("/staff/refusals/?_export=csv")
     rows = list(csv.reader(io.StringIO(b"".join(export.streaming_content).decode())))
@@ -207,3 +211,28 @@ def test_status_page_lists_every_capability(staff_browser, observability_on):
     page = staff_browser.get("/staff/status/").content.decode()
     assert all(c.name.replace("'", "&#x27;") in page for c in CAPABILITIES)
     assert "needs hardware not present" in page and "gated by flag" in page
+
+
+def test_lists_read_no_whole_decision_and_csv_cells_are_plain(staff_browser, observability_on, dispatched_run):
+    dispatched_run()
+    with CaptureQueriesContext(connection) as queries:
+        page = staff_browser.get("/staff/placements/", HTTP_HX_REQUEST="true").content.decode()
+    assert "would refuse" in page and "<code>" in page  # the verdict's codes, from the decision's list alone
+    listing = [q["sql"] for q in queries.captured_queries if 'FROM "placement_executionplacement"' in q["sql"]]
+    assert listing and all('"placement_executionplacement"."decision",' not in sql
+                           and '"placement_executionplacement"."requirement"' not in sql for sql in listing)
+    export = staff_browser.get("/staff/placements/?_export=csv")
+    rows = list(csv.reader(io.StringIO(b"".join(export.streaming_content).decode())))
+    assert rows[0][2] == "Grove" and {row[2] for row in rows[1:]} == {"k8s-compute", "gpu-box"}
+    assert not any("<" in cell for row in rows for cell in row)
+
+
+@pytest.mark.parametrize("url", ["/staff/placements/", "/staff/runs/", "/staff/refusals/"])
+def test_pages_stop_at_the_offset_cap_with_a_pointer_to_the_filters(staff_browser, observability_on, dispatched_run,
+                                                                    url):
+    dispatched_run()
+    deepest = staff_browser.get(f"{url}?page=200&per_page=50")  # rows 9,951-10,000: still served
+    assert deepest.status_code == 200 and b'id="page-error"' not in deepest.content
+    past = staff_browser.get(f"{url}?page=201&per_page=50")
+    assert past.status_code == 400 and b'id="page-error"' in past.content and b"narrow the filters" in past.content
+    assert b"compute node" not in past.content

@@ -60,7 +60,8 @@ def pipeline_run_create(*, graph: dict, kind: str, environment: str = "", team: 
         if node.get("grove"):
             # An explicit Grove pin is validated and stored as the node's placement before the run starts.
             placement_pin(subject_type="pipeline_node", subject_id=str(row.pk),
-                          requirement=ExecutionRequirement.from_json(row.requirement), grove=node["grove"])
+                          requirement=ExecutionRequirement.from_json(row.requirement), grove=node["grove"],
+                          team=run.team or None, environment=run.environment or None)
     run_transition(run=run, to=RunStatus.RUNNING)
     run_advance(run)
     return run

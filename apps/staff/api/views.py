@@ -82,7 +82,7 @@ class StaffPlacementListView(generics.ListAPIView):
 
     def get_queryset(self):
         refused = self.request.query_params.get("refused", "").lower() in {"true", "1", "yes"}
-        return selectors.refused_placements() if refused else selectors.placement_rows()
+        return selectors.refused_placements(whole=True) if refused else selectors.placement_rows(whole=True)
 
     def get_serializer(self, *args, **kwargs):
         if args:
@@ -102,7 +102,7 @@ class StaffInventoryView(StaffAPIView):
                    responses={200: OpenApiTypes.OBJECT, **ERRORS})
     def get(self, request):
         groups = [{"api": g.api, "vendor": g.vendor, "model": g.model, "memory_bytes": g.memory_bytes,
-                   "memory_kind": g.memory_kind, "share_mode": g.share_mode, "groves": len(g.groves),
+                   "memory_kind": g.memory_kind, "share_mode": g.share_mode, "groves": g.groves,
                    "items": g.items, "allocatable": g.allocatable, "free": g.free}
                   for g in selectors.inventory_groups()]
         teams = [{"team": u.entitlement.team, "api": u.entitlement.api, "vendor": u.entitlement.vendor,
