@@ -23,7 +23,8 @@ and one nothing can run). The floor is a bare single-row ``INSERT`` through psyc
 same database. Prints decisions/s, p50/p99, our/floor ratios, and the growth of p50 from the smallest
 to the largest fleet against the growth of the fleet (sub-linear means far below N_max/N_min).
 
-Needs PostgreSQL on 127.0.0.1 (``scripts/services-up.sh``); uses a ``forest_bench_placement`` database.
+Needs PostgreSQL on 127.0.0.1 (``scripts/services-up.sh``); uses a ``forest_bench_placement`` database
+(``BENCH_PLACEMENT_DATABASE_URL`` names another).
 """
 from __future__ import annotations
 
@@ -39,9 +40,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-DB_NAME = "forest_bench_placement"
 ADMIN_URL = os.environ.get("BENCH_ADMIN_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-DB_URL = os.environ.get("BENCH_PLACEMENT_DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/{DB_NAME}")
+DB_URL = os.environ.get("BENCH_PLACEMENT_DATABASE_URL",
+                        "postgres://postgres@127.0.0.1:5432/forest_bench_placement")
+DB_NAME = DB_URL.rsplit("/", 1)[-1]  # dropped and created afresh: a name of the caller's own
 os.environ.update({
     "DATABASE_URL": DB_URL, "SECRET_KEY": "bench-secret-key", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0",
     "CELERY_BROKER_URL": "redis://127.0.0.1:6379/14", "LOG_LEVEL": "ERROR", "FLAGS_CACHE_TTL_S": "1",

@@ -16,6 +16,7 @@ database; ``services`` re-verifies whatever it is about to persist against the d
 from __future__ import annotations
 
 import heapq
+import itertools
 from bisect import bisect_left, insort
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from apps.placement.rules import MAX_GROVE_PLATFORMS, NO_PLATFORM_RANK, GroveFac
 _EMPTY: frozenset = frozenset()
 # Index keys of the ranking (not rules): a platform at a position of the Grove's order, an accelerator API.
 _POSITION, _API = "rank:position", "rank:api"
+# A fleet-facts version: a new number whenever some Grove's indexed facts change (the shape caches clear).
+_VERSIONS = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,7 @@ class _Shape:
     others: list[str]  # every other Grove, by slug
     best_rank: int  # the earliest accepted platform position any eligible Grove has
     best: list[str]  # eligible Groves at that position (with the API when one is wanted), by slug
+    ranking: list[str] | None = None  # every eligible Grove in chooser order for work that fits; on first use
 
 
 class FleetIndex:
@@ -95,6 +99,7 @@ class FleetIndex:
         self._cutoff = float("-inf")
         self._shapes: dict[tuple, _Shape] = {}
         self._rules = rules.RULES  # the table the indexes were built from
+        self.version = next(_VERSIONS)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -122,7 +127,7 @@ class FleetIndex:
                 del self._index[key]
         del self._sorted[bisect_left(self._sorted, slug)]
         self._stale.discard(slug)
-        self._shapes.clear()
+        self._facts_changed()
 
     def upsert(self, record: GroveFacts, *, keep_sorted: bool = True) -> None:
         keys = frozenset(_index_keys(record, self._rules))
@@ -142,7 +147,7 @@ class FleetIndex:
                 insort(self._sorted, record.slug)
             else:
                 self._sorted.append(record.slug)
-            self._shapes.clear()
+            self._facts_changed()
         heartbeat = record.heartbeat
         if heartbeat is not None and heartbeat >= self._cutoff:
             self._stale.discard(record.slug)
@@ -153,6 +158,10 @@ class FleetIndex:
                 heapq.heapify(self._expiry)
         else:
             self._stale.add(record.slug)
+
+    def _facts_changed(self) -> None:
+        self._shapes.clear()
+        self.version = next(_VERSIONS)
 
     def _reindex(self) -> None:
         """``rules.RULES`` is not the table the indexes were built from (a rule registered at run time):
@@ -229,6 +238,21 @@ class FleetIndex:
         shape = self._shapes[key] = _Shape(eligible=eligible, others=[s for s in self._sorted if s not in eligible],
                                            best_rank=best_rank, best=sorted(best))
         return shape
+
+    def ranking(self, requirement: ExecutionRequirement) -> list[str]:
+        """Every eligible Grove, fresh or not, in the chooser's order for work that fits it
+        (``rules.rank_key``: earliest accepted platform position, then slug): precomputed once per
+        requirement shape and facts version, so a batch walks it instead of ranking per subject."""
+        if self._rules is not rules.RULES:
+            self._reindex()
+        shape = self._shape(requirement, False)
+        if shape.ranking is None:
+            allowed = frozenset(requirement.compatibility.platform.allowed)
+            records = self.records
+            shape.ranking = sorted(shape.eligible, key=lambda slug: rules.rank_key(
+                platform_rank=platform_rank(records[slug].platforms, allowed), fits_cpu_memory=True,
+                fits_accelerators=True, slug=slug))
+        return shape.ranking
 
     def select(self, requirement: ExecutionRequirement, *, limit: int, cap: int, cutoff: float,
                role_only: bool = False) -> CandidateSet:

@@ -110,15 +110,17 @@ def _verdict(facts: rules.GroveFacts, incompatibilities: list[rules.Incompatibil
 
 def _admissions(requirement: ExecutionRequirement,
                 groves: list[rules.GroveFacts]) -> dict[str, accelerator_rules.Admission]:
-    """Accelerator fit of each Grove now (its reported units minus Host's claims, read now): a preference,
-    not a rule."""
+    """Accelerator fit of each Grove now (its reported units minus Host's claims, which the snapshot holds
+    and keeps current on every claim and release): a preference, not a rule."""
     if requirement.accelerators is None or not groves:
         return {}
-    claimed = selectors.claimed_counts([facts.id for facts in groves])
-    return {facts.id: accelerator_rules.admit(requirement.accelerators, units=list(facts.accelerator_units),
-                                              devices=list(facts.devices), claimed=claimed[facts.id],
-                                              grove=facts.slug)
-            for facts in groves}
+    return {facts.id: admission(requirement, facts) for facts in groves}
+
+
+def admission(requirement: ExecutionRequirement, facts: rules.GroveFacts) -> accelerator_rules.Admission:
+    """The requirement's accelerators admitted on one unit of this Grove, from its facts alone."""
+    return accelerator_rules.admit(requirement.accelerators, units=facts.accelerator_units, devices=facts.devices,
+                                   claimed=dict(facts.claimed), grove=facts.slug)
 
 
 def _ordered(requirement: ExecutionRequirement, found: list[fleet.Candidate], *, with_incompatibilities: bool):
