@@ -534,6 +534,8 @@ def _insert(plans: list[_Plan], now) -> tuple[set[int], dict[int, int]]:
                            [len(plans)])
             ids = [row[0] for row in cursor.fetchall()]
         rows = _rows(plans, ids, now)
+        from psycopg.errors import UniqueViolation  # the driver's own: COPY runs on the raw cursor
+
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 raw = cursor.cursor
@@ -541,7 +543,7 @@ def _insert(plans: list[_Plan], now) -> tuple[set[int], dict[int, int]]:
                     for row in rows:
                         copy.write_row(row)
             return set(), {plan.index: placement_id for plan, placement_id in zip(plans, ids, strict=True)}
-        except IntegrityError:
+        except (IntegrityError, UniqueViolation):
             pass
         with connection.cursor() as cursor:
             values = ", ".join(["(" + ", ".join(["%s"] * len(COLUMNS)) + ")"] * len(rows))
