@@ -17,7 +17,6 @@ from apps.placement import batch, selectors, services, snapshot
 from apps.placement.models import ExecutionPlacement, PlacementVerdicts, UnitLoad
 from apps.placement.vocabulary import MAX_BATCH_SIZE
 from tests.factories import GIB, UserFactory, api_token_for, grant, nvidia_gpu, unit
-from tests.placement.conftest import grove_make
 
 pytestmark = pytest.mark.django_db
 URL = "/api/forest/v1/placements"
