@@ -79,6 +79,7 @@ class _Shape:
     best_rank: int  # the earliest accepted platform position any eligible Grove has
     best: list[str]  # eligible Groves at that position (with the API when one is wanted), by slug
     ranking: list[str] | None = None  # every eligible Grove in chooser order for work that fits; on first use
+    levels: list | None = None  # the ranking by platform position, split by the API (``_levels``); on first use
 
 
 class FleetIndex:
@@ -274,23 +275,47 @@ class FleetIndex:
     def _ranked(self, requirement: ExecutionRequirement, shape: _Shape, stale: set[str], eligible_count: int,
                 limit: int) -> list[Candidate]:
         cpu, memory = requirement.resources.cpu_milli, requirement.resources.memory_bytes
-        api = _accelerator_api(requirement)
         records = self.records
         # The best key any eligible Grove can have (its earliest accepted platform position, a unit that fits,
         # the API), in slug order, *is* the top of the ranking: stop after ``limit`` of them.
         top = _take((slug for slug in shape.best if slug not in stale and records[slug].fits(cpu, memory)), limit)
         if len(top) >= min(limit, eligible_count):
             return [Candidate(records[slug], True, shape.best_rank, True) for slug in top]
-        allowed = frozenset(requirement.compatibility.platform.allowed)
+        # The shape's precomputed ranking by level (platform position), each level split by the API, walked
+        # in the chooser's order: fits with the API, fits without, then (only when too few fit) the rest.
+        out: list[Candidate] = []
+        for rank, with_api, without_api in self._levels(requirement, shape):
+            short: list[str] = []
+            for members in (with_api, without_api):
+                for slug in members:
+                    if len(out) >= limit:
+                        break
+                    if slug in stale:
+                        continue
+                    if records[slug].fits(cpu, memory):
+                        out.append(Candidate(records[slug], True, rank, True))
+                    else:
+                        short.append(slug)
+            # ``short`` is complete whenever it is needed: a walk stops early only once ``limit`` fit.
+            out.extend(Candidate(records[slug], True, rank, False) for slug in short[:limit - len(out)])
+            if len(out) >= limit:
+                break
+        return out
 
-        def key(slug: str) -> tuple:
-            record = records[slug]
-            return (platform_rank(record.platforms, allowed), not record.fits(cpu, memory),
-                    bool(api) and api not in record.apis, slug)
-
-        return [Candidate(records[slug], True, platform_rank(records[slug].platforms, allowed),
-                          records[slug].fits(cpu, memory))
-                for slug in heapq.nsmallest(limit, shape.eligible - stale, key=key)]
+    def _levels(self, requirement: ExecutionRequirement, shape: _Shape) -> list[tuple[int, list[str], list[str]]]:
+        """(platform position, eligible slugs with the wanted API, the others) per level of the shape's
+        ranking, precomputed once per shape (the API is a preference the ranking reads after the fit)."""
+        if shape.levels is None:
+            api = _accelerator_api(requirement)
+            allowed = frozenset(requirement.compatibility.platform.allowed)
+            levels: dict[int, tuple[list[str], list[str]]] = {}
+            for rank, slug in sorted((platform_rank(self.records[slug].platforms, allowed), slug)
+                                     for slug in shape.eligible):
+                record = self.records[slug]
+                level = levels.setdefault(rank, ([], []))
+                level[0 if not api or api in record.apis else 1].append(slug)
+            shape.levels = [(rank, *levels[rank]) for rank in sorted(levels)]
+        return shape.levels
 
 
 def _take(iterator: Iterable[str], limit: int) -> list[str]:

@@ -85,6 +85,24 @@ class PlanCheck:
     reasons: list[dict] = field(default_factory=list)
 
 
+# rules.check of a requirement against a Grove's facts, kept while those facts (the same object) stand: the
+# verdicts of a shape's sample of ineligible Groves are the same decision after decision.
+_CHECKED: dict[tuple, tuple[rules.GroveFacts, list[rules.Incompatibility]]] = {}
+_CHECKED_MAX = 50_000
+
+
+def _checked(requirement: ExecutionRequirement, facts: rules.GroveFacts) -> list[rules.Incompatibility]:
+    key = (requirement, facts.slug)
+    hit = _CHECKED.get(key)
+    if hit is not None and hit[0] is facts:
+        return hit[1]
+    if len(_CHECKED) >= _CHECKED_MAX:
+        _CHECKED.clear()
+    found = rules.check(requirement, facts)
+    _CHECKED[key] = (facts, found)
+    return found
+
+
 def _incompatibility_json(items: list[rules.Incompatibility]) -> list[dict]:
     return [{"code": item.code, "message": item.message} for item in items]
 
@@ -129,7 +147,7 @@ def _ordered(requirement: ExecutionRequirement, found: list[fleet.Candidate], *,
     rows = []
     for candidate in found:
         facts = candidate.facts
-        incompatibilities = rules.check(requirement, facts) if with_incompatibilities else []
+        incompatibilities = _checked(requirement, facts) if with_incompatibilities else []
         admission = admissions.get(facts.id)
         key = rules.rank_key(
             incompatibilities=len(incompatibilities), platform_rank=candidate.platform_rank,
@@ -182,7 +200,7 @@ def _selection(requirement: ExecutionRequirement, enforced: bool) -> Decision:
         verdicts.append(_verdict(candidate.facts, [], rank=rank, requirement=requirement,
                                  fits_cpu_memory=candidate.fits_cpu_memory, admission=admission))
     for candidate in found.others:
-        verdicts.append(_verdict(candidate.facts, rules.check(requirement, candidate.facts), rank=None,
+        verdicts.append(_verdict(candidate.facts, _checked(requirement, candidate.facts), rank=None,
                                  requirement=requirement))
     plus = "+" if found.capped else ""
     summary = (f"{eligible_total}{plus}/{eligible_total + ineligible_total}{plus} fresh Groves eligible"
