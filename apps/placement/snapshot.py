@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from apps.accelerators import selectors as accelerator_selectors
@@ -139,7 +139,9 @@ def claims_changed(grove_id) -> None:
     process's snapshot at its next decision."""
     if grove_id is None:
         return
-    Grove.objects.filter(pk=grove_id).update(updated_at=timezone.now())
+    # The trigger keeps ``updated_at`` for a liveness-only write (groves migration 0003); a heartbeat that
+    # moves backwards is stamped, so the claim moves it back by a microsecond: no staleness it could notice.
+    Grove.objects.filter(pk=grove_id).update(last_heartbeat_at=F("last_heartbeat_at") - timedelta(microseconds=1))
     _STATE["refreshed_at"] = float("-inf")
 
 
