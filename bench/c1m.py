@@ -9,7 +9,8 @@ a live fleet would), then places ``--count`` subjects through ``apps.placement.b
 batches of ``--batch``: one snapshot read, decisions in memory with the assume cache, the unit rows locked
 and re-verified, the ledger, shared verdicts and placements written (``COPY``) in one transaction per batch.
 A mix of requirements is cycled: containers on amd64 / arm64 / any platform, native darwin work, untrusted
-work, one NVIDIA GPU, in four CPU/memory sizes.
+work, one NVIDIA GPU (one in ``--gpu-every``), in four CPU/memory sizes; the fleet has room for all of it
+but the GPUs, which run out near the end (their refusals are ``no_capacity`` decisions).
 
 Prints progress, then the end-to-end time and rate (subjects placed or refused per second, every one a
 stored row or a per-subject error code), Nomad C1M's published rate (1,000,000 containers on 5,000 hosts
@@ -45,6 +46,7 @@ os.environ.update({
 GIB, MIB = 1024**3, 1024**2
 NOMAD_C1M_RATE = 1_000_000 / 266  # Nomad C1M (2016): 1M containers on 5,000 hosts in 4 min 26 s; ~3,750/s
 HEARTBEAT_EVERY_S = 20
+SIZES = ((250, 256 * MIB), (500, 512 * MIB), (500, GIB), (1000, 2 * GIB))  # (CPU milli, memory bytes)
 
 
 def prepare_database() -> None:
@@ -85,7 +87,7 @@ def load_fleet(n: int, rnd: random.Random) -> None:
                              "share_mode": "exclusive"} for i in range(8)]
         report_units = []
         for u in range(1 if native else rnd.randint(2, 4)):
-            cpu, memory = (32000, 128 * GIB) if native else (64000, 256 * GIB)
+            cpu, memory = 64000, 256 * GIB
             slots = [{"inventory_id": a["id"], "allocatable": 1, "free": 1} for a in accelerators if u == 0]
             report_units.append({"id": f"node-{u}", "cpu_milli": {"allocatable": cpu, "free": cpu},
                                  "memory_bytes": {"allocatable": memory, "free": memory}, "accelerators": slots})
@@ -114,19 +116,22 @@ def requirements() -> list:
     from apps.pipelines.rules import node_requirement
 
     image = "registry.example/app@sha256:" + "b" * 64
+    # (node, run kind, share of the mix in twelfths, sizes): native darwin work is a small share in small
+    # sizes, as a fleet's Mac capacity is.
     nodes = [
-        ({"id": "build", "kind": "build_image", "platform": ["linux/amd64"]}, "build"),
-        ({"id": "test", "kind": "exec", "image": image, "platform": ["linux/arm64"]}, "build"),
-        ({"id": "web", "kind": "deploy", "image": image}, "deploy"),
-        ({"id": "sign", "kind": "exec", "runtime": "native", "platform": ["darwin/arm64"]}, "build"),
-        ({"id": "fuzz", "kind": "exec", "image": image, "trust": "untrusted"}, "compute"),
-        ({"id": "job", "kind": "exec", "image": image}, "compute"),
+        ({"id": "build", "kind": "build_image", "platform": ["linux/amd64"]}, "build", 3, SIZES),
+        ({"id": "test", "kind": "exec", "image": image, "platform": ["linux/arm64"]}, "build", 2, SIZES),
+        ({"id": "web", "kind": "deploy", "image": image}, "deploy", 2, SIZES),
+        ({"id": "sign", "kind": "exec", "runtime": "native", "platform": ["darwin/arm64"]}, "build", 1, SIZES[:2]),
+        ({"id": "fuzz", "kind": "exec", "image": image, "trust": "untrusted"}, "compute", 2, SIZES),
+        ({"id": "job", "kind": "exec", "image": image}, "compute", 2, SIZES),
     ]
     mix = []
-    for node, kind in nodes:
-        for cpu, memory in ((250, 256 * MIB), (500, 512 * MIB), (500, GIB), (1000, 2 * GIB)):
-            mix.append(node_requirement({**node, "resources": {"cpu_milli": cpu, "memory_bytes": memory}},
-                                        run_kind=kind))
+    for node, kind, share, sizes in nodes:
+        made = [node_requirement({**node, "resources": {"cpu_milli": cpu, "memory_bytes": memory}}, run_kind=kind)
+                for cpu, memory in sizes]
+        mix.extend(made[n % len(made)] for n in range(share * 4))
+    random.Random(2).shuffle(mix)
     gpu = node_requirement({"id": "train", "kind": "exec", "image": image, "platform": ["linux/amd64"],
                             "accelerators": {"count": 1, "vendor": "nvidia"}}, run_kind="compute")
     return mix, gpu
@@ -196,7 +201,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=1_000_000, help="requirements to place (default 1,000,000)")
     parser.add_argument("--groves", type=int, default=5000, help="Groves in the fleet (default 5,000)")
     parser.add_argument("--batch", type=int, default=None, help="subjects per batch (default MAX_BATCH_SIZE)")
-    parser.add_argument("--gpu-every", type=int, default=200, help="one GPU requirement in this many (default 200)")
+    parser.add_argument("--gpu-every", type=int, default=400, help="one GPU requirement in this many (default 400)")
     args = parser.parse_args()
     prepare_database()
     import django

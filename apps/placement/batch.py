@@ -180,13 +180,14 @@ def _shape(requirement: ExecutionRequirement, enforced: bool, index) -> _Shape:
 class _Round:
     """One attempt's in-memory decisions: the working (assumed) facts and a cursor per shape and size."""
 
-    def __init__(self, index, stale: set[str]):
+    def __init__(self, index, stale: set[str], cursors: dict):
         self.index, self.stale = index, stale
         self.working: dict[str, GroveFacts] = {}
         self.shapes: dict[tuple, _Shape] = {}
-        # (requirement, enforced) -> position in the ranking before which no Grove fits it any more:
-        # capacity only shrinks inside a round, so a Grove skipped once is never needed again.
-        self.cursors: dict[tuple, int] = {}
+        # (requirement, enforced, ranking) -> position in the ranking before which no Grove fits it any
+        # more: capacity only shrinks between the snapshot's reads, so a Grove skipped once is not needed
+        # again until then (the snapshot clears them whenever it reads Groves).
+        self.cursors = cursors
 
     def facts(self, slug: str) -> GroveFacts:
         return self.working.get(slug) or self.index.records[slug]
@@ -210,8 +211,10 @@ class _Round:
         if decision.chooser == Chooser.FALLBACK:  # shadow mode: the one closest Grove, if it has room
             facts = self.facts(decision.grove.slug) if decision.grove.slug in self.index.records else decision.grove
             return self._assume(item, index, facts, shape, rank=1, enforced=enforced, top=[])
+        ranking = shape.ranking
         key = (requirement, enforced)
-        ranking, position = shape.ranking, self.cursors.get(key, 0)
+        held = self.cursors.get(key)
+        position = held[1] if held is not None and held[0] is ranking else 0
         chosen, top = None, []
         while position < len(ranking):
             slug = ranking[position]
@@ -225,7 +228,7 @@ class _Round:
                 continue
             chosen = (facts, fit)
             break
-        self.cursors[key] = position
+        self.cursors[key] = (ranking, position)
         if chosen is None:
             raise no_capacity(item, decision.summary)
         # The next few that fit, for the subject's own explanation (not advanced past: they still fit).
@@ -366,8 +369,8 @@ def place_batch(items: list[BatchItem]) -> list[BatchOutcome]:
         for position in todo:
             outcomes[position].error = None
         plans = []
-        with snapshot.held() as (index, stale):
-            round_ = _Round(index, stale)
+        with snapshot.held() as (index, stale, cursors):
+            round_ = _Round(index, stale, cursors)
             for position in todo:
                 item = items[position]
                 enforced = flags[(item.environment, item.team)][0]
@@ -377,13 +380,20 @@ def place_batch(items: list[BatchItem]) -> list[BatchOutcome]:
                     outcomes[position].error = error
         for plan in plans:
             services._log_decision(f"{plan.item.subject_type}:{plan.item.subject_id}", _LogView(plan))
+        stored_plans = [p for p in plans if flags[(p.item.environment, p.item.team)][1]]
         try:
             with transaction.atomic():
-                lost = _write([p for p in plans if flags[(p.item.environment, p.item.team)][1]], outcomes)
+                lost = _write(stored_plans, outcomes)
         except _Conflicted as conflict:
             snapshot.fleet_reload(conflict.grove_ids)
             continue
-        snapshot.assume(round_.working.values())
+        except BaseException:
+            snapshot.forget_cursors()
+            raise
+        if stored_plans:
+            snapshot.assume(round_.working.values())
+        else:  # nothing was stored: nothing is assumed
+            snapshot.forget_cursors()
         for plan in plans:
             outcome = outcomes[plan.index]
             if plan.index in lost:

@@ -45,6 +45,10 @@ DEVICE_FIELDS = ("grove_id", "inventory_id", "vendor", "apis", "memory_bytes", "
 _LOCK = threading.RLock()  # re-entered: a batch holds it across the decisions it makes
 _FLEET = fleet.FleetIndex()
 _STATE: dict = {"watermark": None, "refreshed_at": float("-inf")}
+# Where a batch's walk of each requirement's ranking may start: every Grove before it had no room for
+# that requirement. Valid while capacity only shrinks (batches assuming work); cleared whenever Groves are
+# read from the database (a report may have freed room) or the facts change.
+_CURSORS: dict = {}
 
 
 def grove_facts(grove, *, units: Iterable = (), devices: Iterable = (), apis: Iterable[str] = (),
@@ -117,6 +121,7 @@ def fleet_reload(grove_ids: Iterable[str]) -> list[GroveFacts]:
     what a batch does for the Groves another process wrote since its decision. Returns their facts."""
     rows, facts = _load(Grove.objects.filter(id__in=list(grove_ids)), every=False)
     with _LOCK:
+        _CURSORS.clear()
         for row in rows:
             if not row.enabled:
                 _FLEET.remove(str(row.id))
@@ -172,6 +177,8 @@ def fleet_refresh(*, full: bool = False) -> int:
             for item in facts:
                 _FLEET.upsert(item)
         _STATE["watermark"], _STATE["refreshed_at"] = at, time.monotonic()
+        if rows:
+            _CURSORS.clear()
         drifted = not full and total != len(_FLEET)
     return len(rows) + (_resync() if drifted else 0)
 
@@ -187,6 +194,7 @@ def _resync() -> int:
         return 0
     rows, facts = _load(Grove.objects.filter(id__in=present - known), every=False)
     with _LOCK:
+        _CURSORS.clear()
         for item in facts:
             _FLEET.upsert(item)
     return len(rows)
@@ -198,14 +206,24 @@ def stale_cutoff() -> float:
 
 
 @contextmanager
-def held() -> Iterator[tuple[fleet.FleetIndex, set[str]]]:
-    """The snapshot (refreshed first when due) and its stale set, held for a batch's decisions: no other
-    thread of this process changes it meanwhile."""
+def held() -> Iterator[tuple[fleet.FleetIndex, set[str], dict]]:
+    """The snapshot (refreshed first when due), its stale set and the batch cursors (``_CURSORS``), held
+    for a batch's decisions: no other thread of this process changes them meanwhile. A batch that does
+    not commit must call ``forget_cursors``."""
     if time.monotonic() - _STATE["refreshed_at"] >= settings.PLACEMENT_FLEET_REFRESH_S:
         fleet_refresh()
     cutoff = stale_cutoff()
     with _LOCK:
-        yield _FLEET, set(_FLEET.stale(cutoff))
+        stale = _FLEET.stale(cutoff)
+        if stale != _CURSORS.get("stale"):  # a Grove back from stale may have room
+            _CURSORS.clear()
+            _CURSORS["stale"] = set(stale)
+        yield _FLEET, set(stale), _CURSORS
+
+
+def forget_cursors() -> None:
+    with _LOCK:
+        _CURSORS.clear()
 
 
 def candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool = False) -> fleet.CandidateSet:
