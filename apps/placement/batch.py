@@ -122,42 +122,59 @@ def no_capacity(item: BatchItem, summary: str) -> Conflict:
                     f"({summary}); wait for capacity or add Groves.")
 
 
-def _fit(requirement: ExecutionRequirement, facts: GroveFacts) -> tuple[str | None, object] | None:
-    """(unit id, admission) of the unit this Grove would give the work, or None when none fits.
+class _Working:
+    """A Grove as the batch has assumed it so far: each unit's free CPU and memory, and Host's accelerator
+    claims plus the batch's own (the assume cache). ``facts`` is how the snapshot had it."""
+
+    __slots__ = ("claimed", "facts", "free")
+
+    def __init__(self, facts: GroveFacts):
+        self.facts = facts
+        self.free = [[unit_id, cpu, memory] for unit_id, cpu, memory in facts.unit_free]
+        self.claimed = dict(facts.claimed)
+
+    def fit(self, requirement: ExecutionRequirement) -> tuple[str | None, object] | None:
+        return _fit(requirement, self.facts, self.free, self.claimed)
+
+    def take(self, unit_id: str | None, requirement: ExecutionRequirement,
+             admission: accelerator_rules.Admission | None) -> None:
+        if unit_id is None:
+            return
+        for unit in self.free:
+            if unit[0] == unit_id:
+                unit[1] -= requirement.resources.cpu_milli
+                unit[2] -= requirement.resources.memory_bytes
+        if admission is not None:
+            for inventory_id, count in admission.allocations:
+                self.claimed[(unit_id, inventory_id)] = self.claimed.get((unit_id, inventory_id), 0) + count
+
+    def assumed(self) -> GroveFacts:
+        """The Grove's facts with the batch's placements subtracted (for the snapshot, after commit)."""
+        unit_free = tuple((unit_id, cpu, memory) for unit_id, cpu, memory in self.free)
+        return replace(self.facts, unit_free=unit_free, units=frontier((c, m) for _u, c, m in unit_free),
+                       claimed=tuple(sorted(self.claimed.items())))
+
+
+def _fit(requirement: ExecutionRequirement, facts: GroveFacts, free, claimed) -> tuple[str | None, object] | None:
+    """(unit id, admission) of the unit this Grove would give the work, or None when none fits; ``free`` is
+    (unit id, free CPU, free memory) per unit and ``claimed`` the accelerator claims, as assumed so far.
 
     A Grove that reports no unit at all has unknown capacity: it is not checked (unit ``None``)."""
-    if not facts.unit_free:
+    if not free:
         return None if requirement.accelerators is not None else (None, None)
     cpu, memory = requirement.resources.cpu_milli, requirement.resources.memory_bytes
     if requirement.accelerators is not None:
-        admission = services.admission(requirement, facts)
+        admission = services.admission(requirement, facts, claimed=claimed)
         if not admission.admitted:
             return None
-        for unit_id, free_cpu, free_memory in facts.unit_free:
+        for unit_id, free_cpu, free_memory in free:
             if unit_id == admission.unit_id:
                 return (unit_id, admission) if free_cpu >= cpu and free_memory >= memory else None
         return None
-    for unit_id, free_cpu, free_memory in facts.unit_free:
+    for unit_id, free_cpu, free_memory in free:
         if free_cpu >= cpu and free_memory >= memory:
             return unit_id, None
     return None
-
-
-def _take(facts: GroveFacts, unit_id: str | None, requirement: ExecutionRequirement,
-          admission: accelerator_rules.Admission | None) -> GroveFacts:
-    """The Grove's facts with this placement assumed: its unit's free CPU and memory, and its accelerators."""
-    if unit_id is None:
-        return facts
-    cpu, memory = requirement.resources.cpu_milli, requirement.resources.memory_bytes
-    unit_free = tuple((unit, free_cpu - cpu, free_memory - memory) if unit == unit_id else (unit, free_cpu, free_memory)
-                      for unit, free_cpu, free_memory in facts.unit_free)
-    claimed = facts.claimed
-    if admission is not None:
-        counts = dict(claimed)
-        for inventory_id, count in admission.allocations:
-            counts[(unit_id, inventory_id)] = counts.get((unit_id, inventory_id), 0) + count
-        claimed = tuple(sorted(counts.items()))
-    return replace(facts, unit_free=unit_free, units=frontier((c, m) for _u, c, m in unit_free), claimed=claimed)
 
 
 def _digest(body: dict) -> str:
@@ -182,15 +199,21 @@ class _Round:
 
     def __init__(self, index, stale: set[str], cursors: dict):
         self.index, self.stale = index, stale
-        self.working: dict[str, GroveFacts] = {}
+        self.working: dict[str, _Working] = {}
         self.shapes: dict[tuple, _Shape] = {}
         # (requirement, enforced, ranking) -> position in the ranking before which no Grove fits it any
         # more: capacity only shrinks between the snapshot's reads, so a Grove skipped once is not needed
         # again until then (the snapshot clears them whenever it reads Groves).
         self.cursors = cursors
 
-    def facts(self, slug: str) -> GroveFacts:
-        return self.working.get(slug) or self.index.records[slug]
+    def fit(self, facts: GroveFacts, requirement: ExecutionRequirement) -> tuple[str | None, object] | None:
+        working = self.working.get(facts.slug)
+        if working is not None:
+            return working.fit(requirement)
+        return _fit(requirement, facts, facts.unit_free, dict(facts.claimed) if requirement.accelerators else {})
+
+    def assumed(self) -> list[GroveFacts]:
+        return [working.assumed() for working in self.working.values()]
 
     def shape(self, requirement: ExecutionRequirement, enforced: bool) -> _Shape:
         key = (requirement, enforced)
@@ -209,7 +232,7 @@ class _Round:
         if decision.refusal is not None:
             raise decision.refusal
         if decision.chooser == Chooser.FALLBACK:  # shadow mode: the one closest Grove, if it has room
-            facts = self.facts(decision.grove.slug) if decision.grove.slug in self.index.records else decision.grove
+            facts = self.index.records.get(decision.grove.slug, decision.grove)
             return self._assume(item, index, facts, shape, rank=1, enforced=enforced, top=[])
         ranking = shape.ranking
         key = (requirement, enforced)
@@ -221,8 +244,8 @@ class _Round:
             if slug in self.stale or slug not in self.index.records:
                 position += 1
                 continue
-            facts = self.facts(slug)
-            fit = _fit(requirement, facts)
+            facts = self.index.records[slug]
+            fit = self.fit(facts, requirement)
             if fit is None:
                 position += 1
                 continue
@@ -237,8 +260,8 @@ class _Round:
                 break
             if slug in self.stale or slug not in self.index.records:
                 continue
-            other = self.facts(slug)
-            if _fit(requirement, other) is not None:
+            other = self.index.records[slug]
+            if self.fit(other, requirement) is not None:
                 top.append(other)
         return self._assume(item, index, chosen[0], shape, rank=1, enforced=enforced, top=top, fit=chosen[1])
 
@@ -251,7 +274,7 @@ class _Round:
     def _assume(self, item: BatchItem, index: int, facts: GroveFacts, shape: _Shape, *, rank: int, enforced: bool,
                 top: list[GroveFacts], fit=None) -> _Plan:
         requirement = item.requirement
-        fit = fit if fit is not None else _fit(requirement, facts)
+        fit = fit if fit is not None else self.fit(facts, requirement)
         if fit is None:
             raise no_capacity(item, shape.decision.summary)
         unit_id, admission = fit
@@ -267,7 +290,10 @@ class _Round:
             "eligible_total": decision.eligible_total, "ineligible_total": decision.ineligible_total,
             "unit": unit_id, "top": entries, "counts": shape.counts, "verdicts": shape.verdicts_key,
         }
-        self.working[facts.slug] = _take(facts, unit_id, requirement, admission)
+        working = self.working.get(facts.slug)
+        if working is None or working.facts.id != facts.id:
+            working = self.working[facts.slug] = _Working(facts)
+        working.take(unit_id, requirement, admission)
         return _Plan(index=index, item=item, facts=facts, unit_id=unit_id, decision=body, shape=shape,
                      chooser=decision.chooser, enforced=enforced, would_refuse=decision.would_refuse)
 
@@ -277,7 +303,7 @@ class _Round:
             raise decision.refusal
         shape = _Shape(decision=decision, ranking=[], verdicts_key="", verdicts_body={},
                        requirement_json=json.dumps(item.requirement.to_json()), counts={})
-        facts = self.facts(decision.grove.slug) if decision.grove.slug in self.index.records else decision.grove
+        facts = self.index.records.get(decision.grove.slug, decision.grove)
         plan = self._assume(item, index, facts, shape, rank=1, enforced=enforced, top=[])
         # An explicit target's decision is one verdict: stored whole, as a single placement stores it.
         plan.decision = {**decision.to_json(), "unit": plan.unit_id}
@@ -336,6 +362,15 @@ def _existing(keys: list[tuple[str, str]]) -> dict[tuple[str, str], ExecutionPla
         by_type[subject_type].append(subject_id)
     found = {}
     for subject_type, ids in by_type.items():
+        if connection.vendor == "postgresql":
+            # Which exist, in one array parameter (the ORM's IN of thousands of placeholders costs more
+            # than the query); only those rows are then read whole.
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT subject_id FROM {ExecutionPlacement._meta.db_table} WHERE subject_type = %s "
+                               "AND subject_id = ANY(%s)", [subject_type, ids])
+                ids = [row[0] for row in cursor.fetchall()]
+            if not ids:
+                continue
         for row in ExecutionPlacement.objects.select_related("grove").filter(subject_type=subject_type,
                                                                              subject_id__in=ids):
             found[(row.subject_type, row.subject_id)] = row
@@ -391,7 +426,7 @@ def place_batch(items: list[BatchItem]) -> list[BatchOutcome]:
             snapshot.forget_cursors()
             raise
         if stored_plans:
-            snapshot.assume(round_.working.values())
+            snapshot.assume(round_.assumed())
         else:  # nothing was stored: nothing is assumed
             snapshot.forget_cursors()
         for plan in plans:

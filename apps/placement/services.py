@@ -135,10 +135,12 @@ def _admissions(requirement: ExecutionRequirement,
     return {facts.id: admission(requirement, facts) for facts in groves}
 
 
-def admission(requirement: ExecutionRequirement, facts: rules.GroveFacts) -> accelerator_rules.Admission:
-    """The requirement's accelerators admitted on one unit of this Grove, from its facts alone."""
+def admission(requirement: ExecutionRequirement, facts: rules.GroveFacts,
+              claimed: dict | None = None) -> accelerator_rules.Admission:
+    """The requirement's accelerators admitted on one unit of this Grove, from its facts (and ``claimed``
+    instead of its claims: a batch's assumed ones)."""
     return accelerator_rules.admit(requirement.accelerators, units=facts.accelerator_units, devices=facts.devices,
-                                   claimed=dict(facts.claimed), grove=facts.slug)
+                                   claimed=dict(facts.claimed) if claimed is None else claimed, grove=facts.slug)
 
 
 def _ordered(requirement: ExecutionRequirement, found: list[fleet.Candidate], *, with_incompatibilities: bool):
@@ -248,8 +250,11 @@ def placement_decide(*, requirement: ExecutionRequirement, target: str | None = 
     return _selection(requirement, enforced)
 
 
+_SUBJECT_TYPES = frozenset(SubjectType.values)
+
+
 def _subject(subject_type: str, subject_id: str) -> tuple[str, str]:
-    if subject_type not in SubjectType.values:
+    if subject_type not in _SUBJECT_TYPES:
         raise ValidationFailed("invalid_choice", f"Subject type must be one of {', '.join(SubjectType.values)}.",
                                field="subject_type")
     subject_id = str(subject_id).strip()
