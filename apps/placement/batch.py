@@ -29,8 +29,9 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
+from psycopg import errors as pg_errors
 
 from apps.accelerators import rules as accelerator_rules
 from apps.core.errors import Conflict, ForestError, ValidationFailed
@@ -105,6 +106,11 @@ class _Plan:
     chooser: str
     enforced: bool
     would_refuse: bool
+
+
+def _deadlock(error: Exception) -> bool:
+    """A deadlock PostgreSQL broke by aborting this transaction (wrapped by Django, or raw from COPY)."""
+    return any(isinstance(e, pg_errors.DeadlockDetected) for e in (error, error.__cause__))
 
 
 class _Conflicted(Exception):
@@ -397,6 +403,13 @@ def place_batch(items: list[BatchItem]) -> list[BatchOutcome]:
             _reused(outcome, placement, flags[(items[index].environment, items[index].team)][0])
         else:
             todo.append(index)
+    return _rounds(items, todo, outcomes, flags, _write)
+
+
+def _rounds(items: list[BatchItem], todo: list[int], outcomes: list[BatchOutcome], flags: dict, write) -> list[
+        BatchOutcome]:
+    """Decide ``todo`` in memory and ``write`` them in one transaction, again after a conflict (up to
+    ``DECIDE_ATTEMPTS``); ``write(plans, outcomes)`` returns the plan indexes that lost their subject."""
     plans: list[_Plan] = []
     for _attempt in range(services.DECIDE_ATTEMPTS):
         if not todo:
@@ -418,9 +431,16 @@ def place_batch(items: list[BatchItem]) -> list[BatchOutcome]:
         stored_plans = [p for p in plans if flags[(p.item.environment, p.item.team)][1]]
         try:
             with transaction.atomic():
-                lost = _write(stored_plans, outcomes)
+                lost = write(stored_plans, outcomes)
         except _Conflicted as conflict:
             snapshot.fleet_reload(conflict.grove_ids)
+            continue
+        except (OperationalError, pg_errors.DeadlockDetected) as error:
+            if not _deadlock(error):
+                snapshot.forget_cursors()
+                raise
+            # Another batch held what this one wanted, in the other order: decide again from the database.
+            snapshot.fleet_reload({plan.facts.id for plan in plans})
             continue
         except BaseException:
             snapshot.forget_cursors()
@@ -533,11 +553,27 @@ def _write(plans: list[_Plan], outcomes: list[BatchOutcome]) -> set[int]:
     if not plans:
         return set()
     ledger = _verify(plans)
+    now = _verdicts_write(plans)
+    lost, ids = _insert(plans, now)
+    _ledger_write(plans, ledger, lost)
+    for plan in plans:
+        if plan.index not in lost:
+            outcomes[plan.index].placement_id = ids.get(plan.index)
+    return lost
+
+
+def _verdicts_write(plans: list[_Plan]):
     now = timezone.now()
     shapes = {plan.shape.verdicts_key: plan.shape for plan in plans if plan.shape and plan.shape.verdicts_key}
-    PlacementVerdicts.objects.bulk_create([PlacementVerdicts(key=key, body=shape.verdicts_body, created_at=now)
-                                           for key, shape in shapes.items()], ignore_conflicts=True)
-    lost, ids = _insert(plans, now)
+    # In key order, as the placements are in subject order: two batches wait on each other's rows in one
+    # order, never in a cycle.
+    PlacementVerdicts.objects.bulk_create([PlacementVerdicts(key=key, body=shapes[key].verdicts_body, created_at=now)
+                                           for key in sorted(shapes)], ignore_conflicts=True)
+    return now
+
+
+def _ledger_write(plans: list[_Plan], ledger: dict, lost: set[int]) -> None:
+    """The ledger rows of the units these placements took, in one upsert (values computed under the lock)."""
     for plan in plans:
         if plan.index in lost or plan.unit_id is None:
             continue
@@ -550,10 +586,55 @@ def _write(plans: list[_Plan], outcomes: list[BatchOutcome]) -> set[int]:
          for (grove_id, unit_id), (at, cpu, memory, touched) in ledger.items() if touched],
         update_conflicts=True, unique_fields=["grove", "unit_id"],
         update_fields=["reported_at", "cpu_milli", "memory_bytes"])
-    for plan in plans:
-        if plan.index not in lost:
-            outcomes[plan.index].placement_id = ids.get(plan.index)
-    return lost
+
+
+def replace_batch(*, placements: list[ExecutionPlacement], actor, reason: str,
+                  target: str | None = None) -> list[BatchOutcome]:
+    """Staff only: choose afresh for many stored placements at once (``services.placement_replace`` for
+    each, decided and written as one batch): each row keeps its earlier decision in ``history``."""
+    reason = services.replace_reason(actor, reason)
+    if len(placements) > MAX_BATCH_SIZE:
+        raise ValidationFailed("batch_too_large", f"A batch re-places at most {MAX_BATCH_SIZE} placements.",
+                               field="placements")
+    items = [BatchItem(subject_type=p.subject_type, subject_id=p.subject_id,
+                       requirement=ExecutionRequirement.from_json(p.requirement), target=target,
+                       team=p.team or None, environment=p.environment or None) for p in placements]
+    outcomes = [BatchOutcome(subject_type=p.subject_type, subject_id=p.subject_id, placement_id=p.pk)
+                for p in placements]
+    flags = {}
+    for item in items:
+        scope = (item.environment, item.team)
+        if scope not in flags:
+            flags[scope] = (is_enabled(COMPATIBILITY_FLAG, environment=scope[0], team=scope[1]), True)
+
+    def write(plans: list[_Plan], outcomes: list[BatchOutcome]) -> set[int]:
+        ledger = _verify(plans)
+        now = _verdicts_write(plans)
+        rows = {row.pk: row for row in ExecutionPlacement.objects.select_for_update().filter(
+            pk__in=[placements[plan.index].pk for plan in plans])}
+        changed = []
+        for plan in plans:
+            row = rows[placements[plan.index].pk]
+            row.history = [*row.history, {
+                "grove_id": str(row.grove_id) if row.grove_id else None, "grove_slug": row.grove_slug,
+                "selected_platform": row.selected_platform, "decision": row.decision,
+                "verdicts_key": row.verdicts_key, "replaced_at": now.isoformat(),
+                "replaced_by": actor.get_username(), "reason": reason}]
+            row.grove_id, row.grove_slug = plan.facts.id, plan.facts.slug
+            row.selected_platform, row.decision = plan.decision["selected_platform"], plan.decision
+            row.requirement = json.loads(plan.shape.requirement_json)
+            row.chooser, row.enforced, row.would_refuse = plan.chooser, plan.enforced, plan.would_refuse
+            row.verdicts_key, row.updated_at = plan.shape.verdicts_key, now
+            changed.append(row)
+        ExecutionPlacement.objects.bulk_update(changed, ["history", "grove_id", "grove_slug", "selected_platform",
+                                                         "decision", "requirement", "chooser", "enforced",
+                                                         "would_refuse", "verdicts_key", "updated_at"])
+        _ledger_write(plans, ledger, set())
+        return set()
+
+    outcomes = _rounds(items, list(range(len(items))), outcomes, flags, write)
+    log.info("placements replaced", extra={"count": sum(o.error is None for o in outcomes), "actor": str(actor)})
+    return outcomes
 
 
 def _rows(plans: list[_Plan], ids: list[int | None], now) -> list[tuple]:
@@ -573,14 +654,13 @@ def _insert(plans: list[_Plan], now) -> tuple[set[int], dict[int, int]]:
     makes COPY fail: then one multi-row ``INSERT … ON CONFLICT DO NOTHING`` writes the rest. Returns the
     plan indexes that lost their subject to another call, and the placement id of each other plan."""
     table = ExecutionPlacement._meta.db_table
+    plans = sorted(plans, key=lambda plan: (plan.item.subject_type, str(plan.item.subject_id).strip()))
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(f"SELECT nextval(pg_get_serial_sequence('{table}', 'id')) FROM generate_series(1, %s)",
                            [len(plans)])
             ids = [row[0] for row in cursor.fetchall()]
         rows = _rows(plans, ids, now)
-        from psycopg.errors import UniqueViolation  # the driver's own: COPY runs on the raw cursor
-
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 raw = cursor.cursor
@@ -588,7 +668,7 @@ def _insert(plans: list[_Plan], now) -> tuple[set[int], dict[int, int]]:
                     for row in rows:
                         copy.write_row(row)
             return set(), {plan.index: placement_id for plan, placement_id in zip(plans, ids, strict=True)}
-        except (IntegrityError, UniqueViolation):
+        except (IntegrityError, pg_errors.UniqueViolation):  # COPY runs on the raw cursor: the driver's own
             pass
         with connection.cursor() as cursor:
             values = ", ".join(["(" + ", ".join(["%s"] * len(COLUMNS)) + ")"] * len(rows))

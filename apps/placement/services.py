@@ -390,10 +390,7 @@ def placement_pin(*, subject_type: str, subject_id: str, requirement: ExecutionR
 def placement_replace(*, placement: ExecutionPlacement, actor, reason: str, target: str | None = None,
                       requirement: ExecutionRequirement | None = None) -> PlacementResult:
     """Staff only: choose afresh for a stored placement (its Grove is gone or incompatible), keeping history."""
-    if not getattr(actor, "is_staff", False):
-        raise Forbidden("staff_only", "Only staff can re-place a stored placement.")
-    if not reason or not reason.strip():
-        raise ValidationFailed("reason_required", "Say why this placement is being re-placed.", field="reason")
+    reason = replace_reason(actor, reason)
     requirement = requirement or ExecutionRequirement.from_json(placement.requirement)
     enforced = is_enabled(COMPATIBILITY_FLAG, environment=placement.environment or None,
                           team=placement.team or None)
@@ -412,6 +409,15 @@ def placement_replace(*, placement: ExecutionPlacement, actor, reason: str, targ
     log.info("placement replaced", extra={"placement_id": row.pk, "grove": row.grove_slug, "actor": str(actor)})
     return PlacementResult(grove=row.grove, selected_platform=row.selected_platform, decision=row.decision,
                            placement=row, would_refuse=row.would_refuse)
+
+
+def replace_reason(actor, reason: str) -> str:
+    """The checks every re-place makes (staff only, a reason given); the reason, stripped."""
+    if not getattr(actor, "is_staff", False):
+        raise Forbidden("staff_only", "Only staff can re-place a stored placement.")
+    if not reason or not reason.strip():
+        raise ValidationFailed("reason_required", "Say why this placement is being re-placed.", field="reason")
+    return reason.strip()
 
 
 def _replace_row(placement: ExecutionPlacement, decision: Decision, requirement: ExecutionRequirement, *, actor,

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from apps.accounts.roles import VIEWER
+from apps.core.errors import ForestError
 from apps.groves.models import PlacementUnit
 from apps.pipelines.rules import node_requirement
 from apps.placement import batch, selectors, services, snapshot
@@ -270,3 +271,50 @@ def test_exhaustive_small_fleets_never_overcommit(make_grove):
         assert_no_overcommit()
         placed = sum(1000 * (2 if i == 1 else 1) for i, o in enumerate(outcomes) if o.status == "placed")
         assert placed <= (left + right) * 1000
+
+
+def test_claims_are_held_in_the_snapshot_and_other_processes_see_them(make_grove):
+    """A claim made after the snapshot loaded is seen without SQL per decision; a process whose snapshot
+    missed the in-process signal still sees it at its next incremental refresh (the Grove row is stamped)."""
+    from apps.accelerators import services as accelerator_services
+    gpus = [nvidia_gpu("GPU-0")]
+    slot = [{"inventory_id": "GPU-0", "allocatable": 1, "free": 1}]
+    first = make_grove("a-gpu", roles=("compute",), units=[unit(accelerators=slot)], accelerators=gpus)
+    make_grove("b-gpu", roles=("compute",), units=[unit(accelerators=slot)], accelerators=gpus)
+    requirement = node_requirement({"id": "t", "kind": "exec", "image": IMAGE, "platform": ["linux/amd64"],
+                                    "accelerators": {"count": 1, "vendor": "nvidia"}}, run_kind="compute")
+    snapshot.fleet_refresh(full=True)
+    assert services.placement_decide(requirement=requirement).grove.slug == "a-gpu"
+    before = snapshot._STATE["watermark"]
+    accelerator_services.accelerator_claim(grove=first, requirement=requirement, job_ref="job-1", team="ml")
+    assert snapshot._FLEET.records["a-gpu"].claimed == ()  # not yet refreshed
+    reloaded = snapshot.fleet_refresh()  # incremental: what another process's next refresh would read
+    assert reloaded >= 1 and snapshot._STATE["watermark"] > before
+    assert snapshot._FLEET.records["a-gpu"].claimed == ((("machine", "GPU-0"), 1),)
+    decision = services.placement_decide(requirement=requirement)
+    assert decision.grove.slug == "b-gpu"
+    assert next(c for c in decision.candidates if c["grove_slug"] == "a-gpu")["fits_accelerators"] is False
+    accelerator_services.accelerator_release(job_ref="job-1")
+    snapshot.fleet_refresh()
+    assert snapshot._FLEET.records["a-gpu"].claimed == ()
+
+
+def test_staff_bulk_replace_moves_many_and_keeps_history_without_overcommitting(make_grove):
+    old = make_grove("old", units=[unit("o1", cpu=8000)])
+    make_grove("new", units=[unit("n1", cpu=3000)])
+    make_grove("other", units=[unit("x1", cpu=1000)])
+    placed = batch.place_batch(items([work()] * 5))
+    assert {o.grove_slug for o in placed} == {"old"}
+    type(old).objects.filter(pk=old.pk).update(enabled=False)
+    snapshot.fleet_refresh(full=True)
+    placements = list(ExecutionPlacement.objects.order_by("id"))
+    with pytest.raises(ForestError) as refused:
+        batch.replace_batch(placements=placements, actor=UserFactory(is_staff=False), reason="gone")
+    assert refused.value.code == "staff_only"
+    outcomes = batch.replace_batch(placements=placements, actor=UserFactory(is_staff=True), reason="decommissioned")
+    assert [o.grove_slug or o.error.code for o in outcomes] == ["new", "new", "new", "other", "no_capacity"]
+    moved = ExecutionPlacement.objects.get(pk=placements[0].pk)
+    assert moved.grove_slug == "new" and moved.history[-1]["grove_slug"] == "old"
+    assert moved.history[-1]["reason"] == "decommissioned" and moved.verdicts_key
+    assert ExecutionPlacement.objects.get(pk=placements[4].pk).grove_slug == "old"  # refused: left as it was
+    assert_no_overcommit()
