@@ -300,11 +300,11 @@ def test_claims_are_held_in_the_snapshot_and_other_processes_see_them(make_grove
 
 
 def test_staff_bulk_replace_moves_many_and_keeps_history_without_overcommitting(make_grove):
-    old = make_grove("old", units=[unit("o1", cpu=8000)])
-    make_grove("new", units=[unit("n1", cpu=3000)])
-    make_grove("other", units=[unit("x1", cpu=1000)])
+    old = make_grove("a-old", units=[unit("o1", cpu=8000)])
+    make_grove("b-new", units=[unit("n1", cpu=3000)])
+    make_grove("c-other", units=[unit("x1", cpu=1000)])
     placed = batch.place_batch(items([work()] * 5))
-    assert {o.grove_slug for o in placed} == {"old"}
+    assert {o.grove_slug for o in placed} == {"a-old"}
     type(old).objects.filter(pk=old.pk).update(enabled=False)
     snapshot.fleet_refresh(full=True)
     placements = list(ExecutionPlacement.objects.order_by("id"))
@@ -312,9 +312,9 @@ def test_staff_bulk_replace_moves_many_and_keeps_history_without_overcommitting(
         batch.replace_batch(placements=placements, actor=UserFactory(is_staff=False), reason="gone")
     assert refused.value.code == "staff_only"
     outcomes = batch.replace_batch(placements=placements, actor=UserFactory(is_staff=True), reason="decommissioned")
-    assert [o.grove_slug or o.error.code for o in outcomes] == ["new", "new", "new", "other", "no_capacity"]
+    assert [o.grove_slug or o.error.code for o in outcomes] == ["b-new", "b-new", "b-new", "c-other", "no_capacity"]
     moved = ExecutionPlacement.objects.get(pk=placements[0].pk)
-    assert moved.grove_slug == "new" and moved.history[-1]["grove_slug"] == "old"
+    assert moved.grove_slug == "b-new" and moved.history[-1]["grove_slug"] == "a-old"
     assert moved.history[-1]["reason"] == "decommissioned" and moved.verdicts_key
-    assert ExecutionPlacement.objects.get(pk=placements[4].pk).grove_slug == "old"  # refused: left as it was
+    assert ExecutionPlacement.objects.get(pk=placements[4].pk).grove_slug == "a-old"  # refused: left as it was
     assert_no_overcommit()
