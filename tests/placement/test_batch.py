@@ -318,3 +318,17 @@ def test_staff_bulk_replace_moves_many_and_keeps_history_without_overcommitting(
     assert moved.history[-1]["reason"] == "decommissioned" and moved.verdicts_key
     assert ExecutionPlacement.objects.get(pk=placements[4].pk).grove_slug == "a-old"  # refused: left as it was
     assert_no_overcommit()
+
+
+@pytest.mark.parametrize(("item", "code"), [
+    ({"subject_type": 5, "subject_id": "x", "requirement": requirement_json()}, "invalid_type"),
+    ({"subject_type": "pipeline_node", "subject_id": ["x"], "requirement": requirement_json()}, "invalid_type"),
+    ({"subject_type": "pipeline_node", "subject_id": "x", "requirement": requirement_json(), "more": 1},
+     "unknown_field"),
+    ("not an object", "invalid_type"),
+    ({"subject_type": "pipeline_node", "subject_id": "", "requirement": requirement_json()}, "invalid_value"),
+])
+def test_batch_api_reports_bad_items_each_with_its_code(item, code):
+    response = api().post(f"{URL}/batch", {"items": [item]}, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["results"][0]["error"]["code"] == code

@@ -180,7 +180,12 @@ def _batch_item(entry, index: int, *, team: str | None, environment: str | None)
     target = entry.get("target")
     if target is not None and not isinstance(target, str):
         raise ValidationFailed("invalid_type", "target is a Grove id or slug.", field=f"items[{index}].target")
-    subject_type, subject_id = services._subject(entry.get("subject_type", ""), entry.get("subject_id", ""))
+    subject_type, subject_id = entry.get("subject_type", ""), entry.get("subject_id", "")
+    if not isinstance(subject_type, str):
+        raise ValidationFailed("invalid_type", "subject_type is a string.", field=f"items[{index}].subject_type")
+    if not isinstance(subject_id, str | int) or isinstance(subject_id, bool):
+        raise ValidationFailed("invalid_type", "subject_id is a string.", field=f"items[{index}].subject_id")
+    subject_type, subject_id = services._subject(subject_type, subject_id)
     requirement = ExecutionRequirement.from_json(entry.get("requirement"))
     return batch.BatchItem(subject_type=subject_type, subject_id=subject_id, requirement=requirement,
                            target=target or None, team=team, environment=environment)
