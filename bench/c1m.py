@@ -62,7 +62,7 @@ def load_fleet(n: int, rnd: random.Random) -> None:
     from django.utils import timezone
 
     from apps.groves.models import AcceleratorInventoryItem, Grove, GroveCapability, PlacementUnit
-    from apps.groves.services import _capabilities
+    from bench.fleet_rows import grove_rows
 
     now = timezone.now()
     groves, units, items, caps = [], [], [], []
@@ -91,21 +91,8 @@ def load_fleet(n: int, rnd: random.Random) -> None:
             slots = [{"inventory_id": a["id"], "allocatable": 1, "free": 1} for a in accelerators if u == 0]
             report_units.append({"id": f"node-{u}", "cpu_milli": {"allocatable": cpu, "free": cpu},
                                  "memory_bytes": {"allocatable": memory, "free": memory}, "accelerators": slots})
-        capacity = {"placement_units": report_units, "accelerators": accelerators}
-        grove = Grove(slug=f"g{index:05d}", name=f"g{index}", roles=roles, substrate="native" if native else
-                      "kubernetes", platforms=platforms, isolation_modes=isolation, change_kinds=kinds,
-                      last_heartbeat_at=now, capacity=capacity, capacity_reported_at=now)
-        groves.append(grove)
-        caps.extend(_capabilities(grove))
-        units.extend(PlacementUnit(grove=grove, unit_id=u["id"], cpu_milli_allocatable=u["cpu_milli"]["allocatable"],
-                                   cpu_milli_free=u["cpu_milli"]["free"],
-                                   memory_bytes_allocatable=u["memory_bytes"]["allocatable"],
-                                   memory_bytes_free=u["memory_bytes"]["free"], accelerators=u["accelerators"])
-                     for u in report_units)
-        items.extend(AcceleratorInventoryItem(grove=grove, inventory_id=a["id"], kind="gpu", vendor=a["vendor"],
-                                              model=a["model"], apis=a["apis"], memory_bytes=a["memory_bytes"],
-                                              memory_kind=a["memory_kind"], memory_enforced=a["memory_enforced"],
-                                              share_mode=a["share_mode"]) for a in accelerators)
+        grove_rows(index, native=native, roles=roles, platforms=platforms, isolation=isolation, kinds=kinds,
+                   report_units=report_units, accelerators=accelerators, now=now, into=(groves, caps, units, items))
     Grove.objects.bulk_create(groves, batch_size=2000)
     GroveCapability.objects.bulk_create(caps, batch_size=5000)
     PlacementUnit.objects.bulk_create(units, batch_size=5000)

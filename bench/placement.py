@@ -67,8 +67,7 @@ def fleet(n: int, rnd: random.Random):
     """N Groves as model rows (Grove, capabilities, units, inventory), like heartbeats would leave them."""
     from django.utils import timezone
 
-    from apps.groves.models import AcceleratorInventoryItem, Grove, PlacementUnit
-    from apps.groves.services import _capabilities
+    from bench.fleet_rows import grove_rows
 
     now = timezone.now()
     groves, units, items, caps = [], [], [], []
@@ -100,21 +99,8 @@ def fleet(n: int, rnd: random.Random):
             report_units.append({"id": f"node-{u}", "cpu_milli": {"allocatable": cpu, "free": rnd.randint(0, cpu)},
                                  "memory_bytes": {"allocatable": 64 * GIB, "free": rnd.randint(0, 64) * GIB},
                                  "accelerators": slots})
-        capacity = {"placement_units": report_units, "accelerators": accelerators}
-        grove = Grove(slug=f"g{index:05d}", name=f"g{index}", roles=roles, substrate="native" if native else
-                      "kubernetes", platforms=platforms, isolation_modes=isolation, change_kinds=kinds,
-                      last_heartbeat_at=now, capacity=capacity, capacity_reported_at=now)
-        groves.append(grove)
-        caps.extend(_capabilities(grove))
-        units.extend(PlacementUnit(grove=grove, unit_id=u["id"], cpu_milli_allocatable=u["cpu_milli"]["allocatable"],
-                                   cpu_milli_free=u["cpu_milli"]["free"],
-                                   memory_bytes_allocatable=u["memory_bytes"]["allocatable"],
-                                   memory_bytes_free=u["memory_bytes"]["free"], accelerators=u["accelerators"])
-                     for u in report_units)
-        items.extend(AcceleratorInventoryItem(grove=grove, inventory_id=a["id"], kind="gpu", vendor=a["vendor"],
-                                              model=a["model"], apis=a["apis"], memory_bytes=a["memory_bytes"],
-                                              memory_kind=a["memory_kind"], memory_enforced=a["memory_enforced"],
-                                              share_mode=a["share_mode"]) for a in accelerators)
+        grove_rows(index, native=native, roles=roles, platforms=platforms, isolation=isolation, kinds=kinds,
+                   report_units=report_units, accelerators=accelerators, now=now, into=(groves, caps, units, items))
     return groves, caps, units, items
 
 
