@@ -23,7 +23,8 @@ and one nothing can run). The floor is a bare single-row ``INSERT`` through psyc
 same database. Prints decisions/s, p50/p99, our/floor ratios, and the growth of p50 from the smallest
 to the largest fleet against the growth of the fleet (sub-linear means far below N_max/N_min).
 
-Needs PostgreSQL on 127.0.0.1 (``scripts/services-up.sh``); uses a ``forest_bench_placement`` database.
+Needs PostgreSQL on 127.0.0.1 (``scripts/services-up.sh``); uses a ``forest_bench_placement`` database
+(``BENCH_PLACEMENT_DATABASE_URL`` names another).
 """
 from __future__ import annotations
 
@@ -39,9 +40,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-DB_NAME = "forest_bench_placement"
 ADMIN_URL = os.environ.get("BENCH_ADMIN_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-DB_URL = os.environ.get("BENCH_PLACEMENT_DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/{DB_NAME}")
+DB_URL = os.environ.get("BENCH_PLACEMENT_DATABASE_URL",
+                        "postgres://postgres@127.0.0.1:5432/forest_bench_placement")
+DB_NAME = DB_URL.rsplit("/", 1)[-1]  # dropped and created afresh: a name of the caller's own
 os.environ.update({
     "DATABASE_URL": DB_URL, "SECRET_KEY": "bench-secret-key", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0",
     "CELERY_BROKER_URL": "redis://127.0.0.1:6379/14", "LOG_LEVEL": "ERROR", "FLAGS_CACHE_TTL_S": "1",
@@ -65,8 +67,7 @@ def fleet(n: int, rnd: random.Random):
     """N Groves as model rows (Grove, capabilities, units, inventory), like heartbeats would leave them."""
     from django.utils import timezone
 
-    from apps.groves.models import AcceleratorInventoryItem, Grove, PlacementUnit
-    from apps.groves.services import _capabilities
+    from bench.fleet_rows import grove_rows
 
     now = timezone.now()
     groves, units, items, caps = [], [], [], []
@@ -98,21 +99,8 @@ def fleet(n: int, rnd: random.Random):
             report_units.append({"id": f"node-{u}", "cpu_milli": {"allocatable": cpu, "free": rnd.randint(0, cpu)},
                                  "memory_bytes": {"allocatable": 64 * GIB, "free": rnd.randint(0, 64) * GIB},
                                  "accelerators": slots})
-        capacity = {"placement_units": report_units, "accelerators": accelerators}
-        grove = Grove(slug=f"g{index:05d}", name=f"g{index}", roles=roles, substrate="native" if native else
-                      "kubernetes", platforms=platforms, isolation_modes=isolation, change_kinds=kinds,
-                      last_heartbeat_at=now, capacity=capacity, capacity_reported_at=now)
-        groves.append(grove)
-        caps.extend(_capabilities(grove))
-        units.extend(PlacementUnit(grove=grove, unit_id=u["id"], cpu_milli_allocatable=u["cpu_milli"]["allocatable"],
-                                   cpu_milli_free=u["cpu_milli"]["free"],
-                                   memory_bytes_allocatable=u["memory_bytes"]["allocatable"],
-                                   memory_bytes_free=u["memory_bytes"]["free"], accelerators=u["accelerators"])
-                     for u in report_units)
-        items.extend(AcceleratorInventoryItem(grove=grove, inventory_id=a["id"], kind="gpu", vendor=a["vendor"],
-                                              model=a["model"], apis=a["apis"], memory_bytes=a["memory_bytes"],
-                                              memory_kind=a["memory_kind"], memory_enforced=a["memory_enforced"],
-                                              share_mode=a["share_mode"]) for a in accelerators)
+        grove_rows(index, native=native, roles=roles, platforms=platforms, isolation=isolation, kinds=kinds,
+                   report_units=report_units, accelerators=accelerators, now=now, into=(groves, caps, units, items))
     return groves, caps, units, items
 
 

@@ -2,8 +2,9 @@
 from django.contrib import admin, messages
 
 from apps.core.errors import ForestError
-from apps.placement import services
+from apps.placement import batch
 from apps.placement.models import ExecutionPlacement
+from apps.placement.vocabulary import MAX_BATCH_SIZE
 
 
 @admin.register(ExecutionPlacement)
@@ -20,11 +21,16 @@ class ExecutionPlacementAdmin(admin.ModelAdmin):
 
     @admin.action(description="Re-place (choose afresh) the selected placements")
     def replace(self, request, queryset):
-        for placement in queryset:
-            try:
-                result = services.placement_replace(placement=placement, actor=request.user,
-                                                    reason="re-placed from admin")
-            except ForestError as exc:
-                self.message_user(request, f"{placement}: {exc.code}: {exc.detail}", messages.ERROR)
+        # One batch: decided together, so the selection never overcommits the Groves it moves to.
+        placements = list(queryset[:MAX_BATCH_SIZE])
+        try:
+            outcomes = batch.replace_batch(placements=placements, actor=request.user, reason="re-placed from admin")
+        except ForestError as exc:
+            self.message_user(request, f"{exc.code}: {exc.detail}", messages.ERROR)
+            return
+        for placement, outcome in zip(placements, outcomes, strict=True):
+            if outcome.error is not None:
+                self.message_user(request, f"{placement}: {outcome.error.code}: {outcome.error.detail}",
+                                  messages.ERROR)
             else:
-                self.message_user(request, f"{placement.subject_id} -> {result.grove.slug}", messages.SUCCESS)
+                self.message_user(request, f"{placement.subject_id} -> {outcome.grove_slug}", messages.SUCCESS)

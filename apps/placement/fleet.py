@@ -16,6 +16,7 @@ database; ``services`` re-verifies whatever it is about to persist against the d
 from __future__ import annotations
 
 import heapq
+import itertools
 from bisect import bisect_left, insort
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from apps.placement.rules import MAX_GROVE_PLATFORMS, NO_PLATFORM_RANK, GroveFac
 _EMPTY: frozenset = frozenset()
 # Index keys of the ranking (not rules): a platform at a position of the Grove's order, an accelerator API.
 _POSITION, _API = "rank:position", "rank:api"
+# A fleet-facts version: a new number whenever some Grove's indexed facts change (the shape caches clear).
+_VERSIONS = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,8 @@ class _Shape:
     others: list[str]  # every other Grove, by slug
     best_rank: int  # the earliest accepted platform position any eligible Grove has
     best: list[str]  # eligible Groves at that position (with the API when one is wanted), by slug
+    ranking: list[str] | None = None  # every eligible Grove in chooser order for work that fits; on first use
+    levels: list | None = None  # the ranking by platform position, split by the API (``_levels``); on first use
 
 
 class FleetIndex:
@@ -95,6 +100,7 @@ class FleetIndex:
         self._cutoff = float("-inf")
         self._shapes: dict[tuple, _Shape] = {}
         self._rules = rules.RULES  # the table the indexes were built from
+        self.version = next(_VERSIONS)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -122,7 +128,7 @@ class FleetIndex:
                 del self._index[key]
         del self._sorted[bisect_left(self._sorted, slug)]
         self._stale.discard(slug)
-        self._shapes.clear()
+        self._facts_changed()
 
     def upsert(self, record: GroveFacts, *, keep_sorted: bool = True) -> None:
         keys = frozenset(_index_keys(record, self._rules))
@@ -142,7 +148,7 @@ class FleetIndex:
                 insort(self._sorted, record.slug)
             else:
                 self._sorted.append(record.slug)
-            self._shapes.clear()
+            self._facts_changed()
         heartbeat = record.heartbeat
         if heartbeat is not None and heartbeat >= self._cutoff:
             self._stale.discard(record.slug)
@@ -153,6 +159,10 @@ class FleetIndex:
                 heapq.heapify(self._expiry)
         else:
             self._stale.add(record.slug)
+
+    def _facts_changed(self) -> None:
+        self._shapes.clear()
+        self.version = next(_VERSIONS)
 
     def _reindex(self) -> None:
         """``rules.RULES`` is not the table the indexes were built from (a rule registered at run time):
@@ -230,6 +240,21 @@ class FleetIndex:
                                            best_rank=best_rank, best=sorted(best))
         return shape
 
+    def ranking(self, requirement: ExecutionRequirement) -> list[str]:
+        """Every eligible Grove, fresh or not, in the chooser's order for work that fits it
+        (``rules.rank_key``: earliest accepted platform position, then slug): precomputed once per
+        requirement shape and facts version, so a batch walks it instead of ranking per subject."""
+        if self._rules is not rules.RULES:
+            self._reindex()
+        shape = self._shape(requirement, False)
+        if shape.ranking is None:
+            allowed = frozenset(requirement.compatibility.platform.allowed)
+            records = self.records
+            shape.ranking = sorted(shape.eligible, key=lambda slug: rules.rank_key(
+                platform_rank=platform_rank(records[slug].platforms, allowed), fits_cpu_memory=True,
+                fits_accelerators=True, slug=slug))
+        return shape.ranking
+
     def select(self, requirement: ExecutionRequirement, *, limit: int, cap: int, cutoff: float,
                role_only: bool = False) -> CandidateSet:
         """The top ``limit`` fresh eligible Groves, ``limit`` other fresh Groves by slug, and capped totals.
@@ -250,23 +275,47 @@ class FleetIndex:
     def _ranked(self, requirement: ExecutionRequirement, shape: _Shape, stale: set[str], eligible_count: int,
                 limit: int) -> list[Candidate]:
         cpu, memory = requirement.resources.cpu_milli, requirement.resources.memory_bytes
-        api = _accelerator_api(requirement)
         records = self.records
         # The best key any eligible Grove can have (its earliest accepted platform position, a unit that fits,
         # the API), in slug order, *is* the top of the ranking: stop after ``limit`` of them.
         top = _take((slug for slug in shape.best if slug not in stale and records[slug].fits(cpu, memory)), limit)
         if len(top) >= min(limit, eligible_count):
             return [Candidate(records[slug], True, shape.best_rank, True) for slug in top]
-        allowed = frozenset(requirement.compatibility.platform.allowed)
+        # The shape's precomputed ranking by level (platform position), each level split by the API, walked
+        # in the chooser's order: fits with the API, fits without, then (only when too few fit) the rest.
+        out: list[Candidate] = []
+        for rank, with_api, without_api in self._levels(requirement, shape):
+            short: list[str] = []
+            for members in (with_api, without_api):
+                for slug in members:
+                    if len(out) >= limit:
+                        break
+                    if slug in stale:
+                        continue
+                    if records[slug].fits(cpu, memory):
+                        out.append(Candidate(records[slug], True, rank, True))
+                    else:
+                        short.append(slug)
+            # ``short`` is complete whenever it is needed: a walk stops early only once ``limit`` fit.
+            out.extend(Candidate(records[slug], True, rank, False) for slug in short[:limit - len(out)])
+            if len(out) >= limit:
+                break
+        return out
 
-        def key(slug: str) -> tuple:
-            record = records[slug]
-            return (platform_rank(record.platforms, allowed), not record.fits(cpu, memory),
-                    bool(api) and api not in record.apis, slug)
-
-        return [Candidate(records[slug], True, platform_rank(records[slug].platforms, allowed),
-                          records[slug].fits(cpu, memory))
-                for slug in heapq.nsmallest(limit, shape.eligible - stale, key=key)]
+    def _levels(self, requirement: ExecutionRequirement, shape: _Shape) -> list[tuple[int, list[str], list[str]]]:
+        """(platform position, eligible slugs with the wanted API, the others) per level of the shape's
+        ranking, precomputed once per shape (the API is a preference the ranking reads after the fit)."""
+        if shape.levels is None:
+            api = _accelerator_api(requirement)
+            allowed = frozenset(requirement.compatibility.platform.allowed)
+            levels: dict[int, tuple[list[str], list[str]]] = {}
+            for rank, slug in sorted((platform_rank(self.records[slug].platforms, allowed), slug)
+                                     for slug in shape.eligible):
+                record = self.records[slug]
+                level = levels.setdefault(rank, ([], []))
+                level[0 if not api or api in record.apis else 1].append(slug)
+            shape.levels = [(rank, *levels[rank]) for rank in sorted(levels)]
+        return shape.levels
 
 
 def _take(iterator: Iterable[str], limit: int) -> list[str]:

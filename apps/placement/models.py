@@ -30,6 +30,10 @@ class ExecutionPlacement(models.Model):
     # Earlier decisions replaced by staff re-placement: [{"grove_id", "grove_slug", "selected_platform",
     # "decision", "replaced_at", "replaced_by", "reason"}].
     history = models.JSONField(default=list, blank=True)
+    # A batch placement's decision is compact (``apps.placement.batch``): its full verdicts are the
+    # ``PlacementVerdicts`` row with this key, shared by every subject of the same requirement decided
+    # against the same Grove facts. Empty for a single placement (its decision holds every verdict).
+    verdicts_key = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -43,3 +47,34 @@ class ExecutionPlacement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject_type}:{self.subject_id} -> {self.grove_slug} ({self.selected_platform})"
+
+
+class PlacementVerdicts(models.Model):
+    """The full verdicts of one requirement shape against one version of the Grove facts, stored once and
+    shared by every batch-placed subject decided from them (keyed by the hash of the content)."""
+
+    key = models.CharField(max_length=64, primary_key=True)
+    # {"candidates": [verdict, ...], "summary": str, "eligible_total": int, "ineligible_total": int}
+    body = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class UnitLoad(models.Model):
+    """The assume ledger: CPU and memory Host has placed on one unit since the Grove last reported its free
+    counts (``Grove.capacity_reported_at`` equal to ``reported_at``; any other value means the Grove has
+    reported since, and the load counts from zero). Written under the unit rows' lock by a batch."""
+
+    grove = models.ForeignKey(Grove, on_delete=models.CASCADE, related_name="placement_loads")
+    unit_id = models.CharField(max_length=200)
+    reported_at = models.DateTimeField(null=True, blank=True)
+    cpu_milli = models.BigIntegerField(default=0)
+    memory_bytes = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["grove", "unit_id"], name="placement_unit_load_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.grove_id}/{self.unit_id}: {self.cpu_milli}m {self.memory_bytes}B"

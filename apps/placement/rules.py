@@ -29,8 +29,11 @@ class GroveFacts:
 
     ``units`` keeps only the (free CPU milli, free memory bytes) pairs no other unit of the Grove dominates:
     enough to answer "does some unit fit both". ``accelerator_units`` and ``devices`` are as reported
-    (``apps.accelerators.rules.Unit`` / ``Device``), for accelerator admission; Host's own claims are read
-    at decision time, never cached here.
+    (``apps.accelerators.rules.Unit`` / ``Device``), for accelerator admission; ``claimed`` holds Host's own
+    active accelerator claims on them ((unit id, inventory id), count), kept current by the snapshot on
+    every claim and release. ``unit_free`` is each unit's (id, free CPU milli, free memory bytes) after the
+    placements Host has made on it since the Grove last reported free counts (the assume ledger,
+    ``apps.placement.batch``): what a batch may still hand out.
     """
 
     id: str
@@ -47,6 +50,8 @@ class GroveFacts:
     # Typed loosely on purpose: the pure rules import nothing from apps.accelerators (an upper app).
     accelerator_units: tuple = ()
     devices: tuple = ()
+    claimed: tuple[tuple[tuple[str, str], int], ...] = ()
+    unit_free: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def heartbeat(self) -> float | None:

@@ -1,48 +1,19 @@
-"""Reads for placement: a Grove by reference, Host's active accelerator claims, stored placements.
+"""Reads for placement: a Grove by reference, stored placements and their explained decisions.
 
 The in-process fleet snapshot the chooser decides from lives in ``apps.placement.snapshot``.
 """
 from __future__ import annotations
 
-import json
 import uuid
-from collections import defaultdict
-from typing import NamedTuple
 
-from django.db import connection
 from django.db.models import QuerySet
 
-from apps.accelerators import selectors as accelerator_selectors
-from apps.accelerators.choices import ClaimState
-from apps.accelerators.models import AcceleratorClaim
 from apps.groves.models import Grove
-from apps.placement.models import ExecutionPlacement
+from apps.placement.models import ExecutionPlacement, PlacementVerdicts
 
 # Every Grove column placement reads (``snapshot.grove_facts`` turns a row of them into ``GroveFacts``).
 FACT_FIELDS = ("id", "slug", "substrate", "roles", "platforms", "isolation_modes", "change_kinds", "enabled",
-               "last_heartbeat_at")
-
-
-class _Claim(NamedTuple):
-    unit_id: str
-    allocations: list
-
-
-def claimed_counts(grove_ids: list[str]) -> dict[str, dict[tuple[str, str], int]]:
-    """Host's active accelerator claims per Grove id, as ``accelerators.selectors.claimed_counts`` (one query)."""
-    claims: dict[str, list[_Claim]] = defaultdict(list)
-    if grove_ids:
-        # Hand-written: the ORM's query building cost more than the round trip itself.
-        grove_field = AcceleratorClaim._meta.get_field("grove")
-        table = AcceleratorClaim._meta.db_table
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT grove_id, unit_id, allocations FROM {table} WHERE state = %s AND grove_id IN "
-                           f"({', '.join(['%s'] * len(grove_ids))})",
-                           [ClaimState.ACTIVE, *(grove_field.get_db_prep_value(g, connection) for g in grove_ids)])
-            for grove_id, unit_id, allocations in cursor.fetchall():
-                claims[str(grove_field.to_python(grove_id))].append(
-                    _Claim(unit_id, json.loads(allocations) if isinstance(allocations, str) else allocations))
-    return {grove_id: accelerator_selectors.claimed_counts(claims[grove_id]) for grove_id in grove_ids}
+               "last_heartbeat_at", "capacity_reported_at")
 
 
 def groves_by_reference(reference: str) -> QuerySet[Grove]:
@@ -65,3 +36,35 @@ def placement_for_subject(*, subject_type: str, subject_id: str) -> ExecutionPla
 
 def placement_list() -> QuerySet[ExecutionPlacement]:
     return ExecutionPlacement.objects.all().order_by("-created_at", "-id")
+
+
+def placement_decision(placement: ExecutionPlacement, *, shared: dict[str, dict] | None = None) -> dict:
+    """The placement's decision with every verdict, as ``explain`` shows it: a single placement's decision as
+    stored; a batch placement's compact decision joined to its shared verdicts (``PlacementVerdicts``),
+    its own top candidates first (with the rank, fit and unit it was given), then the shared ones.
+    ``shared`` is a cache of verdict bodies by key (a page of placements reads each key once)."""
+    decision = placement.decision
+    key = placement.verdicts_key
+    if not key:
+        return decision
+    if shared is None or key not in shared:
+        row = PlacementVerdicts.objects.filter(key=key).values_list("body", flat=True).first()
+        body = row or {}
+        if shared is not None:
+            shared[key] = body
+    else:
+        body = shared[key]
+    verdicts = body.get("candidates", [])
+    by_id = {verdict["grove_id"]: verdict for verdict in verdicts}
+    own = [{**by_id.get(top["grove_id"], {}), **top, "eligible": True, "incompatibilities": []}
+           for top in decision.get("top", [])]
+    seen = {verdict["grove_id"] for verdict in own}
+    rest, rank = [], len(own)
+    for verdict in verdicts:
+        if verdict["grove_id"] in seen:
+            continue
+        if verdict.get("eligible"):
+            rank += 1
+            verdict = {**verdict, "rank": rank}
+        rest.append(verdict)
+    return {**decision, "candidates": own + rest, "shared_summary": body.get("summary", "")}

@@ -85,6 +85,24 @@ class PlanCheck:
     reasons: list[dict] = field(default_factory=list)
 
 
+# rules.check of a requirement against a Grove's facts, kept while those facts (the same object) stand: the
+# verdicts of a shape's sample of ineligible Groves are the same decision after decision.
+_CHECKED: dict[tuple, tuple[rules.GroveFacts, list[rules.Incompatibility]]] = {}
+_CHECKED_MAX = 50_000
+
+
+def _checked(requirement: ExecutionRequirement, facts: rules.GroveFacts) -> list[rules.Incompatibility]:
+    key = (requirement, facts.slug)
+    hit = _CHECKED.get(key)
+    if hit is not None and hit[0] is facts:
+        return hit[1]
+    if len(_CHECKED) >= _CHECKED_MAX:
+        _CHECKED.clear()
+    found = rules.check(requirement, facts)
+    _CHECKED[key] = (facts, found)
+    return found
+
+
 def _incompatibility_json(items: list[rules.Incompatibility]) -> list[dict]:
     return [{"code": item.code, "message": item.message} for item in items]
 
@@ -110,15 +128,19 @@ def _verdict(facts: rules.GroveFacts, incompatibilities: list[rules.Incompatibil
 
 def _admissions(requirement: ExecutionRequirement,
                 groves: list[rules.GroveFacts]) -> dict[str, accelerator_rules.Admission]:
-    """Accelerator fit of each Grove now (its reported units minus Host's claims, read now): a preference,
-    not a rule."""
+    """Accelerator fit of each Grove now (its reported units minus Host's claims, which the snapshot holds
+    and keeps current on every claim and release): a preference, not a rule."""
     if requirement.accelerators is None or not groves:
         return {}
-    claimed = selectors.claimed_counts([facts.id for facts in groves])
-    return {facts.id: accelerator_rules.admit(requirement.accelerators, units=list(facts.accelerator_units),
-                                              devices=list(facts.devices), claimed=claimed[facts.id],
-                                              grove=facts.slug)
-            for facts in groves}
+    return {facts.id: admission(requirement, facts) for facts in groves}
+
+
+def admission(requirement: ExecutionRequirement, facts: rules.GroveFacts,
+              claimed: dict | None = None) -> accelerator_rules.Admission:
+    """The requirement's accelerators admitted on one unit of this Grove, from its facts (and ``claimed``
+    instead of its claims: a batch's assumed ones)."""
+    return accelerator_rules.admit(requirement.accelerators, units=facts.accelerator_units, devices=facts.devices,
+                                   claimed=dict(facts.claimed) if claimed is None else claimed, grove=facts.slug)
 
 
 def _ordered(requirement: ExecutionRequirement, found: list[fleet.Candidate], *, with_incompatibilities: bool):
@@ -127,7 +149,7 @@ def _ordered(requirement: ExecutionRequirement, found: list[fleet.Candidate], *,
     rows = []
     for candidate in found:
         facts = candidate.facts
-        incompatibilities = rules.check(requirement, facts) if with_incompatibilities else []
+        incompatibilities = _checked(requirement, facts) if with_incompatibilities else []
         admission = admissions.get(facts.id)
         key = rules.rank_key(
             incompatibilities=len(incompatibilities), platform_rank=candidate.platform_rank,
@@ -180,7 +202,7 @@ def _selection(requirement: ExecutionRequirement, enforced: bool) -> Decision:
         verdicts.append(_verdict(candidate.facts, [], rank=rank, requirement=requirement,
                                  fits_cpu_memory=candidate.fits_cpu_memory, admission=admission))
     for candidate in found.others:
-        verdicts.append(_verdict(candidate.facts, rules.check(requirement, candidate.facts), rank=None,
+        verdicts.append(_verdict(candidate.facts, _checked(requirement, candidate.facts), rank=None,
                                  requirement=requirement))
     plus = "+" if found.capped else ""
     summary = (f"{eligible_total}{plus}/{eligible_total + ineligible_total}{plus} fresh Groves eligible"
@@ -228,8 +250,11 @@ def placement_decide(*, requirement: ExecutionRequirement, target: str | None = 
     return _selection(requirement, enforced)
 
 
+_SUBJECT_TYPES = frozenset(SubjectType.values)
+
+
 def _subject(subject_type: str, subject_id: str) -> tuple[str, str]:
-    if subject_type not in SubjectType.values:
+    if subject_type not in _SUBJECT_TYPES:
         raise ValidationFailed("invalid_choice", f"Subject type must be one of {', '.join(SubjectType.values)}.",
                                field="subject_type")
     subject_id = str(subject_id).strip()
@@ -368,10 +393,7 @@ def placement_pin(*, subject_type: str, subject_id: str, requirement: ExecutionR
 def placement_replace(*, placement: ExecutionPlacement, actor, reason: str, target: str | None = None,
                       requirement: ExecutionRequirement | None = None) -> PlacementResult:
     """Staff only: choose afresh for a stored placement (its Grove is gone or incompatible), keeping history."""
-    if not getattr(actor, "is_staff", False):
-        raise Forbidden("staff_only", "Only staff can re-place a stored placement.")
-    if not reason or not reason.strip():
-        raise ValidationFailed("reason_required", "Say why this placement is being re-placed.", field="reason")
+    reason = replace_reason(actor, reason)
     requirement = requirement or ExecutionRequirement.from_json(placement.requirement)
     enforced = is_enabled(COMPATIBILITY_FLAG, environment=placement.environment or None,
                           team=placement.team or None)
@@ -390,6 +412,15 @@ def placement_replace(*, placement: ExecutionPlacement, actor, reason: str, targ
     log.info("placement replaced", extra={"placement_id": row.pk, "grove": row.grove_slug, "actor": str(actor)})
     return PlacementResult(grove=row.grove, selected_platform=row.selected_platform, decision=row.decision,
                            placement=row, would_refuse=row.would_refuse)
+
+
+def replace_reason(actor, reason: str) -> str:
+    """The checks every re-place makes (staff only, a reason given); the reason, stripped."""
+    if not getattr(actor, "is_staff", False):
+        raise Forbidden("staff_only", "Only staff can re-place a stored placement.")
+    if not reason or not reason.strip():
+        raise ValidationFailed("reason_required", "Say why this placement is being re-placed.", field="reason")
+    return reason.strip()
 
 
 def _replace_row(placement: ExecutionPlacement, decision: Decision, requirement: ExecutionRequirement, *, actor,

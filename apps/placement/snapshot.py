@@ -14,18 +14,22 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from apps.accelerators import selectors as accelerator_selectors
+from apps.accelerators.models import AcceleratorClaim
+from apps.accelerators.vocabulary import ClaimState
 from apps.groves.choices import CapabilityKind
 from apps.groves.models import AcceleratorInventoryItem, Grove, GroveCapability, PlacementUnit
 from apps.placement import fleet
+from apps.placement.models import UnitLoad
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.rules import GroveFacts, frontier
 from apps.placement.selectors import FACT_FIELDS
@@ -38,48 +42,71 @@ COUNT_CAP = 200
 WATERMARK_OVERLAP = timedelta(seconds=1)
 DEVICE_FIELDS = ("grove_id", "inventory_id", "vendor", "apis", "memory_bytes", "memory_kind", "memory_enforced",
                  "share_mode", "model")
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()  # re-entered: a batch holds it across the decisions it makes
 _FLEET = fleet.FleetIndex()
 _STATE: dict = {"watermark": None, "refreshed_at": float("-inf")}
+# Where a batch's walk of each requirement's ranking may start: every Grove before it had no room for
+# that requirement. Valid while capacity only shrinks (batches assuming work); cleared whenever Groves are
+# read from the database (a report may have freed room) or the facts change.
+_CURSORS: dict = {}
 
 
-def grove_facts(grove, *, units: Iterable = (), devices: Iterable = (), apis: Iterable[str] = ()) -> GroveFacts:
+def grove_facts(grove, *, units: Iterable = (), devices: Iterable = (), apis: Iterable[str] = (),
+                claims: Iterable = (), loads: Iterable = ()) -> GroveFacts:
     """A Grove's facts from its row (anything with the ``FACT_FIELDS`` attributes: a named values row or a
-    model instance), its ``PlacementUnit`` rows, its ``AcceleratorInventoryItem`` rows and its accelerator
-    APIs. The compatibility rules read only the row: a re-check of a stored or chosen Grove passes no more."""
+    model instance), its ``PlacementUnit`` rows, its ``AcceleratorInventoryItem`` rows, its accelerator
+    APIs, Host's active accelerator claims on it (rows with ``unit_id`` and ``allocations``) and its
+    ``UnitLoad`` rows (placements since its last free-count report, subtracted from each unit's free
+    counts). The compatibility rules read only the row: a re-check of a stored or chosen Grove passes no
+    more."""
     units = list(units)
+    reported_at = getattr(grove, "capacity_reported_at", None)
+    load = {row.unit_id: (row.cpu_milli, row.memory_bytes) for row in loads if row.reported_at == reported_at}
+    unit_free = tuple((unit.unit_id, unit.cpu_milli_free - load.get(unit.unit_id, (0, 0))[0],
+                       unit.memory_bytes_free - load.get(unit.unit_id, (0, 0))[1]) for unit in units)
     return GroveFacts(
         id=str(grove.id), slug=grove.slug, substrate=grove.substrate, roles=tuple(grove.roles),
         platforms=tuple(grove.platforms), isolation_modes=tuple(grove.isolation_modes),
         change_kinds=tuple(grove.change_kinds), enabled=grove.enabled, last_heartbeat_at=grove.last_heartbeat_at,
-        units=frontier((unit.cpu_milli_free, unit.memory_bytes_free) for unit in units), apis=frozenset(apis),
+        units=frontier((cpu, memory) for _unit, cpu, memory in unit_free), apis=frozenset(apis),
         accelerator_units=tuple(accelerator_selectors.units_from_rows(units)),
-        devices=tuple(accelerator_selectors.devices_from_rows(devices)))
+        devices=tuple(accelerator_selectors.devices_from_rows(devices)),
+        claimed=tuple(sorted(accelerator_selectors.claimed_counts(claims).items())), unit_free=unit_free)
 
 
 def _load(groves: QuerySet[Grove], *, every: bool, enabled_only: bool = True) -> tuple[list, list[GroveFacts]]:
     """The Grove rows and the facts of the enabled ones (of all of them unless ``enabled_only``), their units,
-    devices and accelerator APIs read in three more queries: for the listed Groves, or for ``every`` Grove
-    without a filter."""
+    devices, accelerator APIs, active claims and unit loads read in five more queries: for the listed
+    Groves, or for ``every`` Grove without a filter."""
     rows = list(groves.values_list(*FACT_FIELDS, named=True))
     wanted = [row.id for row in rows if row.enabled or not enabled_only]
     units, devices, apis = defaultdict(list), defaultdict(list), defaultdict(list)
+    claims, loads = defaultdict(list), defaultdict(list)
     if wanted:
         unit_rows = PlacementUnit.objects.values_list("grove_id", "unit_id", "cpu_milli_free", "memory_bytes_free",
                                                       "accelerators", named=True)
         device_rows = AcceleratorInventoryItem.objects.values_list(*DEVICE_FIELDS, named=True)
         api_rows = GroveCapability.objects.filter(kind=CapabilityKind.ACCELERATOR_API).values_list("grove_id",
                                                                                                    "value")
+        claim_rows = AcceleratorClaim.objects.filter(state=ClaimState.ACTIVE, grove__isnull=False).values_list(
+            "grove_id", "unit_id", "allocations", named=True)
+        load_rows = UnitLoad.objects.values_list("grove_id", "unit_id", "reported_at", "cpu_milli", "memory_bytes",
+                                                 named=True)
         if not every:
-            unit_rows, device_rows, api_rows = (rows.filter(grove_id__in=wanted)
-                                                for rows in (unit_rows, device_rows, api_rows))
+            unit_rows, device_rows, api_rows, claim_rows, load_rows = (
+                rows.filter(grove_id__in=wanted) for rows in (unit_rows, device_rows, api_rows, claim_rows, load_rows))
         for row in unit_rows.order_by("grove_id", "unit_id"):
             units[row.grove_id].append(row)
         for row in device_rows.order_by("grove_id", "inventory_id"):
             devices[row.grove_id].append(row)
         for grove_id, api in api_rows:
             apis[grove_id].append(api)
-    facts = [grove_facts(row, units=units[row.id], devices=devices[row.id], apis=apis[row.id])
+        for row in claim_rows:
+            claims[row.grove_id].append(row)
+        for row in load_rows:
+            loads[row.grove_id].append(row)
+    facts = [grove_facts(row, units=units[row.id], devices=devices[row.id], apis=apis[row.id], claims=claims[row.id],
+                         loads=loads[row.id])
              for row in rows if row.enabled or not enabled_only]
     return rows, facts
 
@@ -87,6 +114,40 @@ def _load(groves: QuerySet[Grove], *, every: bool, enabled_only: bool = True) ->
 def load_facts(groves: QuerySet[Grove]) -> list[GroveFacts]:
     """The facts of these Groves, enabled or not, read from the database now (an explicit target)."""
     return _load(groves, every=False, enabled_only=False)[1]
+
+
+def fleet_reload(grove_ids: Iterable[str]) -> list[GroveFacts]:
+    """Re-read these Groves from the database now (units, claims and loads included) into the snapshot:
+    what a batch does for the Groves another process wrote since its decision. Returns their facts."""
+    rows, facts = _load(Grove.objects.filter(id__in=list(grove_ids)), every=False)
+    with _LOCK:
+        _CURSORS.clear()
+        for row in rows:
+            if not row.enabled:
+                _FLEET.remove(str(row.id))
+        for item in facts:
+            _FLEET.upsert(item)
+    return facts
+
+
+def assume(facts: Iterable[GroveFacts]) -> None:
+    """Put these facts (a committed batch's Groves, less what it placed on them) into the snapshot."""
+    with _LOCK:
+        for item in facts:
+            if item.slug in _FLEET.records and _FLEET.records[item.slug].id == item.id:
+                _FLEET.upsert(item)
+
+
+def claims_changed(grove_id) -> None:
+    """An accelerator claim on this Grove was made or released: touch the Grove's row so every process's
+    next incremental refresh reloads its claims (the trigger stamps ``updated_at``), and refresh this
+    process's snapshot at its next decision."""
+    if grove_id is None:
+        return
+    # The trigger keeps ``updated_at`` for a liveness-only write (groves migration 0003); a heartbeat that
+    # moves backwards is stamped, so the claim moves it back by a microsecond: no staleness it could notice.
+    Grove.objects.filter(pk=grove_id).update(last_heartbeat_at=F("last_heartbeat_at") - timedelta(microseconds=1))
+    _STATE["refreshed_at"] = float("-inf")
 
 
 def fleet_refresh(*, full: bool = False) -> int:
@@ -116,6 +177,8 @@ def fleet_refresh(*, full: bool = False) -> int:
             for item in facts:
                 _FLEET.upsert(item)
         _STATE["watermark"], _STATE["refreshed_at"] = at, time.monotonic()
+        if rows:
+            _CURSORS.clear()
         drifted = not full and total != len(_FLEET)
     return len(rows) + (_resync() if drifted else 0)
 
@@ -131,6 +194,7 @@ def _resync() -> int:
         return 0
     rows, facts = _load(Grove.objects.filter(id__in=present - known), every=False)
     with _LOCK:
+        _CURSORS.clear()
         for item in facts:
             _FLEET.upsert(item)
     return len(rows)
@@ -139,6 +203,27 @@ def _resync() -> int:
 def stale_cutoff() -> float:
     """The timestamp before which a Grove's last heartbeat makes it stale (``GROVE_STALE_AFTER_S``)."""
     return (timezone.now() - timedelta(seconds=settings.GROVE_STALE_AFTER_S)).timestamp()
+
+
+@contextmanager
+def held() -> Iterator[tuple[fleet.FleetIndex, set[str], dict]]:
+    """The snapshot (refreshed first when due), its stale set and the batch cursors (``_CURSORS``), held
+    for a batch's decisions: no other thread of this process changes them meanwhile. A batch that does
+    not commit must call ``forget_cursors``."""
+    if time.monotonic() - _STATE["refreshed_at"] >= settings.PLACEMENT_FLEET_REFRESH_S:
+        fleet_refresh()
+    cutoff = stale_cutoff()
+    with _LOCK:
+        stale = _FLEET.stale(cutoff)
+        if stale != _CURSORS.get("stale"):  # a Grove back from stale may have room
+            _CURSORS.clear()
+            _CURSORS["stale"] = set(stale)
+        yield _FLEET, set(stale), _CURSORS
+
+
+def forget_cursors() -> None:
+    with _LOCK:
+        _CURSORS.clear()
 
 
 def candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool = False) -> fleet.CandidateSet:

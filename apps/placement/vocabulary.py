@@ -50,3 +50,9 @@ DEFAULT_MEMORY_BYTES = 1 << 30
 
 COMPATIBILITY_FLAG = FOREST_COMPATIBILITY
 PERSISTED_FLAG = PERSISTED_PLACEMENT
+
+# The most subjects one batch places (the API's ``POST placements/batch`` and every internal caller): one
+# transaction holds the unit locks of every Grove it touches, so its size bounds how long others wait.
+MAX_BATCH_SIZE = 5000
+# Candidates a batch-placed subject keeps in its own compact decision (its full verdicts are shared).
+BATCH_TOP_CANDIDATES = 3

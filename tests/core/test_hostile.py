@@ -39,6 +39,8 @@ def good_bodies(bundle) -> dict[tuple[str, str], object]:
         ("post", "/api/forest/v1/workloads"): workload_body(bundle, "red", "fuzz"),
         ("post", "/api/forest/v1/workloads/secrets"): {"name": "API_TOKEN", "value": "v", "environment": "default"},
         ("post", "/api/forest/v1/placements/preview"): PREVIEW,
+        ("post", "/api/forest/v1/placements/batch"): {"items": [{"subject_type": "pipeline_node",
+                                                               "subject_id": "hostile-1", "requirement": PREVIEW}]},
         ("post", "/api/forest/v1/placements/{placement_id}/replace"): {"reason": "moving"},
         # A Grove that does not exist: refused before any registry is contacted (a reachable one is
         # tests/artifacts' business).

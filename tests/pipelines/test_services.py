@@ -365,3 +365,17 @@ def test_image_is_carried_into_the_job_payload(k8s_grove):
     payload = GroveJob.objects.get(run_id=run.id).payload
     assert payload["image"] == IMAGE and payload["env"] == {"K": "v"} and payload["timeout_s"] == 120
     assert payload["command"][0] == "python" and payload["node"] == "a"
+
+
+def test_nodes_ready_together_are_placed_as_one_batch_and_dispatch_rereads_them(k8s_grove):
+    run = _run([exec_node("a", reuse="never"), exec_node("b", reuse="never"), exec_node("c", reuse="never"),
+                exec_node("d", needs=["a"], reuse="never")])
+    placements = {p.subject_id: p for p in ExecutionPlacement.objects.all()}
+    ready = {str(_node(run, n).pk) for n in ("a", "b", "c")}
+    assert set(placements) == ready  # placed when they became ready, before any node_execute ran
+    assert {p.verdicts_key for p in placements.values()} != {""}
+    execute_queued(run)
+    assert ExecutionPlacement.objects.count() == 3  # dispatch re-read each one
+    for node_id in ("a", "b", "c"):
+        node = _node(run, node_id)
+        assert node.current_job.grove_id == placements[str(node.pk)].grove_id

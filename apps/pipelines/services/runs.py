@@ -22,8 +22,10 @@ from apps.pipelines.services.planning import dedup_source, pipeline_plan
 from apps.pipelines.services.transitions import node_transition, run_transition
 from apps.pipelines.states import NODE_TERMINAL, RUN_TERMINAL, run_outcome
 from apps.pipelines.vocabulary import NodeStatus, RunStatus
+from apps.placement.batch import BatchItem, place_batch
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.services import placement_pin
+from apps.placement.vocabulary import MAX_BATCH_SIZE
 
 
 @transaction.atomic
@@ -86,7 +88,7 @@ def run_advance(run: PipelineRun, nodes: list[PipelineNode] | None = None) -> li
     if nodes is None:
         nodes = list(run.nodes.order_by("position"))
     status = {n.node_id: n.status for n in nodes}
-    queued = []
+    queued, ready = [], []
     for node in nodes:  # planner order: a skip cascades in one pass
         if node.status != NodeStatus.PENDING:
             continue
@@ -96,12 +98,28 @@ def run_advance(run: PipelineRun, nodes: list[PipelineNode] | None = None) -> li
         elif all(s == NodeStatus.SUCCEEDED for s in needs):
             node_transition(node=node, to=NodeStatus.QUEUED)
             queued.append(node.node_id)
+            ready.append(node)
             send_after_commit("node_execute", node.pk)
         status[node.node_id] = node.status
+    if len(ready) > 1:
+        _place_ready(run, ready)
     outcome = run_outcome(list(status.values()))
     if outcome is not None:
         run_transition(run=run, to=outcome)
     return queued
+
+
+def _place_ready(run: PipelineRun, nodes: list[PipelineNode]) -> None:
+    """Nodes that became ready together are placed as one batch (one snapshot read, capacity assumed as
+    they are placed, one write). ``node_execute`` then re-reads each stored placement as a retry does; a
+    node the batch could not place (no room left, refused) is placed by its own ``node_execute`` as before,
+    which reports the refusal on the node."""
+    for first in range(0, len(nodes), MAX_BATCH_SIZE):
+        place_batch([BatchItem(subject_type="pipeline_node", subject_id=str(node.pk),
+                               requirement=ExecutionRequirement.from_json(node.requirement),
+                               target=node.spec.get("grove") or None, team=run.team or None,
+                               environment=run.environment or None)
+                     for node in nodes[first:first + MAX_BATCH_SIZE]])
 
 
 def pipeline_run_cancel(*, run_id, reason: str = "cancelled") -> PipelineRun:

@@ -3,6 +3,7 @@
 from rest_framework import serializers
 
 from apps.placement.models import ExecutionPlacement
+from apps.placement.selectors import placement_decision
 
 
 class IncompatibilitySerializer(serializers.Serializer):
@@ -46,8 +47,45 @@ class ReplaceRequestSerializer(serializers.Serializer):
     target = serializers.CharField(required=False, allow_blank=True)
 
 
+class BatchItemSerializer(serializers.Serializer):
+    subject_type = serializers.CharField()
+    subject_id = serializers.CharField()
+    requirement = serializers.JSONField()
+    target = serializers.CharField(required=False)
+
+
+class BatchRequestSerializer(serializers.Serializer):
+    items = BatchItemSerializer(many=True)
+    team = serializers.CharField(required=False)
+
+
+class BatchResultSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    subject_type = serializers.CharField()
+    subject_id = serializers.CharField()
+    status = serializers.ChoiceField(choices=["placed", "reused", "error"])
+    placement_id = serializers.IntegerField(required=False, allow_null=True)
+    grove_id = serializers.CharField(required=False)
+    grove_slug = serializers.CharField(required=False)
+    selected_platform = serializers.CharField(required=False)
+    would_refuse = serializers.BooleanField(required=False)
+    error = serializers.JSONField(required=False)
+
+
+class BatchResponseSerializer(serializers.Serializer):
+    results = BatchResultSerializer(many=True)
+    placed = serializers.IntegerField()
+    reused = serializers.IntegerField()
+    error = serializers.IntegerField()
+
+
 class ExecutionPlacementSerializer(serializers.ModelSerializer):
     grove_id = serializers.UUIDField(allow_null=True, read_only=True)
+    # A batch placement's compact decision is shown joined to its shared verdicts (explain sees them all).
+    decision = serializers.SerializerMethodField()
+
+    def get_decision(self, placement: ExecutionPlacement) -> dict:
+        return placement_decision(placement, shared=self.context.setdefault("verdicts", {}))
 
     class Meta:
         model = ExecutionPlacement

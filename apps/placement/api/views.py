@@ -10,16 +10,18 @@ from rest_framework.views import APIView
 
 from apps.accounts.api.authentication import ApiTokenAuthentication
 from apps.accounts.api.permissions import requires
-from apps.accounts.selectors import team_authorize, visible
+from apps.accounts.selectors import team_authorize, team_for_write, visible
 from apps.core.api.serializers import ErrorSerializer
+from apps.core.errors import ForestError, ValidationFailed
 from apps.flags.selectors import is_enabled
-from apps.placement import services
+from apps.placement import batch, services
 from apps.placement.api import serializers as s
 from apps.placement.choices import COMPATIBILITY_FLAG
 from apps.placement.filtersets import ExecutionPlacementFilterSet
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import JSON_SCHEMA, ExecutionRequirement
 from apps.placement.selectors import placement_list
+from apps.placement.vocabulary import MAX_BATCH_SIZE
 
 ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404, 409)}
 SCOPE = [OpenApiParameter("environment", str, description="Flag scope: environment id"),
@@ -117,3 +119,73 @@ class PlacementReplaceView(PlacementAPIView):
                                             target=body.validated_data.get("target") or None)
         return Response(s.ExecutionPlacementSerializer(result.placement).data)
 
+
+
+class PlacementBatchView(PlacementAPIView):
+    """CI: place many subjects in one transaction (``apps.placement.batch``); one result per item, in order."""
+
+    permission_classes = [requires(POST="placement.add_executionplacement")]
+
+    @extend_schema(request=s.BatchRequestSerializer, parameters=SCOPE,
+                   responses={200: s.BatchResponseSerializer, **ERRORS}, tags=["placements"],
+                   summary=f"Place up to {MAX_BATCH_SIZE} subjects at once; each item placed, reused or refused "
+                           "with its own code")
+    def post(self, request):
+        body = request.data
+        raw = body.get("items") if isinstance(body, dict) else None
+        if not isinstance(raw, list) or not raw:
+            raise ValidationFailed("items_required", "Send {\"items\": [{\"subject_type\", \"subject_id\", "
+                                   "\"requirement\"}, ...]}.", field="items")
+        if len(raw) > MAX_BATCH_SIZE:
+            raise ValidationFailed("batch_too_large", f"A batch places at most {MAX_BATCH_SIZE} subjects; this "
+                                   f"one has {len(raw)}.", field="items")
+        team = team_for_write(request.user, body.get("team"))
+        environment = request.query_params.get("environment") or None
+        items, errors = [], {}
+        for index, entry in enumerate(raw):
+            try:
+                items.append(_batch_item(entry, index, team=team or None, environment=environment))
+            except ForestError as error:
+                errors[index] = error
+        outcomes = iter(batch.place_batch(items))
+        results = []
+        for index, entry in enumerate(raw):
+            if index in errors:
+                subject = entry if isinstance(entry, dict) else {}
+                results.append({"index": index, "subject_type": str(subject.get("subject_type", "")),
+                                "subject_id": str(subject.get("subject_id", "")), "status": "error",
+                                "error": errors[index].as_dict()})
+                continue
+            outcome = next(outcomes)
+            result = {"index": index, "subject_type": outcome.subject_type, "subject_id": outcome.subject_id,
+                      "status": outcome.status}
+            if outcome.error is not None:
+                result["error"] = outcome.error.as_dict()
+            else:
+                result.update(placement_id=outcome.placement_id, grove_id=outcome.grove_id,
+                              grove_slug=outcome.grove_slug, selected_platform=outcome.selected_platform,
+                              would_refuse=outcome.would_refuse)
+            results.append(result)
+        counts = {status: sum(1 for r in results if r["status"] == status) for status in ("placed", "reused", "error")}
+        return Response({"results": results, **counts})
+
+
+def _batch_item(entry, index: int, *, team: str | None, environment: str | None) -> batch.BatchItem:
+    if not isinstance(entry, dict):
+        raise ValidationFailed("invalid_type", "Each item is an object.", field=f"items[{index}]")
+    unknown = set(entry) - {"subject_type", "subject_id", "requirement", "target"}
+    if unknown:
+        raise ValidationFailed("unknown_field", f"Unknown item field(s): {', '.join(sorted(unknown))}.",
+                               field=f"items[{index}]")
+    target = entry.get("target")
+    if target is not None and not isinstance(target, str):
+        raise ValidationFailed("invalid_type", "target is a Grove id or slug.", field=f"items[{index}].target")
+    subject_type, subject_id = entry.get("subject_type", ""), entry.get("subject_id", "")
+    if not isinstance(subject_type, str):
+        raise ValidationFailed("invalid_type", "subject_type is a string.", field=f"items[{index}].subject_type")
+    if not isinstance(subject_id, str | int) or isinstance(subject_id, bool):
+        raise ValidationFailed("invalid_type", "subject_id is a string.", field=f"items[{index}].subject_id")
+    subject_type, subject_id = services._subject(subject_type, subject_id)
+    requirement = ExecutionRequirement.from_json(entry.get("requirement"))
+    return batch.BatchItem(subject_type=subject_type, subject_id=subject_id, requirement=requirement,
+                           target=target or None, team=team, environment=environment)

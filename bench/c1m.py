@@ -1,0 +1,253 @@
+"""C1M for Forest: a million requirements placed and persisted on 5,000 Groves, beside Nomad's C1M and a floor.
+
+    .venv/bin/python bench/c1m.py [--count 1000000] [--groves 5000] [--batch 5000]
+
+Loads ``--groves`` mixed Groves into a database of its own (Kubernetes and native, linux/amd64, linux/arm64
+and darwin/arm64 in several orders, some with NVIDIA or Apple GPUs, one to four units each), keeps them
+heartbeating during the run (one UPDATE of every Grove's liveness every 20 s from a thread of its own, as
+a live fleet would), then places ``--count`` subjects through ``apps.placement.batch.place_batch`` in
+batches of ``--batch``: one snapshot read, decisions in memory with the assume cache, the unit rows locked
+and re-verified, the ledger, shared verdicts and placements written (``COPY``) in one transaction per batch.
+A mix of requirements is cycled: containers on amd64 / arm64 / any platform, native darwin work, untrusted
+work, one NVIDIA GPU (one in ``--gpu-every``), in four CPU/memory sizes; the fleet has room for all of it
+but the GPUs, which run out near the end (their refusals are ``no_capacity`` decisions).
+
+Prints progress, then the end-to-end time and rate (subjects placed or refused per second, every one a
+stored row or a per-subject error code), Nomad C1M's published rate (1,000,000 containers on 5,000 hosts
+in under 5 minutes: 3,750/s), and the floor: a bare ``COPY`` of the very rows this run wrote into a table
+with the same columns and indexes, in the same run (ours / floor is the ratio to read). Every unit's
+placed CPU and memory is checked against its reported free counts at the end (it must never overcommit).
+
+``--count 20000`` is a smoke run of about a minute. Needs PostgreSQL on 127.0.0.1; drops and creates the
+database named by ``BENCH_C1M_DATABASE_URL`` (default ``forest_bench_c1m``).
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import logging
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+ADMIN_URL = os.environ.get("BENCH_ADMIN_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+DB_URL = os.environ.get("BENCH_C1M_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/forest_bench_c1m")
+DB_NAME = DB_URL.rsplit("/", 1)[-1]
+os.environ.update({
+    "DATABASE_URL": DB_URL, "SECRET_KEY": "bench-secret-key", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0",
+    "CELERY_BROKER_URL": "redis://127.0.0.1:6379/14", "LOG_LEVEL": "ERROR", "FLAGS_CACHE_TTL_S": "5",
+    "PLACEMENT_FLEET_REFRESH_S": "1", "DJANGO_SETTINGS_MODULE": "forest_host.settings",
+})
+GIB, MIB = 1024**3, 1024**2
+NOMAD_C1M_RATE = 3750  # Nomad C1M (2016): a million containers on 5,000 hosts in under five minutes, 3,750/s
+HEARTBEAT_EVERY_S = 20
+SIZES = ((250, 256 * MIB), (500, 512 * MIB), (500, GIB), (1000, 2 * GIB))  # (CPU milli, memory bytes)
+
+
+def prepare_database() -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DB_NAME}")
+
+
+def load_fleet(n: int, rnd: random.Random) -> None:
+    """N Groves as a heartbeat leaves them (rows, indexed capabilities, units, inventory)."""
+    from django.utils import timezone
+
+    from apps.groves.models import AcceleratorInventoryItem, Grove, GroveCapability, PlacementUnit
+    from bench.fleet_rows import grove_rows
+
+    now = timezone.now()
+    groves, units, items, caps = [], [], [], []
+    for index in range(n):
+        native = rnd.random() < 0.35
+        if native:
+            platforms = rnd.choice([["linux/amd64"], ["linux/arm64"], ["darwin/arm64"]])
+            kinds, isolation, roles = ["native.job", "native.workload"], ["host_process"], ["build", "compute"]
+        else:
+            platforms = rnd.choice([["linux/amd64"], ["linux/arm64"], ["linux/amd64", "linux/arm64"],
+                                    ["linux/arm64", "linux/amd64"]])
+            kinds, isolation = ["k8s.job", "k8s.build_job", "k8s.deployment"], ["container"]
+            roles = ["build", "runtime", "compute"]
+        accelerators = []
+        if native and platforms == ["darwin/arm64"]:
+            accelerators = [{"id": "apple-gpu-0", "vendor": "apple", "model": "Apple M3 Max", "apis": ["metal"],
+                             "memory_bytes": 48 * GIB, "memory_kind": "unified", "memory_enforced": False,
+                             "share_mode": "cooperative"}]
+        elif not native and rnd.random() < 0.1:
+            accelerators = [{"id": f"GPU-{i}", "vendor": "nvidia", "model": "H100", "apis": ["cuda"],
+                             "memory_bytes": 80 * GIB, "memory_kind": "dedicated", "memory_enforced": True,
+                             "share_mode": "exclusive"} for i in range(8)]
+        report_units = []
+        for u in range(1 if native else rnd.randint(2, 4)):
+            cpu, memory = 64000, 256 * GIB
+            slots = [{"inventory_id": a["id"], "allocatable": 1, "free": 1} for a in accelerators if u == 0]
+            report_units.append({"id": f"node-{u}", "cpu_milli": {"allocatable": cpu, "free": cpu},
+                                 "memory_bytes": {"allocatable": memory, "free": memory}, "accelerators": slots})
+        grove_rows(index, native=native, roles=roles, platforms=platforms, isolation=isolation, kinds=kinds,
+                   report_units=report_units, accelerators=accelerators, now=now, into=(groves, caps, units, items))
+    Grove.objects.bulk_create(groves, batch_size=2000)
+    GroveCapability.objects.bulk_create(caps, batch_size=5000)
+    PlacementUnit.objects.bulk_create(units, batch_size=5000)
+    AcceleratorInventoryItem.objects.bulk_create(items, batch_size=5000)
+
+
+def requirements() -> list:
+    from apps.pipelines.rules import node_requirement
+
+    image = "registry.example/app@sha256:" + "b" * 64
+    # (node, run kind, share of the mix in twelfths, sizes): native darwin work is a small share in small
+    # sizes, as a fleet's Mac capacity is.
+    nodes = [
+        ({"id": "build", "kind": "build_image", "platform": ["linux/amd64"]}, "build", 3, SIZES),
+        ({"id": "test", "kind": "exec", "image": image, "platform": ["linux/arm64"]}, "build", 2, SIZES),
+        ({"id": "web", "kind": "deploy", "image": image}, "deploy", 2, SIZES),
+        ({"id": "sign", "kind": "exec", "runtime": "native", "platform": ["darwin/arm64"]}, "build", 1, SIZES[:2]),
+        ({"id": "fuzz", "kind": "exec", "image": image, "trust": "untrusted"}, "compute", 2, SIZES),
+        ({"id": "job", "kind": "exec", "image": image}, "compute", 2, SIZES),
+    ]
+    mix = []
+    for node, kind, share, sizes in nodes:
+        made = [node_requirement({**node, "resources": {"cpu_milli": cpu, "memory_bytes": memory}}, run_kind=kind)
+                for cpu, memory in sizes]
+        mix.extend(made[n % len(made)] for n in range(share * 4))
+    random.Random(2).shuffle(mix)
+    gpu = node_requirement({"id": "train", "kind": "exec", "image": image, "platform": ["linux/amd64"],
+                            "accelerators": {"count": 1, "vendor": "nvidia"}}, run_kind="compute")
+    return mix, gpu
+
+
+class Heartbeats(threading.Thread):
+    """The fleet stays alive: every Grove's liveness stamped every ``HEARTBEAT_EVERY_S`` (its own connection)."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        import psycopg
+
+        with psycopg.connect(DB_URL, autocommit=True) as conn:
+            while not self.stop.wait(HEARTBEAT_EVERY_S):
+                conn.execute("UPDATE groves_grove SET last_heartbeat_at = now()")
+
+
+def copy_floor(rows_sql: str) -> float:
+    """Seconds for a bare COPY of the rows this run wrote, into a table with the same columns and indexes."""
+    import psycopg
+
+    from apps.placement.batch import COLUMNS
+
+    columns = ", ".join(COLUMNS)
+    with psycopg.connect(DB_URL, autocommit=True) as conn:
+        buffer = io.BytesIO()
+        with conn.cursor().copy(f"COPY ({rows_sql}) TO STDOUT") as copy:
+            for chunk in copy:
+                buffer.write(chunk)
+        conn.execute("DROP TABLE IF EXISTS bench_floor")
+        conn.execute("CREATE TABLE bench_floor (LIKE placement_executionplacement INCLUDING ALL)")
+        data = buffer.getvalue()
+        t0 = time.perf_counter()
+        with conn.transaction(), conn.cursor().copy(f"COPY bench_floor ({columns}) FROM STDIN") as copy:
+            view = memoryview(data)
+            for start in range(0, len(view), 1 << 20):
+                copy.write(view[start:start + (1 << 20)])
+        elapsed = time.perf_counter() - t0
+        conn.execute("DROP TABLE bench_floor")
+    return elapsed
+
+
+def overcommitted() -> int:
+    """Units whose placed CPU or memory exceeds their reported free counts (counted in SQL): must be 0."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("""
+            SELECT count(*) FROM (
+                SELECT p.grove_id, p.decision->>'unit' AS unit_id,
+                       sum((p.requirement->'resources'->>'cpu_milli')::bigint) AS cpu,
+                       sum((p.requirement->'resources'->>'memory_bytes')::bigint) AS memory
+                FROM placement_executionplacement p WHERE p.decision->>'unit' IS NOT NULL
+                GROUP BY 1, 2) used
+            JOIN groves_placementunit u ON u.grove_id = used.grove_id AND u.unit_id = used.unit_id
+            WHERE used.cpu > u.cpu_milli_free OR used.memory > u.memory_bytes_free""")
+        return cursor.fetchone()[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[2:]))
+    parser.add_argument("--count", type=int, default=1_000_000, help="requirements to place (default 1,000,000)")
+    parser.add_argument("--groves", type=int, default=5000, help="Groves in the fleet (default 5,000)")
+    parser.add_argument("--batch", type=int, default=None, help="subjects per batch (default MAX_BATCH_SIZE)")
+    parser.add_argument("--gpu-every", type=int, default=400, help="one GPU requirement in this many (default 400)")
+    args = parser.parse_args()
+    prepare_database()
+    import django
+
+    django.setup()
+    logging.getLogger("apps.placement").setLevel(logging.ERROR)
+    from django.core.management import call_command
+    from django.db import connection
+
+    call_command("migrate", verbosity=0)
+    from apps.placement import batch, snapshot
+    from apps.placement.vocabulary import MAX_BATCH_SIZE
+
+    size = args.batch or MAX_BATCH_SIZE
+    t0 = time.perf_counter()
+    load_fleet(args.groves, random.Random(1))
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")
+    print(f"loaded {args.groves} Groves in {time.perf_counter() - t0:.1f} s", flush=True)
+    snapshot.fleet_refresh(full=True)
+    mix, gpu = requirements()
+    beats = Heartbeats()
+    beats.start()
+    placed = refused = 0
+    codes: dict[str, int] = {}
+    start = time.perf_counter()
+    last = start
+    for first in range(0, args.count, size):
+        items = [batch.BatchItem(subject_type="compute_step", subject_id=f"c1m-{i}",
+                                 requirement=gpu if i % args.gpu_every == args.gpu_every - 1 else mix[i % len(mix)])
+                 for i in range(first, min(first + size, args.count))]
+        for outcome in batch.place_batch(items):
+            if outcome.error is None:
+                placed += 1
+            else:
+                refused += 1
+                codes[outcome.error.code] = codes.get(outcome.error.code, 0) + 1
+        now = time.perf_counter()
+        if now - last >= 10 or first + size >= args.count:
+            done = placed + refused
+            print(f"  {done:>9,} decided ({placed:,} placed, {refused:,} refused) in {now - start:6.1f} s: "
+                  f"{done / (now - start):,.0f}/s", flush=True)
+            last = now
+    elapsed = time.perf_counter() - start
+    beats.stop.set()
+    from apps.placement.batch import COLUMNS
+
+    floor_s = copy_floor(f"SELECT {', '.join(COLUMNS)} FROM placement_executionplacement")
+    rate = (placed + refused) / elapsed
+    print(f"\nplaced {placed:,} and refused {refused:,} ({', '.join(f'{n:,} {c}' for c, n in sorted(codes.items()))}"
+          f"{'' if codes else 'none'}) of {args.count:,} on {args.groves:,} Groves in {elapsed:.1f} s "
+          f"({elapsed / 60:.2f} min)")
+    print(f"ours:                    {rate:>9,.0f} subjects/s end to end (batches of {size:,}, one transaction each)")
+    print(f"Nomad C1M (published):   {NOMAD_C1M_RATE:>9,.0f}/s   ours / Nomad = {rate / NOMAD_C1M_RATE:.2f}")
+    print(f"floor: bare COPY of the same {placed:,} rows (same columns and indexes): {floor_s:.1f} s = "
+          f"{placed / floor_s:,.0f} rows/s   ours / floor = {rate / (placed / floor_s):.2f} "
+          f"(time x{elapsed / floor_s:.1f})")
+    print(f"units overcommitted (counted in SQL): {overcommitted()}")
+
+
+if __name__ == "__main__":
+    main()
