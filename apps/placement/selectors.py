@@ -15,7 +15,10 @@ from django.db.models import QuerySet
 from apps.accelerators import selectors as accelerator_selectors
 from apps.accelerators.choices import ClaimState
 from apps.accelerators.models import AcceleratorClaim
-from apps.groves.models import Grove
+from apps.accelerators.rules import Slot
+from apps.groves.models import Grove, PlacementUnit
+from apps.placement.admission import UnitCapacity
+from apps.placement.choices import Outcome
 from apps.placement.models import ExecutionPlacement
 
 # Every Grove column placement reads (``snapshot.grove_facts`` turns a row of them into ``GroveFacts``).
@@ -45,6 +48,20 @@ def claimed_counts(grove_ids: list[str]) -> dict[str, dict[tuple[str, str], int]
     return {grove_id: accelerator_selectors.claimed_counts(claims[grove_id]) for grove_id in grove_ids}
 
 
+def unit_capacities(grove_ids: list[str]) -> dict[str, list[UnitCapacity]]:
+    """Every reported unit of these Groves with allocatable and free amounts, read now (one query): resource
+    admission's input, read at decision time like Host's claims (never from the snapshot's cache)."""
+    units: dict[str, list[UnitCapacity]] = {grove_id: [] for grove_id in grove_ids}
+    rows = (PlacementUnit.objects.filter(grove_id__in=grove_ids).order_by("grove_id", "unit_id")
+            .values_list("grove_id", "unit_id", "cpu_milli_allocatable", "cpu_milli_free",
+                         "memory_bytes_allocatable", "memory_bytes_free", "accelerators"))
+    for grove_id, unit_id, cpu_allocatable, cpu_free, memory_allocatable, memory_free, slots in rows:
+        units.setdefault(str(grove_id), []).append(UnitCapacity(
+            unit_id, cpu_allocatable, cpu_free, memory_allocatable, memory_free,
+            tuple(Slot(slot["inventory_id"], slot["allocatable"], slot["free"]) for slot in slots)))
+    return units
+
+
 def groves_by_reference(reference: str) -> QuerySet[Grove]:
     """The Grove (at most one) with this id or slug (an explicit pin may use either)."""
     try:
@@ -59,8 +76,9 @@ def grove_by_reference(reference: str) -> Grove | None:
 
 
 def placement_for_subject(*, subject_type: str, subject_id: str) -> ExecutionPlacement | None:
+    """The subject's *placement* (a retry re-reads it); a stored refusal or wait is never one."""
     return (ExecutionPlacement.objects.select_related("grove")
-            .filter(subject_type=subject_type, subject_id=subject_id).first())
+            .filter(subject_type=subject_type, subject_id=subject_id, outcome=Outcome.PLACED).first())
 
 
 def placement_list() -> QuerySet[ExecutionPlacement]:
