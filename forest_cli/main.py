@@ -91,6 +91,11 @@ def _notes(view: dict, *, item: str) -> list[Text]:
             name = entry.get("name") or entry.get("id")
             lines.append(Text("refused ", style="red") + Text(f"{item} {name}: [{refusal['code']}] "
                                                               f"{refusal['detail']}"))
+        elif entry.get("queue"):
+            name, queue = entry.get("name") or entry.get("id"), entry["queue"]
+            lines.append(Text("waiting ", style="blue") + Text(
+                f"{item} {name}: #{queue['position']} in line for {queue['grove']} [{queue['code']}] "
+                f"{queue['detail']} (until {queue['deadline_at']})"))
         elif entry.get("status") == "queued" and entry.get("retry_at"):
             name = entry.get("name") or entry.get("id")
             lines.append(Text("retry ", style="blue") + Text(f"{item} {name}: {entry.get('detail') or ''}"))
@@ -299,10 +304,15 @@ def placements_explain(ctx: typer.Context, subject: Annotated[str, typer.Argumen
         _print_json(rows)
         return
     if not rows:
-        err.print(f"no stored placement for {subject}")
+        err.print(f"no stored decision for {subject}")
         raise typer.Exit(1)
     for row in rows:
         decision = row.get("decision", {})
+        if row.get("outcome", "placed") != "placed":
+            out.print(f"[bold]{row.get('subject_type')}:{row.get('subject_id')}[/bold] [red]{row['outcome']}[/red] "
+                      f"[{row.get('code')}] {decision.get('detail', '')}")
+            _candidates_table(decision)
+            continue
         out.print(f"[bold]{row.get('subject_type')}:{row.get('subject_id')}[/bold] -> Grove "
                   f"[bold]{row.get('grove_slug')}[/bold] ({row.get('selected_platform')}), "
                   f"chooser {decision.get('chooser', row.get('chooser'))}, enforced {row.get('enforced')}, "
@@ -311,11 +321,20 @@ def placements_explain(ctx: typer.Context, subject: Annotated[str, typer.Argumen
             out.print(decision["summary"])
         for item in decision.get("incompatibilities", []):
             out.print(f"  [yellow]{item.get('code')}[/yellow]: {item.get('message')}")
-        table = Table("grove", "eligible", "why")
-        for candidate in decision.get("candidates", []):
-            reasons = "; ".join(i.get("code", "") for i in candidate.get("incompatibilities", []))
-            table.add_row(candidate.get("grove_slug", "?"), str(candidate.get("eligible")), reasons)
-        out.print(table)
+        _candidates_table(decision)
+
+
+def _candidates_table(decision: dict) -> None:
+    """Each candidate Grove's verdict: compatible or not and why, and its resource fit (now/later/never)."""
+    table = Table("grove", "eligible", "fit", "why")
+    for candidate in decision.get("candidates", []):
+        fit = candidate.get("fit") or {}
+        reasons = [i.get("code", "") for i in candidate.get("incompatibilities", [])]
+        if fit.get("code"):
+            reasons.append(f"{fit['code']}: {fit.get('message', '')}")
+        table.add_row(candidate.get("grove_slug", "?"), str(candidate.get("eligible")), fit.get("state", "-"),
+                      "; ".join(reasons))
+    out.print(table)
 
 
 @compute.command("logs")

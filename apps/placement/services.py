@@ -86,7 +86,6 @@ class PlacementResult:
     reused: bool = False
 
 
-@dataclass
 class WaitingForCapacity(Conflict):
     """Not a refusal: the work could fit an eligible Grove, not now. ``extra["groves"]`` are the ids of the
     Groves it waits for (the admission queue files it under each); ``candidates`` say what each lacks."""
@@ -95,6 +94,7 @@ class WaitingForCapacity(Conflict):
         super().__init__(WAITING_FOR_CAPACITY, detail, extra={**(extra or {}), "groves": groves})
 
 
+@dataclass
 class PlanCheck:
     never_placeable: bool
     reasons: list[dict] = field(default_factory=list)
@@ -570,10 +570,20 @@ def placement_capacity(*, grove_id: str) -> tuple[rules.GroveFacts, list[admissi
             selectors.claimed_counts([facts.id])[facts.id])
 
 
+def _never_fits(requirement: ExecutionRequirement, groves: list[rules.GroveFacts]) -> list[dict]:
+    """Per-Grove reasons when no compatible Grove could *ever* hold the work (capacity aside it could):
+    empty as soon as one could, now or later."""
+    fits = _admissions(requirement, groves)
+    if any(fit.state != FitState.NEVER for fit in fits.values()):
+        return []
+    return [{"code": fits[facts.id].code, "message": fits[facts.id].message, "grove": facts.slug} for facts in groves]
+
+
 def placement_plan_check(*, requirement: ExecutionRequirement, environment: str | None = None,
                          team: str | None = None) -> PlanCheck:
-    """At plan time: could any fresh Grove ever run this (capacity aside)? Refused when enforcement is on,
-    logged as a warning when off."""
+    """At plan time: could any fresh Grove ever run this — compatible, and with a unit whose allocatable
+    CPU, memory and accelerators hold it (free capacity aside)? Refused (``never_placeable``, with the
+    per-Grove reasons) when enforcement is on, logged as a warning when off."""
     enforced = is_enabled(COMPATIBILITY_FLAG, environment=environment, team=team)
     reasons: list[dict] = []
     if requirement.target is not None:
@@ -584,10 +594,14 @@ def placement_plan_check(*, requirement: ExecutionRequirement, environment: str 
             reasons = _incompatibility_json(rules.check(requirement, grove))
             if not grove.enabled:
                 reasons.append({"code": "grove_disabled", "message": f"Grove {grove.slug} is disabled."})
+            if not reasons:
+                reasons = _never_fits(requirement, [grove])
     else:
         found = snapshot.candidates(requirement, limit=CANDIDATE_LIMIT)
         if found.eligible_total:
-            return PlanCheck(never_placeable=False)
+            reasons = _never_fits(requirement, [candidate.facts for candidate in found.eligible])
+            if not reasons or found.eligible_total > len(found.eligible):
+                return PlanCheck(never_placeable=False)
         seen: dict[str, dict] = {}
         for candidate in found.others:
             for item in rules.check(requirement, candidate.facts):
