@@ -186,3 +186,16 @@ class PipelineNodeWaitGrove(models.Model):
 
     def __str__(self) -> str:
         return f"{self.grove_id} #{self.seq}"
+
+
+class PipelineAdmissionWake(models.Model):
+    """A wake-up of one Grove's line that is requested and not yet started: further requests coalesce into
+    it (``admission_queue.request_wake``), and the wake-up deletes the row before it reads capacity, so an
+    event that commits after that starts a new one. A row older than ``WAKE_RESEND_AFTER_S`` is a lost
+    message and is sent again."""
+
+    grove_id = models.UUIDField(primary_key=True)
+    requested_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"wake {self.grove_id}"

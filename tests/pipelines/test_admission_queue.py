@@ -7,6 +7,7 @@ whose free counts moved wakes it too (groves hook). No test here sleeps: each wa
 """
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
@@ -79,7 +80,7 @@ def test_capacity_freed_admits_waiting_work_in_submission_order(gpu_grove, worke
 
 
 def test_cancel_while_waiting_leaves_the_queue(gpu_grove, worker, detached):
-    grove, kube = gpu_grove
+    _grove, kube = gpu_grove
     worker()
     holder = _run("holder")
     wait_for(_status(holder, "awaiting"), what="the GPU to be taken")
@@ -135,14 +136,27 @@ def test_hundred_queued_jobs_on_three_groves_all_finish_once(fresh_grove, wire, 
     runs = [_run(f"job{i:03d}") for i in range(100)]
     ids = {run.pk for run in runs}
 
+    beats = {"at": time.monotonic()}
+
     def drive() -> bool:
-        """Play the three Groves: run every job dispatched to them; True once every run succeeded."""
+        """Play the three Groves: run every job dispatched to them (and stay fresh); True once every run
+        succeeded."""
+        if time.monotonic() - beats["at"] > 20:
+            for grove in groves:
+                grove.client.post(grove.url("heartbeat"), heartbeat_body(substrate="kubernetes", gpus=2),
+                                  format="json")
+            beats["at"] = time.monotonic()
         for grove in groves:
-            for job_id in GroveJob.objects.filter(grove=grove.grove, status="queued").values_list("id", flat=True):
+            for job_id in GroveJob.objects.filter(grove=grove.grove, status="assigned").values_list("id", flat=True):
                 grove.run_job(job_id)
         return PipelineRun.objects.filter(pk__in=ids, status="succeeded").count() == len(ids)
 
-    wait_for(drive, timeout=240, interval=0.05, what="all 100 runs to succeed")
+    try:
+        wait_for(drive, timeout=240, interval=0.05, what="all 100 runs to succeed")
+    except AssertionError as exc:
+        states = Counter(PipelineNode.objects.filter(run__in=runs).values_list("status", "reason"))
+        raise AssertionError(f"{exc}: nodes {dict(states)}; waits {PipelineNodeWait.objects.count()}; "
+                             f"jobs {Counter(GroveJob.objects.values_list('status', flat=True))}") from None
     jobs = Counter(GroveJob.objects.filter(run_id__in=ids).values_list("run_id", flat=True))
     assert set(jobs) == ids and set(jobs.values()) == {1}  # none lost, none doubled
     assert PipelineNodeEvent.objects.filter(node__run__in=runs, to_status="succeeded").count() == 100

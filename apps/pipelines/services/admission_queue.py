@@ -27,7 +27,7 @@ from django.utils import timezone
 from apps.core.errors import ForestError
 from apps.dispatch import hooks as dispatch_hooks
 from apps.groves import hooks as grove_hooks
-from apps.pipelines.models import PipelineNode, PipelineNodeWait, PipelineNodeWaitGrove
+from apps.pipelines.models import PipelineAdmissionWake, PipelineNode, PipelineNodeWait, PipelineNodeWaitGrove
 from apps.pipelines.services.outbox import resume_resend_after_s, send_after_commit
 from apps.pipelines.services.runs import run_advance, run_and_node_locked
 from apps.pipelines.services.transitions import node_transition
@@ -44,6 +44,26 @@ WAKE_LOOKAHEAD = 32
 # A wait's expiry is a Celery countdown; past the Redis visibility timeout (1 h) the sweep expires it.
 MAX_EXPIRY_COUNTDOWN_S = 3000
 WAIT_TIMED_OUT = "waiting_for_capacity_timeout"
+# A requested wake-up not started this long after is taken as lost, and sent again.
+WAKE_RESEND_AFTER_S = 10
+
+_WAKE_SQL = ("INSERT INTO {table} (grove_id, requested_at) VALUES (%s, %s) ON CONFLICT (grove_id) DO UPDATE "
+             "SET requested_at = excluded.requested_at WHERE {table}.requested_at < %s")
+
+
+def request_wake(grove_id) -> bool:
+    """Ask for a wake-up of this Grove's line after commit, coalesced with one already requested and not
+    yet started (many events, one wake-up). True when this call sent it."""
+    now = timezone.now()
+    field = PipelineAdmissionWake._meta.get_field("grove_id")
+    with connection.cursor() as cursor:
+        cursor.execute(_WAKE_SQL.format(table=PipelineAdmissionWake._meta.db_table),
+                       [field.get_db_prep_value(str(grove_id), connection), now,
+                        now - timedelta(seconds=WAKE_RESEND_AFTER_S)])
+        sent = cursor.rowcount == 1
+    if sent:
+        send_after_commit("admission_wake", str(grove_id))
+    return sent
 
 
 def _waiting_code(verdicts: list[dict]) -> str:
@@ -85,7 +105,7 @@ def node_wait(*, node: PipelineNode, error: ForestError) -> PipelineNodeWait:
     if new:
         # Capacity freed between the decision and this commit woke nobody: look once more after commit.
         for grove_id in groves:
-            send_after_commit("admission_wake", grove_id)
+            request_wake(grove_id)
     log.info("node waiting for capacity", extra={"node": str(node), "code": wait.code, "groves": len(groves)})
     return wait
 
@@ -101,6 +121,8 @@ def admission_wake(*, grove_id: str) -> list[int]:
     """Admit waiting nodes that fit Grove ``grove_id`` now, in submission order; returns their node ids."""
     grove_id = str(grove_id)
     admitted: list[int] = []
+    # Started: an event committed from here on asks for a new wake-up (this one may read capacity too early).
+    PipelineAdmissionWake.objects.filter(grove_id=grove_id).delete()
     with transaction.atomic():
         _serialise(grove_id)
         capacity = placement_capacity(grove_id=grove_id)
@@ -175,16 +197,15 @@ def admission_sweep(*, now: datetime, limit: int) -> dict:
     expired = sum(node_wait_expire(node_id=node_id, now=now) for node_id in overdue)
     groves = list(PipelineNodeWaitGrove.objects.order_by().values_list("grove_id", flat=True).distinct()[:limit])
     for grove_id in groves:
-        send_after_commit("admission_wake", str(grove_id))
+        request_wake(grove_id)
     return {"wait_expired": expired, "groves_woken": len(groves)}
 
 
 def wake_if_waiting(grove_id) -> bool:
-    """Send ``admission_wake`` after commit when anything waits for this Grove (one indexed EXISTS)."""
+    """Request a wake-up when anything waits for this Grove (one indexed EXISTS)."""
     if grove_id is None or not PipelineNodeWaitGrove.objects.filter(grove_id=grove_id).exists():
         return False
-    send_after_commit("admission_wake", str(grove_id))
-    return True
+    return request_wake(grove_id)
 
 
 def _on_job_ended(event: dispatch_hooks.JobEnded) -> None:
