@@ -155,7 +155,18 @@ def test_hundred_queued_jobs_on_three_groves_all_finish_once(fresh_grove, wire, 
         wait_for(drive, timeout=240, interval=0.05, what="all 100 runs to succeed")
     except AssertionError as exc:
         states = Counter(PipelineNode.objects.filter(run__in=runs).values_list("status", "reason"))
-        raise AssertionError(f"{exc}: nodes {dict(states)}; waits {PipelineNodeWait.objects.count()}; "
+        from apps.accelerators.models import AcceleratorClaim
+        from apps.pipelines.models import PipelineAdmissionWake
+        from apps.placement.services import placement_capacity
+        from apps.pipelines.models import PipelineNodeWaitGrove
+        rows = list(PipelineNodeWait.objects.values_list("admitted_grove_id", "admitted_at", "node__status"))
+        filed = Counter(PipelineNodeWaitGrove.objects.values_list("grove_id", flat=True))
+        diag0 = (rows, dict(filed), [str(g.grove.id) for g in groves])
+        diag = [diag0] + [(placement_capacity(grove_id=str(g.grove.id)) is not None, services.admission_wake(
+            grove_id=str(g.grove.id))) for g in groves]
+        raise AssertionError(f"{exc}: {diag} claims {AcceleratorClaim.objects.filter(state='active').count()} "
+                             f"wakes {list(PipelineAdmissionWake.objects.values_list('requested_at', flat=True))}"
+                             f" nodes {dict(states)}; waits {PipelineNodeWait.objects.count()}; "
                              f"jobs {Counter(GroveJob.objects.values_list('status', flat=True))}") from None
     jobs = Counter(GroveJob.objects.filter(run_id__in=ids).values_list("run_id", flat=True))
     assert set(jobs) == ids and set(jobs.values()) == {1}  # none lost, none doubled
