@@ -88,6 +88,8 @@ def node_wait(*, node: PipelineNode, error: ForestError) -> PipelineNodeWait:
     fields = {"code": _waiting_code(error.extra.get("candidates", [])), "detail": error.detail[:2000],
               "verdicts": verdicts, "admitted_grove_id": None, "admitted_at": None}
     new = wait is None
+    if not new:
+        handed_back(wait)
     if new:
         wait = PipelineNodeWait.objects.create(
             node=node, deadline_at=timezone.now() + timedelta(seconds=node.timeout_s), **fields)
@@ -102,12 +104,20 @@ def node_wait(*, node: PipelineNode, error: ForestError) -> PipelineNodeWait:
     PipelineNodeWaitGrove.objects.bulk_create([PipelineNodeWaitGrove(wait=wait, grove_id=grove_id, seq=wait.pk)
                                                for grove_id in groves if grove_id not in filed])
     node_transition(node=node, to=NodeStatus.WAITING, reason=WAITING_FOR_CAPACITY, detail=error.detail)
-    if new:
-        # Capacity freed between the decision and this commit woke nobody: look once more after commit.
-        for grove_id in groves:
-            request_wake(grove_id)
+    # Capacity freed between the decision and this commit woke nobody (the wait was not visible yet, or this
+    # node was admitted and so passed over): look once more after commit. Requests coalesce, and a wake-up
+    # that admits this node again means the unit is free, so this cannot spin.
+    for grove_id in groves:
+        request_wake(grove_id)
     log.info("node waiting for capacity", extra={"node": str(node), "code": wait.code, "groves": len(groves)})
     return wait
+
+
+def handed_back(wait: PipelineNodeWait | None, *, used: str | None = None) -> None:
+    """An admitted node that did not take the unit it was admitted for (placed on another Grove, waiting
+    again, failed) hands it back: that Grove's line is woken, else the freed unit would wake nobody."""
+    if wait is not None and wait.admitted_grove_id is not None and str(wait.admitted_grove_id) != str(used):
+        request_wake(wait.admitted_grove_id)
 
 
 def _serialise(grove_id: str) -> None:

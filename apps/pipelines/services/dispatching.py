@@ -17,8 +17,8 @@ from apps.dispatch.states import JOB_TERMINAL
 from apps.flags.selectors import is_enabled
 from apps.groves.models import Grove
 from apps.pipelines import rules
-from apps.pipelines.models import PipelineNode, PipelineRun
-from apps.pipelines.services.admission_queue import node_wait
+from apps.pipelines.models import PipelineNode, PipelineNodeWait, PipelineRun
+from apps.pipelines.services.admission_queue import handed_back, node_wait
 from apps.pipelines.services.outbox import send_after_commit
 from apps.pipelines.services.resume import pipeline_node_resume
 from apps.pipelines.services.runs import run_advance, run_and_node_locked
@@ -101,6 +101,7 @@ def pipeline_node_execute(*, node_id: int) -> str | None:
             change_kind=requirement.compatibility.change_kind, payload=payload,
             idempotency_key=f"{run.id}:{node.node_id}:{node.attempt}", attempt=node.attempt,
         )
+        handed_back(PipelineNodeWait.objects.filter(node=node).first(), used=placed.grove.pk)
         mode, why = _wait_mode(node, run)
         # A retry's attempt starts clean: the previous attempt's exit code and outputs stay on its job.
         node_transition(node=node, to=NodeStatus.AWAITING, reason=f"wait_{mode}:{why}", changes={
@@ -121,6 +122,7 @@ def _not_dispatched(node: PipelineNode, run: PipelineRun, requirement: Execution
                                      extra=exc.extra)
         node_wait(node=node, error=exc)
         return
+    handed_back(PipelineNodeWait.objects.filter(node=node).first())
     log.warning("node not dispatched", extra={"node": str(node), "code": exc.code})
     node_transition(node=node, to=NodeStatus.FAILED, reason=exc.code, detail=exc.detail)
     run_advance(run)
