@@ -14,6 +14,7 @@ import typer
 import yaml
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -310,7 +311,7 @@ def placements_explain(ctx: typer.Context, subject: Annotated[str, typer.Argumen
         decision = row.get("decision", {})
         if row.get("outcome", "placed") != "placed":
             out.print(f"[bold]{row.get('subject_type')}:{row.get('subject_id')}[/bold] [red]{row['outcome']}[/red] "
-                      f"[{row.get('code')}] {decision.get('detail', '')}")
+                      + escape(f"[{row.get('code')}] {decision.get('detail', '')}"))
             _candidates_table(decision)
             continue
         out.print(f"[bold]{row.get('subject_type')}:{row.get('subject_id')}[/bold] -> Grove "
@@ -426,6 +427,7 @@ def inventory(ctx: typer.Context) -> None:
 def placements_list(
     ctx: typer.Context,
     refused: Annotated[bool, typer.Option("--refused", help="Only refused / would-refuse placements")] = False,
+    outcome: Annotated[str | None, typer.Option(help="placed, waiting (for capacity) or refused")] = None,
     grove: Annotated[str | None, typer.Option(help="Grove slug")] = None,
     code: Annotated[str | None, typer.Option(help="Incompatibility code")] = None,
     subject_type: Annotated[str | None, typer.Option("--subject-type")] = None,
@@ -437,7 +439,8 @@ def placements_list(
     """Stored placements, newest first (staff); `explain SUBJECT` explains one."""
     if ctx.invoked_subcommand is not None:
         return
-    rows = _call(ctx, lambda c: c.placements_list(limit=limit, refused=refused or None, grove_slug=grove, code=code,
+    rows = _call(ctx, lambda c: c.placements_list(limit=limit, refused=refused or None, outcome=outcome,
+                                                  grove_slug=grove, code=code,
                                                   subject_type=subject_type, platform=platform, team=team,
                                                   created_after=since))
     if ctx.obj["json"]:
@@ -446,10 +449,11 @@ def placements_list(
     table = Table("id", "subject", "status", "grove", "platform", "chooser", "verdict", "placed")
     for row in rows:
         codes = " ".join(i.get("code", "") for i in row["decision"].get("incompatibilities", []))
-        verdict = (f"[yellow]would refuse[/yellow] {codes}" if row["would_refuse"]
+        verdict = (f"[red]{row['outcome']}[/red] {row.get('code', '')}" if row.get("outcome", "placed") != "placed"
+                   else f"[yellow]would refuse[/yellow] {codes}" if row["would_refuse"]
                    else f"[red]refused[/red] {codes}" if codes else "[green]compatible[/green]")
         table.add_row(str(row["id"]), row["subject"].get("label") or f"{row['subject_type']}:{row['subject_id']}",
-                      row["subject"].get("status") or "-", row["grove_slug"], row["selected_platform"] or "-",
+                      row["subject"].get("status") or "-", row["grove_slug"] or "-", row["selected_platform"] or "-",
                       row["chooser"], verdict, _age(row["created_at"]))
     out.print(table)
 
