@@ -23,6 +23,15 @@ and one nothing can run). The floor is a bare single-row ``INSERT`` through psyc
 same database. Prints decisions/s, p50/p99, our/floor ratios, and the growth of p50 from the smallest
 to the largest fleet against the growth of the fleet (sub-linear means far below N_max/N_min).
 
+*admission* (``--queued 1000,10000``): one Grove with one GPU, held by an active claim, and N nodes
+waiting for it in the admission queue. The event is the claim's release (``accelerator_release``, as a
+job's end does); the time measured runs from that commit to the next admission committed
+(``admission_wake``: the Grove's capacity read now, its line walked oldest first through the
+``(grove_id, seq)`` index, the head admitted). Then the admitted node takes the GPU again (its claim,
+its queue row gone: what its dispatch does) and the next release is measured. The floor is a bare
+indexed ``SELECT`` of the next queued row (psycopg). It prints p50/p99, the ratio to the floor and the
+growth of p50 from the smallest to the largest queue (not linear: far below N_max/N_min).
+
 Needs PostgreSQL on 127.0.0.1 (``scripts/services-up.sh``); uses a ``forest_bench_placement`` database
 (``BENCH_PLACEMENT_DATABASE_URL`` names another).
 """
@@ -36,7 +45,9 @@ import random
 import statistics
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -200,10 +211,109 @@ def floor(count: int) -> dict:
         return measure(insert, count)
 
 
+def waiting_fleet(n: int):
+    """A Grove with one GPU held by a claim, and ``n`` nodes waiting for it, oldest first."""
+    from django.utils import timezone
+
+    from apps.accelerators.models import AcceleratorClaim
+    from apps.groves.models import AcceleratorInventoryItem, Grove, PlacementUnit
+    from apps.pipelines import rules
+    from apps.pipelines.models import (
+        PipelineGraph,
+        PipelineNode,
+        PipelineNodeWait,
+        PipelineNodeWaitGrove,
+        PipelineRun,
+    )
+
+    PipelineRun.objects.all().delete()
+    AcceleratorClaim.objects.all().delete()
+    Grove.objects.filter(slug="adm-gpu").delete()
+    now = timezone.now()
+    grove = Grove.objects.create(slug="adm-gpu", name="adm-gpu", roles=["compute"], substrate="kubernetes",
+                                 platforms=["linux/amd64"], isolation_modes=["container"], change_kinds=["k8s.job"],
+                                 last_heartbeat_at=now + timedelta(hours=1), capacity_reported_at=now)
+    PlacementUnit.objects.create(grove=grove, unit_id="node-0", cpu_milli_allocatable=64000, cpu_milli_free=64000,
+                                 memory_bytes_allocatable=64 * GIB, memory_bytes_free=64 * GIB,
+                                 accelerators=[{"inventory_id": "GPU-0", "allocatable": 1, "free": 1}])
+    AcceleratorInventoryItem.objects.create(grove=grove, inventory_id="GPU-0", kind="gpu", vendor="nvidia",
+                                            model="H100", apis=["cuda"], memory_bytes=80 * GIB,
+                                            memory_kind="dedicated", memory_enforced=True, share_mode="exclusive")
+    spec = rules.node_validate({"id": "w", "kind": "exec", "runtime": "container", "image": "r/i@sha256:" + "a" * 64,
+                                "command": ["true"], "reuse": "never", "family": "compute",
+                                "accelerators": {"count": 1, "vendor": "nvidia"}}, "node")
+    requirement = rules.node_requirement(spec, run_kind="compute").to_json()
+    graph, _ = PipelineGraph.objects.get_or_create(digest="sha256:bench-admission", defaults={"canonical": {}})
+    run = PipelineRun.objects.create(graph=graph, kind="compute", status="running")
+    nodes = PipelineNode.objects.bulk_create([
+        PipelineNode(run=run, node_id=f"w{i}", kind="exec", spec=spec, node_digest="d", position=i, reuse="never",
+                     trust="trusted", timeout_s=3600, requirement=requirement, status="waiting",
+                     reason="waiting_for_capacity") for i in range(n)], batch_size=5000)
+    waits = PipelineNodeWait.objects.bulk_create([
+        PipelineNodeWait(node=node, code="accelerator_unavailable", deadline_at=now + timedelta(hours=1))
+        for node in nodes], batch_size=5000)
+    PipelineNodeWaitGrove.objects.bulk_create([PipelineNodeWaitGrove(wait=w, grove_id=grove.id, seq=w.pk)
+                                               for w in waits], batch_size=5000)
+    return grove
+
+
+def admission_bench(sizes: list[int], events: int) -> None:
+    import psycopg
+
+    from apps.accelerators.models import AcceleratorClaim
+    from apps.accelerators.services import accelerator_release
+    from apps.pipelines.models import PipelineNodeWait
+    from apps.pipelines.services import admission_queue, outbox
+
+    p50s = {}
+    print(f"\n{'queued':>7} {'mode':>10} {'events':>7} {'p50 ms':>8} {'p99 ms':>8} {'p50/floor':>10}")
+    for n in sizes:
+        grove = waiting_fleet(n)
+
+        def hold(job_ref: str, grove=grove) -> None:
+            from django.utils import timezone
+
+            now = timezone.now()
+            AcceleratorClaim.objects.create(grove=grove, grove_slug=grove.slug, unit_id="node-0", job_ref=job_ref,
+                                            count=1, allocations=[{"inventory_id": "GPU-0", "count": 1}],
+                                            started_at=now, accrued_through=now)
+
+        hold("holder-0")
+        with psycopg.connect(DB_URL, autocommit=True) as conn:
+            def next_row(_i: int, grove=grove) -> None:
+                conn.execute("SELECT wait_id FROM pipelines_pipelinenodewaitgrove WHERE grove_id = %s "
+                             "ORDER BY seq LIMIT 1", (grove.id,)).fetchone()
+
+            base = measure(next_row, 200)
+        samples = []
+        # The admitted node's node_execute is not sent: the measured span ends at the admission's commit.
+        with mock.patch.object(outbox, "_send", lambda *args, **kwargs: None):
+            for i in range(events):
+                accelerator_release(job_ref=f"holder-{i}")  # the event (committed)
+                t0 = time.perf_counter()
+                admitted = admission_queue.admission_wake(grove_id=str(grove.id))
+                samples.append((time.perf_counter() - t0) * 1000)
+                assert len(admitted) == 1, admitted
+                PipelineNodeWait.objects.filter(node_id=admitted[0]).delete()  # dispatched: it holds the GPU
+                hold(f"holder-{i + 1}")
+        samples.sort()
+        p50, p99 = statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+        p50s[n] = p50
+        print(f"{n:>7} {'floor':>10} {200:>7} {base['p50']:>8.3f} {base['p99']:>8.3f} {1.0:>10.1f}")
+        print(f"{n:>7} {'event->adm':>10} {events:>7} {p50:>8.3f} {p99:>8.3f} {p50 / base['p50']:>10.1f}")
+    if len(p50s) > 1:
+        small, large = min(p50s), max(p50s)
+        print(f"admission growth {small} -> {large} queued ({large / small:.0f}x): event->admission p50 "
+              f"x{p50s[large] / p50s[small]:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groves", default="10,100,1000,10000")
     parser.add_argument("--decisions", type=int, default=2000)
+    parser.add_argument("--queued", default="1000,10000", help="admission queue sizes ('' skips the section)")
+    parser.add_argument("--events", type=int, default=50, help="capacity-free events per queue size")
+    parser.add_argument("--skip-decisions", action="store_true", help="only the admission section")
     args = parser.parse_args()
     prepare_database()
     import django
@@ -213,12 +323,14 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    from unittest import mock
-
     from apps.core.errors import ForestError
     from apps.placement import services, snapshot
     from tests.placement.oracle import sql_candidates
 
+    if args.queued:
+        admission_bench([int(x) for x in args.queued.split(",")], args.events)
+    if args.skip_decisions:
+        return
     mix = requirements()
     base = floor(args.decisions)
     print(f"floor (bare single-row INSERT via psycopg, autocommit): {base['rate']:8.0f}/s  "

@@ -14,6 +14,7 @@ import typer
 import yaml
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -91,6 +92,11 @@ def _notes(view: dict, *, item: str) -> list[Text]:
             name = entry.get("name") or entry.get("id")
             lines.append(Text("refused ", style="red") + Text(f"{item} {name}: [{refusal['code']}] "
                                                               f"{refusal['detail']}"))
+        elif entry.get("queue"):
+            name, queue = entry.get("name") or entry.get("id"), entry["queue"]
+            lines.append(Text("waiting ", style="blue") + Text(
+                f"{item} {name}: #{queue['position']} in line for {queue['grove']} [{queue['code']}] "
+                f"{queue['detail']} (until {queue['deadline_at']})"))
         elif entry.get("status") == "queued" and entry.get("retry_at"):
             name = entry.get("name") or entry.get("id")
             lines.append(Text("retry ", style="blue") + Text(f"{item} {name}: {entry.get('detail') or ''}"))
@@ -299,10 +305,15 @@ def placements_explain(ctx: typer.Context, subject: Annotated[str, typer.Argumen
         _print_json(rows)
         return
     if not rows:
-        err.print(f"no stored placement for {subject}")
+        err.print(f"no stored decision for {subject}")
         raise typer.Exit(1)
     for row in rows:
         decision = row.get("decision", {})
+        if row.get("outcome", "placed") != "placed":
+            out.print(f"[bold]{row.get('subject_type')}:{row.get('subject_id')}[/bold] [red]{row['outcome']}[/red] "
+                      + escape(f"[{row.get('code')}] {decision.get('detail', '')}"))
+            _candidates_table(decision)
+            continue
         out.print(f"[bold]{row.get('subject_type')}:{row.get('subject_id')}[/bold] -> Grove "
                   f"[bold]{row.get('grove_slug')}[/bold] ({row.get('selected_platform')}), "
                   f"chooser {decision.get('chooser', row.get('chooser'))}, enforced {row.get('enforced')}, "
@@ -311,11 +322,20 @@ def placements_explain(ctx: typer.Context, subject: Annotated[str, typer.Argumen
             out.print(decision["summary"])
         for item in decision.get("incompatibilities", []):
             out.print(f"  [yellow]{item.get('code')}[/yellow]: {item.get('message')}")
-        table = Table("grove", "eligible", "why")
-        for candidate in decision.get("candidates", []):
-            reasons = "; ".join(i.get("code", "") for i in candidate.get("incompatibilities", []))
-            table.add_row(candidate.get("grove_slug", "?"), str(candidate.get("eligible")), reasons)
-        out.print(table)
+        _candidates_table(decision)
+
+
+def _candidates_table(decision: dict) -> None:
+    """Each candidate Grove's verdict: compatible or not and why, and its resource fit (now/later/never)."""
+    table = Table("grove", "eligible", "fit", "why")
+    for candidate in decision.get("candidates", []):
+        fit = candidate.get("fit") or {}
+        reasons = [i.get("code", "") for i in candidate.get("incompatibilities", [])]
+        if fit.get("code"):
+            reasons.append(f"{fit['code']}: {fit.get('message', '')}")
+        table.add_row(candidate.get("grove_slug", "?"), str(candidate.get("eligible")), fit.get("state", "-"),
+                      "; ".join(reasons))
+    out.print(table)
 
 
 @compute.command("logs")
@@ -407,6 +427,7 @@ def inventory(ctx: typer.Context) -> None:
 def placements_list(
     ctx: typer.Context,
     refused: Annotated[bool, typer.Option("--refused", help="Only refused / would-refuse placements")] = False,
+    outcome: Annotated[str | None, typer.Option(help="placed, waiting (for capacity) or refused")] = None,
     grove: Annotated[str | None, typer.Option(help="Grove slug")] = None,
     code: Annotated[str | None, typer.Option(help="Incompatibility code")] = None,
     subject_type: Annotated[str | None, typer.Option("--subject-type")] = None,
@@ -418,7 +439,8 @@ def placements_list(
     """Stored placements, newest first (staff); `explain SUBJECT` explains one."""
     if ctx.invoked_subcommand is not None:
         return
-    rows = _call(ctx, lambda c: c.placements_list(limit=limit, refused=refused or None, grove_slug=grove, code=code,
+    rows = _call(ctx, lambda c: c.placements_list(limit=limit, refused=refused or None, outcome=outcome,
+                                                  grove_slug=grove, code=code,
                                                   subject_type=subject_type, platform=platform, team=team,
                                                   created_after=since))
     if ctx.obj["json"]:
@@ -427,10 +449,11 @@ def placements_list(
     table = Table("id", "subject", "status", "grove", "platform", "chooser", "verdict", "placed")
     for row in rows:
         codes = " ".join(i.get("code", "") for i in row["decision"].get("incompatibilities", []))
-        verdict = (f"[yellow]would refuse[/yellow] {codes}" if row["would_refuse"]
+        verdict = (f"[red]{row['outcome']}[/red] {row.get('code', '')}" if row.get("outcome", "placed") != "placed"
+                   else f"[yellow]would refuse[/yellow] {codes}" if row["would_refuse"]
                    else f"[red]refused[/red] {codes}" if codes else "[green]compatible[/green]")
         table.add_row(str(row["id"]), row["subject"].get("label") or f"{row['subject_type']}:{row['subject_id']}",
-                      row["subject"].get("status") or "-", row["grove_slug"], row["selected_platform"] or "-",
+                      row["subject"].get("status") or "-", row["grove_slug"] or "-", row["selected_platform"] or "-",
                       row["chooser"], verdict, _age(row["created_at"]))
     out.print(table)
 

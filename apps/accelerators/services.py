@@ -42,12 +42,16 @@ def claim_transition(*, claim: AcceleratorClaim, to: str, reason: str, at: datet
     return claim
 
 
-def _policy_check(*, team: str | None, admission: rules.Admission, count: int, now: datetime) -> None:
+def accelerator_policy_check(*, team: str | None, admission: rules.Admission, count: int, now: datetime,
+                             lock: bool = True) -> None:
+    """Entitlement, concurrency and budget for an admitted request; raises ``not_entitled``,
+    ``over_concurrency`` or ``over_budget``. A claim checks under the entitlement's row lock; the placement
+    preview runs the very same check without it (``lock=False``)."""
     if not team:
         raise Forbidden("not_entitled", "Accelerator policy is on and this work names no team; run it for a team "
                                         "that holds an accelerator entitlement.")
-    entitlement = (selectors.entitlement_for(team=team, api=admission.api, vendor=admission.vendor)
-                   .select_for_update().first())
+    entitlements = selectors.entitlement_for(team=team, api=admission.api, vendor=admission.vendor)
+    entitlement = (entitlements.select_for_update() if lock else entitlements).first()
     if entitlement is None:
         raise Forbidden("not_entitled", f"Team {team} holds no entitlement for {admission.api or admission.vendor} "
                                         "accelerators; ask an administrator for one.")
@@ -90,6 +94,10 @@ def accelerator_claim(*, grove: Grove, requirement: Requirement, job_ref: str,
             return existing
         # The lock that serialises claims on this Grove: every claimer locks the same unit rows first.
         units = list(PlacementUnit.objects.select_for_update().filter(grove=grove).order_by("unit_id"))
+        resources = getattr(requirement, "resources", None)
+        if resources is not None:  # the devices come from a unit that also has the CPU and memory free
+            units = [unit for unit in units if unit.cpu_milli_free >= resources.cpu_milli
+                     and unit.memory_bytes_free >= resources.memory_bytes]
         devices = AcceleratorInventoryItem.objects.filter(grove=grove)
         claims = AcceleratorClaim.objects.filter(grove=grove, state=ClaimState.ACTIVE).only("unit_id", "allocations")
         admission = rules.admit(request, units=selectors.units_from_rows(units),
@@ -101,7 +109,7 @@ def accelerator_claim(*, grove: Grove, requirement: Requirement, job_ref: str,
                            " ".join(refusal.message for refusal in admission.refusals),
                            extra={"reasons": reasons, "grove": grove.slug})
         if policy:
-            _policy_check(team=team, admission=admission, count=request.count, now=now)
+            accelerator_policy_check(team=team, admission=admission, count=request.count, now=now)
         claim = AcceleratorClaim.objects.create(
             grove=grove, grove_slug=grove.slug, unit_id=admission.unit_id, job_ref=job_ref, team=team or "",
             vendor=admission.vendor, api=admission.api, count=request.count,

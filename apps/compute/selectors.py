@@ -10,7 +10,7 @@ from apps.dispatch.models import GroveJob
 from apps.flags.registry import COMPUTE_JOBS
 from apps.flags.selectors import is_enabled
 from apps.pipelines.models import PipelineNode
-from apps.pipelines.selectors import node_refusal, run_warnings, runner_status
+from apps.pipelines.selectors import node_refusal, queue_positions, run_warnings, runner_status, stored_decisions
 
 FLAG = COMPUTE_JOBS
 
@@ -34,27 +34,30 @@ def compute_job_get(*, job_id) -> ComputeJob:
     return job
 
 
-def _step_view(node: PipelineNode) -> dict:
+def _step_view(node: PipelineNode, queue: dict, decisions: dict) -> dict:
     job = node.current_job if node.current_job_id else None
     return {"name": node.node_id, "status": node.status, "grove": node.grove.slug if node.grove_id else None,
             "job_id": str(node.current_job_id) if job else None, "exit_code": node.exit_code,
             "reason": node.reason, "detail": node.detail, "refusal": node_refusal(node),
             "wait_mode": node.wait_mode or None, "attempt": node.attempt, "retries": node.spec.get("retries", 0),
             "retry_at": node.retry_at.isoformat() if node.retry_at else None,
+            "queue": queue.get(node.pk), "decision": decisions.get(node.pk),
             "log_tail": job.log_tail[-20:] if job else []}
 
 
 def compute_job_view(job: ComputeJob, *, runner: dict | None = None) -> dict:
     """The compute response shape: ``{"id", "run_id", "status", "steps": [...]}`` plus name/environment, the
-    runner pool, and ``warnings`` (what enforcement would have refused)."""
+    runner pool, and ``warnings`` (what enforcement would have refused). A waiting step carries ``queue``
+    (its position, what it waits on, its deadline); a refused or waiting one its stored ``decision``."""
     nodes = list(job.run.nodes.select_related("grove", "current_job").order_by("position"))
+    queue, decisions = queue_positions(nodes), stored_decisions(nodes)
     return {
         "id": str(job.id), "run_id": str(job.run_id), "name": job.name, "environment": job.environment,
         "team": job.team,
         "status": job.run.status, "reason": job.run.reason, "created_at": job.created_at.isoformat(),
         "warnings": [{"step": w.pop("node"), **w} for w in run_warnings(nodes)],
         "runner": runner or runner_status(),
-        "steps": [_step_view(node) for node in nodes],
+        "steps": [_step_view(node, queue, decisions) for node in nodes],
     }
 
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from apps.core.errors import Forbidden, Gone, NotAuthenticated, ValidationFailed
-from apps.groves import rules, secrets
+from apps.groves import hooks, rules, secrets
 from apps.groves.choices import CapabilityKind, Role, Substrate
 from apps.groves.models import (
     AcceleratorInventoryItem,
@@ -208,7 +208,7 @@ WITH live AS (
     WHERE u.grove_id IN (SELECT id FROM moved) AND u.unit_id = f.unit_id
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM live) + (SELECT count(*) FROM moved)
+SELECT (SELECT count(*) FROM live) + (SELECT count(*) FROM moved), (SELECT count(*) FROM moved)
 """
 
 
@@ -231,7 +231,10 @@ def heartbeat_statement_run(params: dict) -> bool:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(HEARTBEAT_SQL, params)
-            return cursor.fetchone()[0] == 1
+            written, moved = cursor.fetchone()
+        if moved:
+            transaction.on_commit(lambda: hooks.capacity_moved(params["grove"]))
+        return written == 1
     grove = Grove.objects.filter(pk=params["grove"], capacity_digest=params["shape"])
     if params["key_id"] is not None:
         grove = grove.filter(Exists(GroveCredential.objects.filter(
@@ -249,6 +252,8 @@ def heartbeat_statement_run(params: dict) -> bool:
         for unit in json.loads(params["units"]) if moved else ():
             PlacementUnit.objects.filter(grove_id=params["grove"], unit_id=unit["unit_id"]).update(
                 cpu_milli_free=unit["cpu"], memory_bytes_free=unit["memory"], accelerators=unit["accelerators"])
+    if moved:
+        transaction.on_commit(lambda: hooks.capacity_moved(params["grove"]))
     return moved == 1
 
 
@@ -316,6 +321,7 @@ def grove_heartbeat_record(*, grove: Grove, body: dict) -> Grove:
         keep = list(CapacityReport.objects.filter(grove=grove).values_list("pk", flat=True)
                     [: settings.GROVE_REPORT_HISTORY])
         CapacityReport.objects.filter(grove=grove).exclude(pk__in=keep).delete()
+        transaction.on_commit(lambda: hooks.capacity_moved(grove.pk))
     return grove
 
 

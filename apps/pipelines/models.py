@@ -140,3 +140,62 @@ class PipelineOutbox(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} node={self.node_id}"
+
+
+class PipelineNodeWait(models.Model):
+    """A node in the admission queue (status ``waiting``; docs/decisions.md "Admission queue").
+
+    The row is written when the node first waits and kept until it is dispatched or ends, so its ``id`` is
+    the node's place in submission order even when an admission loses a race and the node waits again.
+    ``admitted_grove_id`` is set between the queue's admission (node back to ``queued``) and its dispatch:
+    the wake-up counts what such nodes will take so one freed unit is not handed out twice."""
+
+    node = models.OneToOneField(PipelineNode, on_delete=models.CASCADE, related_name="capacity_wait")
+    code = models.CharField(max_length=64, help_text="what it waits on: resources_unavailable, ...")
+    detail = models.TextField(blank=True, default="")
+    verdicts = models.JSONField(default=list, blank=True, help_text="the per-Grove verdicts it waits on")
+    since = models.DateTimeField(auto_now_add=True)
+    deadline_at = models.DateTimeField(help_text="the bounded wait: first wait + the node's timeout")
+    admitted_grove_id = models.UUIDField(null=True, blank=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["deadline_at"], name="pipeline_wait_deadline"),
+            models.Index(fields=["admitted_grove_id"], name="pipeline_wait_admitted",
+                         condition=Q(admitted_grove_id__isnull=False)),
+        ]
+
+    def __str__(self) -> str:
+        return f"wait #{self.pk} node={self.node_id} ({self.code})"
+
+
+class PipelineNodeWaitGrove(models.Model):
+    """The queue's index: one row per (waiting node, Grove it could fit), ordered by the wait's ``seq``. A
+    freed unit on Grove G reads only G's rows, oldest first, through ``(grove_id, seq)``: the cost of a
+    wake-up follows what it admits, not the length of the queue."""
+
+    wait = models.ForeignKey(PipelineNodeWait, on_delete=models.CASCADE, related_name="groves")
+    grove_id = models.UUIDField()
+    seq = models.BigIntegerField(help_text="the wait's id: submission order")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["wait", "grove_id"], name="pipeline_wait_grove_unique")]
+        indexes = [models.Index(fields=["grove_id", "seq"], name="pipeline_wait_grove_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.grove_id} #{self.seq}"
+
+
+class PipelineAdmissionWake(models.Model):
+    """A wake-up of one Grove's line that is requested and not yet started: further requests coalesce into
+    it (``admission_queue.request_wake``), and the wake-up deletes the row before it reads capacity, so an
+    event that commits after that starts a new one. A row older than ``WAKE_RESEND_AFTER_S`` is a lost
+    message and is sent again."""
+
+    grove_id = models.UUIDField(primary_key=True)
+    requested_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"wake {self.grove_id}"

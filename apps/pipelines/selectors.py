@@ -6,9 +6,9 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
 from apps.core.errors import NotFound
-from apps.pipelines.models import PipelineNode, PipelineRun
+from apps.pipelines.models import PipelineNode, PipelineNodeWait, PipelineNodeWaitGrove, PipelineRun
 from apps.pipelines.vocabulary import NodeStatus, WaitMode
-from apps.placement.choices import COMPATIBILITY_FLAG, SubjectType
+from apps.placement.choices import COMPATIBILITY_FLAG, Outcome, SubjectType
 from apps.placement.models import ExecutionPlacement
 
 
@@ -68,3 +68,42 @@ def run_warnings(nodes: list[PipelineNode]) -> list[dict]:
             out.append({"node": node.node_id, "code": item["code"], "detail": item["message"],
                         "flag": COMPATIBILITY_FLAG})
     return out
+
+
+def queue_positions(nodes: list[PipelineNode]) -> dict[int, dict]:
+    """For each waiting node: its place in the admission queue — 1 + the entries ahead of it in the line of
+    the Grove where it stands earliest (an indexed range count per Grove) — with what it waits on, since
+    when, and until when. Only waiting nodes cost a query."""
+    waiting = [node.pk for node in nodes if node.status == NodeStatus.WAITING]
+    if not waiting:
+        return {}
+    out: dict[int, dict] = {}
+    for wait in PipelineNodeWait.objects.filter(node_id__in=waiting).prefetch_related("groves"):
+        slugs = {v.get("grove_id"): v.get("grove_slug") for v in wait.verdicts}
+        best = None
+        for entry in wait.groves.all():
+            ahead = PipelineNodeWaitGrove.objects.filter(grove_id=entry.grove_id, seq__lt=wait.pk,
+                                                         wait__admitted_grove_id__isnull=True).count()
+            if best is None or ahead < best[0]:
+                best = (ahead, str(entry.grove_id))
+        out[wait.node_id] = {
+            "position": best[0] + 1 if best else None,
+            "grove": slugs.get(best[1], best[1]) if best else None,
+            "waiting_for": sorted(slugs.get(str(e.grove_id)) or str(e.grove_id) for e in wait.groves.all()),
+            "code": wait.code, "detail": wait.detail, "since": wait.since.isoformat(),
+            "deadline_at": wait.deadline_at.isoformat(), "verdicts": wait.verdicts,
+        }
+    return out
+
+
+def stored_decisions(nodes: list[PipelineNode]) -> dict[int, dict]:
+    """The stored refused or waiting decision of each node that has one: ``{"id", "outcome", "code",
+    "summary"}`` (``forest placements explain`` shows the rest). One query for all the nodes."""
+    ids = [str(node.pk) for node in nodes if node.status in (NodeStatus.FAILED, NodeStatus.WAITING,
+                                                             NodeStatus.TIMED_OUT)]
+    if not ids:
+        return {}
+    rows = (ExecutionPlacement.objects.filter(subject_type=SubjectType.PIPELINE_NODE, subject_id__in=ids)
+            .exclude(outcome=Outcome.PLACED).values_list("subject_id", "pk", "outcome", "code", "decision"))
+    return {int(subject_id): {"id": pk, "outcome": outcome, "code": code, "summary": decision.get("summary", "")}
+            for subject_id, pk, outcome, code, decision in rows}

@@ -8,7 +8,10 @@ from apps.pipelines.vocabulary import RunStatus as R
 
 NODE = Lifecycle.of("pipeline node", {
     N.PENDING: {N.QUEUED, N.CANCELLED, N.SKIPPED},
-    N.QUEUED: {N.AWAITING, N.FAILED, N.CANCELLED},
+    # queued -> waiting: no eligible Grove has room now; waiting -> queued: capacity freed and the queue
+    # admitted it (dispatch then places it for real); a wait is bounded by the node's timeout.
+    N.QUEUED: {N.AWAITING, N.FAILED, N.CANCELLED, N.WAITING},
+    N.WAITING: {N.QUEUED, N.CANCELLED, N.TIMED_OUT, N.FAILED},
     # awaiting -> queued: the attempt failed or timed out and the node has retries left (rules.retry_after).
     N.AWAITING: {N.SUCCEEDED, N.FAILED, N.TIMED_OUT, N.CANCELLED, N.QUEUED},
     N.SUCCEEDED: set(), N.FAILED: set(), N.TIMED_OUT: set(), N.CANCELLED: set(), N.SKIPPED: set(),

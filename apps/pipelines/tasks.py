@@ -28,6 +28,17 @@ def node_resume(node_id: int) -> bool:
     return services.pipeline_node_resume(node_id=node_id)
 
 
+@shared_task(name="pipelines.admission_wake")
+def admission_wake(grove_id: str) -> list[int]:
+    """Capacity freed on a Grove: admit what waits for it, in submission order."""
+    return services.admission_wake(grove_id=grove_id)
+
+
+@shared_task(name="pipelines.node_wait_expire")
+def node_wait_expire(node_id: int) -> bool:
+    return services.node_wait_expire(node_id=node_id)
+
+
 @shared_task(name="pipelines.sweep")
 def sweep() -> dict:
     return services.pipeline_sweep()

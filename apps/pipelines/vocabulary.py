@@ -36,6 +36,7 @@ class NodeRuntime(StrEnum):
 class NodeStatus(StrEnum):
     PENDING = "pending"  # waiting for its needs
     QUEUED = "queued"  # needs met; the exec driver has been asked to dispatch it
+    WAITING = "waiting"  # could fit an eligible Grove, not now: in the admission queue (waiting_for_capacity)
     AWAITING = "awaiting"  # its Grove job is dispatched; waiting for the outcome
     SUCCEEDED = "succeeded"
     FAILED = "failed"

@@ -37,8 +37,8 @@ from apps.accelerators import rules as accelerator_rules
 from apps.core.errors import Conflict, ForestError, ValidationFailed
 from apps.flags.selectors import is_enabled
 from apps.groves.models import Grove, PlacementUnit
-from apps.placement import rules, services, snapshot
-from apps.placement.choices import COMPATIBILITY_FLAG, PERSISTED_FLAG, Chooser
+from apps.placement import admission, rules, services, snapshot
+from apps.placement.choices import COMPATIBILITY_FLAG, PERSISTED_FLAG, Chooser, Outcome
 from apps.placement.models import ExecutionPlacement, PlacementVerdicts, UnitLoad
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.rules import GroveFacts, frontier
@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 # The columns a batch writes, in COPY order (``created_at`` and ``updated_at`` are the batch's one time).
 COLUMNS = ("id", "subject_type", "subject_id", "grove_id", "grove_slug", "selected_platform", "requirement",
            "decision", "chooser", "enforced", "would_refuse", "team", "environment", "created_at", "updated_at",
-           "history", "verdicts_key")
+           "history", "verdicts_key", "outcome", "code")
 
 
 @dataclass(frozen=True)
@@ -161,26 +161,12 @@ class _Working:
                        claimed=tuple(sorted(self.claimed.items())))
 
 
-def _fit(requirement: ExecutionRequirement, facts: GroveFacts, free, claimed) -> tuple[str | None, object] | None:
-    """(unit id, admission) of the unit this Grove would give the work, or None when none fits; ``free`` is
-    (unit id, free CPU, free memory) per unit and ``claimed`` the accelerator claims, as assumed so far.
-
-    A Grove that reports no unit at all has unknown capacity: it is not checked (unit ``None``)."""
-    if not free:
-        return None if requirement.accelerators is not None else (None, None)
-    cpu, memory = requirement.resources.cpu_milli, requirement.resources.memory_bytes
-    if requirement.accelerators is not None:
-        admission = services.admission(requirement, facts, claimed=claimed)
-        if not admission.admitted:
-            return None
-        for unit_id, free_cpu, free_memory in free:
-            if unit_id == admission.unit_id:
-                return (unit_id, admission) if free_cpu >= cpu and free_memory >= memory else None
-        return None
-    for unit_id, free_cpu, free_memory in free:
-        if free_cpu >= cpu and free_memory >= memory:
-            return unit_id, None
-    return None
+def _fit(requirement: ExecutionRequirement, facts: GroveFacts, free, claimed) -> tuple[str, object] | None:
+    """(unit id, accelerator admission) of the unit this Grove would give the work now, or None when none
+    fits: the one resource admission (``services.fit_on``), over ``free`` (unit id, free CPU, free memory)
+    and ``claimed`` as assumed so far."""
+    verdict = services.fit_on(admission.Needs.of(requirement), facts, free=free, claimed=claimed)
+    return (verdict.unit_id, verdict.admission) if verdict.now else None
 
 
 def _digest(body: dict) -> str:
@@ -235,7 +221,9 @@ class _Round:
             return self._explicit(item, index, reference, enforced)
         shape = self.shape(requirement, enforced)
         decision = shape.decision
-        if decision.refusal is not None:
+        # A shape waiting for capacity was judged on its best-ranked Groves only: the walk below still
+        # looks down the whole ranking, and the subject waits only when nothing in it has room.
+        if decision.refusal is not None and not (decision.outcome == Outcome.WAITING and shape.ranking):
             raise decision.refusal
         if decision.chooser == Chooser.FALLBACK:  # shadow mode: the one closest Grove, if it has room
             facts = self.index.records.get(decision.grove.slug, decision.grove)
@@ -259,7 +247,7 @@ class _Round:
             break
         self.cursors[key] = (ranking, position)
         if chosen is None:
-            raise no_capacity(item, decision.summary)
+            raise decision.refusal if decision.refusal is not None else no_capacity(item, decision.summary)
         # The next few that fit, for the subject's own explanation (not advanced past: they still fit).
         for slug in ranking[position + 1:]:
             if len(top) >= BATCH_TOP_CANDIDATES - 1:
@@ -395,15 +383,21 @@ def place_batch(items: list[BatchItem]) -> list[BatchOutcome]:
                             is_enabled(PERSISTED_FLAG, environment=scope[0], team=scope[1]))
     stored = _existing([(outcomes[i].subject_type, outcomes[i].subject_id) for i in pending
                         if flags[(items[i].environment, items[i].team)][1]])
+    # A stored refusal or wait is superseded by the placement (as ``place_execution`` does), never reused.
+    unplaced = {key: row for key, row in stored.items() if row.outcome != Outcome.PLACED}
     todo = []
     for index in pending:
         outcome = outcomes[index]
         placement = stored.get((outcome.subject_type, outcome.subject_id))
-        if placement is not None:
+        if placement is not None and placement.outcome == Outcome.PLACED:
             _reused(outcome, placement, flags[(items[index].environment, items[index].team)][0])
         else:
             todo.append(index)
-    return _rounds(items, todo, outcomes, flags, _write)
+
+    def write(plans: list[_Plan], outcomes: list[BatchOutcome]) -> set[int]:
+        return _write(plans, outcomes, unplaced=unplaced)
+
+    return _rounds(items, todo, outcomes, flags, write)
 
 
 def _rounds(items: list[BatchItem], todo: list[int], outcomes: list[BatchOutcome], flags: dict, write) -> list[
@@ -494,7 +488,7 @@ def _reread_lost(lost: set[int], outcomes: list[BatchOutcome], items: list[Batch
     found = _existing([(outcomes[i].subject_type, outcomes[i].subject_id) for i in lost])
     for index in lost:
         placement = found.get((outcomes[index].subject_type, outcomes[index].subject_id))
-        if placement is None:
+        if placement is None or placement.outcome != Outcome.PLACED:
             outcomes[index].error = services._fleet_changed()
         else:
             _reused(outcomes[index], placement, flags[(items[index].environment, items[index].team)][0])
@@ -547,12 +541,22 @@ def _verify(plans: list[_Plan]) -> dict[tuple[str, str], tuple]:
     return ledger
 
 
-def _write(plans: list[_Plan], outcomes: list[BatchOutcome]) -> set[int]:
+def _write(plans: list[_Plan], outcomes: list[BatchOutcome], *,
+           unplaced: dict[tuple[str, str], ExecutionPlacement] | None = None) -> set[int]:
     """Inside the batch's transaction: verify, then write placements, shared verdicts and the ledger.
-    Returns the plan indexes whose subject another call placed first (nothing written for them)."""
+    Returns the plan indexes whose subject another call placed first (nothing written for them).
+    ``unplaced``: the subjects' stored refusals and waits, removed here and kept in the new decision."""
     if not plans:
         return set()
     ledger = _verify(plans)
+    if unplaced:
+        superseded = []
+        for plan in plans:
+            row = unplaced.get((str(plan.item.subject_type), str(plan.item.subject_id).strip()))
+            if row is not None:
+                plan.decision["earlier"] = services.unplaced_summary(row)
+                superseded.append(row.pk)
+        ExecutionPlacement.objects.filter(pk__in=superseded).exclude(outcome=Outcome.PLACED).delete()
     now = _verdicts_write(plans)
     lost, ids = _insert(plans, now)
     _ledger_write(plans, ledger, lost)
@@ -625,10 +629,12 @@ def replace_batch(*, placements: list[ExecutionPlacement], actor, reason: str,
             row.requirement = json.loads(plan.shape.requirement_json)
             row.chooser, row.enforced, row.would_refuse = plan.chooser, plan.enforced, plan.would_refuse
             row.verdicts_key, row.updated_at = plan.shape.verdicts_key, now
+            row.outcome, row.code = Outcome.PLACED, ""
             changed.append(row)
         ExecutionPlacement.objects.bulk_update(changed, ["history", "grove_id", "grove_slug", "selected_platform",
                                                          "decision", "requirement", "chooser", "enforced",
-                                                         "would_refuse", "verdicts_key", "updated_at"])
+                                                         "would_refuse", "verdicts_key", "updated_at", "outcome",
+                                                         "code"])
         _ledger_write(plans, ledger, set())
         return set()
 
@@ -644,7 +650,7 @@ def _rows(plans: list[_Plan], ids: list[int | None], now) -> list[tuple]:
         rows.append((placement_id, item.subject_type, str(item.subject_id).strip(), plan.facts.id, plan.facts.slug,
                      decision["selected_platform"], plan.shape.requirement_json, json.dumps(decision),
                      plan.chooser, plan.enforced, plan.would_refuse, item.team or "", item.environment or "",
-                     now, now, "[]", plan.shape.verdicts_key))
+                     now, now, "[]", plan.shape.verdicts_key, Outcome.PLACED, ""))
     return rows
 
 

@@ -4,7 +4,7 @@ from django.db import connection
 from django.db.models import Q
 
 from apps.core.filters import UtcIsoDateTimeFilter, YesNoFilter
-from apps.placement.choices import Chooser, SubjectType
+from apps.placement.choices import Chooser, Outcome, SubjectType
 from apps.placement.models import ExecutionPlacement
 
 
@@ -13,6 +13,8 @@ class ExecutionPlacementFilterSet(django_filters.FilterSet):
     grove_slug = django_filters.CharFilter(label="Grove")
     subject_type = django_filters.ChoiceFilter(choices=SubjectType.choices, empty_label="any")
     subject_id = django_filters.CharFilter()
+    outcome = django_filters.ChoiceFilter(choices=Outcome.choices, empty_label="any",
+                                          help_text="placed, waiting (for capacity) or refused")
     platform = django_filters.CharFilter(field_name="selected_platform", label="Platform")
     would_refuse = YesNoFilter(label="Would refuse")
     enforced = YesNoFilter()
@@ -24,16 +26,17 @@ class ExecutionPlacementFilterSet(django_filters.FilterSet):
 
     class Meta:
         model = ExecutionPlacement
-        fields = ["grove", "grove_slug", "subject_type", "subject_id", "platform", "would_refuse", "enforced",
-                  "chooser", "code", "team", "created_after", "created_before"]
+        fields = ["grove", "grove_slug", "subject_type", "subject_id", "outcome", "platform", "would_refuse",
+                  "enforced", "chooser", "code", "team", "created_after", "created_before"]
 
     def filter_code(self, queryset, name, value):
         code = value.strip()
         if connection.vendor == "postgresql":
-            # JSON containment on the whole column: served by the GIN index (jsonb_path_ops) on ``decision``.
-            return queryset.filter(decision__contains={"incompatibilities": [{"code": code}]})
+            # JSON containment on the whole column: served by the GIN index (jsonb_path_ops) on ``decision``;
+            # a refused or waiting decision's own code is its column.
+            return queryset.filter(Q(decision__contains={"incompatibilities": [{"code": code}]}) | Q(code=code))
         # SQLite (``make run``) has no JSON containment: match the first few positions instead.
         match = Q()
         for index in range(8):
             match |= Q(**{f"decision__incompatibilities__{index}__code": code})
-        return queryset.filter(match)
+        return queryset.filter(match | Q(code=code))

@@ -1,7 +1,7 @@
 from django.db import models
 
 from apps.groves.models import Grove
-from apps.placement.choices import Chooser, SubjectType
+from apps.placement.choices import Chooser, Outcome, SubjectType
 
 
 class ExecutionPlacement(models.Model):
@@ -10,13 +10,20 @@ class ExecutionPlacement(models.Model):
     The requirement is stored verbatim as it was derived at placement time; a retry re-reads this row and
     never re-derives. The Grove link survives the Grove's deletion as NULL (``grove_slug`` keeps the
     name) so a retry can say the Grove is gone instead of silently choosing another.
+
+    Refused and waiting decisions are stored here too (``outcome``; no Grove, ``code`` says why), so they can
+    be listed and explained; a retry re-reads only a ``placed`` row, and a later placement replaces the
+    subject's unplaced row (its last verdict kept in ``history``).
     """
 
     subject_type = models.CharField(max_length=30, choices=SubjectType.choices)
     subject_id = models.CharField(max_length=200)
     grove = models.ForeignKey(Grove, null=True, on_delete=models.SET_NULL, related_name="placements")
-    grove_slug = models.CharField(max_length=100)
-    selected_platform = models.CharField(max_length=50)
+    grove_slug = models.CharField(max_length=100, blank=True)
+    selected_platform = models.CharField(max_length=50, blank=True)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices, default=Outcome.PLACED)
+    code = models.CharField(max_length=64, blank=True, default="",
+                            help_text="Why it was refused or waits (blank when placed).")
     requirement = models.JSONField()
     # {"selected_platform", "incompatibilities", "enforced", "would_refuse", "chooser", "candidates", "summary"}
     decision = models.JSONField()
@@ -43,9 +50,12 @@ class ExecutionPlacement(models.Model):
         indexes = [
             models.Index(fields=["grove", "-created_at"]),
             models.Index(fields=["would_refuse", "-created_at"]),
+            models.Index(fields=["outcome", "-created_at"]),
         ]
 
     def __str__(self) -> str:
+        if self.outcome != Outcome.PLACED:
+            return f"{self.subject_type}:{self.subject_id} {self.outcome} ({self.code})"
         return f"{self.subject_type}:{self.subject_id} -> {self.grove_slug} ({self.selected_platform})"
 
 

@@ -33,7 +33,9 @@ class GroveFacts:
     active accelerator claims on them ((unit id, inventory id), count), kept current by the snapshot on
     every claim and release. ``unit_free`` is each unit's (id, free CPU milli, free memory bytes) after the
     placements Host has made on it since the Grove last reported free counts (the assume ledger,
-    ``apps.placement.batch``): what a batch may still hand out.
+    ``apps.placement.batch``): what a batch may still hand out; ``unit_allocatable`` the same units' (id,
+    allocatable CPU milli, allocatable memory bytes), which resource admission reads for "never fits"
+    (``apps.placement.admission.units_of`` joins the two).
     """
 
     id: str
@@ -52,6 +54,7 @@ class GroveFacts:
     devices: tuple = ()
     claimed: tuple[tuple[tuple[str, str], int], ...] = ()
     unit_free: tuple[tuple[str, int, int], ...] = ()
+    unit_allocatable: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def heartbeat(self) -> float | None:

@@ -9,6 +9,7 @@ import uuid
 from django.db.models import QuerySet
 
 from apps.groves.models import Grove
+from apps.placement.choices import Outcome
 from apps.placement.models import ExecutionPlacement, PlacementVerdicts
 
 # Every Grove column placement reads (``snapshot.grove_facts`` turns a row of them into ``GroveFacts``).
@@ -30,8 +31,9 @@ def grove_by_reference(reference: str) -> Grove | None:
 
 
 def placement_for_subject(*, subject_type: str, subject_id: str) -> ExecutionPlacement | None:
+    """The subject's *placement* (a retry re-reads it); a stored refusal or wait is never one."""
     return (ExecutionPlacement.objects.select_related("grove")
-            .filter(subject_type=subject_type, subject_id=subject_id).first())
+            .filter(subject_type=subject_type, subject_id=subject_id, outcome=Outcome.PLACED).first())
 
 
 def placement_list() -> QuerySet[ExecutionPlacement]:

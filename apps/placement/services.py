@@ -17,14 +17,17 @@ from dataclasses import dataclass, field
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from apps.accelerators import rules as accelerator_rules
+from apps.accelerators.services import accelerator_policy_check
+from apps.accelerators.vocabulary import POLICY_FLAG
 from apps.core.errors import Conflict, Forbidden, ForestError, Gone, NotFound, ValidationFailed
 from apps.flags.selectors import is_enabled
 from apps.groves.models import Grove
-from apps.placement import fleet, rules, selectors, snapshot
-from apps.placement.choices import COMPATIBILITY_FLAG, PERSISTED_FLAG, Chooser, SubjectType
+from apps.placement import admission, fleet, rules, selectors, snapshot
+from apps.placement.admission import FitState
+from apps.placement.choices import COMPATIBILITY_FLAG, PERSISTED_FLAG, Chooser, Outcome, SubjectType
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import ExecutionRequirement
+from apps.placement.vocabulary import WAITING_FOR_CAPACITY
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,9 @@ class Decision:
     eligible_total: int
     ineligible_total: int
     refusal: ForestError | None = None
+    outcome: str = Outcome.PLACED
+    # The chosen Grove's resource/accelerator fit (its unit, its accelerator admission), when placed.
+    fit: admission.Fit | None = None
 
     @property
     def would_refuse(self) -> bool:
@@ -57,6 +63,7 @@ class Decision:
         return {
             "grove_id": str(self.grove.id) if self.grove else None,
             "grove_slug": self.grove.slug if self.grove else None,
+            "outcome": self.outcome,
             "selected_platform": self.selected_platform,
             "chooser": self.chooser,
             "enforced": self.enforced,
@@ -77,6 +84,14 @@ class PlacementResult:
     placement: ExecutionPlacement | None
     would_refuse: bool
     reused: bool = False
+
+
+class WaitingForCapacity(Conflict):
+    """Not a refusal: the work could fit an eligible Grove, not now. ``extra["groves"]`` are the ids of the
+    Groves it waits for (the admission queue files it under each); ``candidates`` say what each lacks."""
+
+    def __init__(self, detail: str, *, groves: list[str], extra: dict | None = None):
+        super().__init__(WAITING_FOR_CAPACITY, detail, extra={**(extra or {}), "groves": groves})
 
 
 @dataclass
@@ -109,7 +124,7 @@ def _incompatibility_json(items: list[rules.Incompatibility]) -> list[dict]:
 
 def _verdict(facts: rules.GroveFacts, incompatibilities: list[rules.Incompatibility], *, rank: int | None,
              requirement: ExecutionRequirement, fits_cpu_memory: bool | None = None,
-             admission: accelerator_rules.Admission | None = None) -> dict:
+             fit: admission.Fit | None = None) -> dict:
     verdict = {
         "grove_id": facts.id, "grove_slug": facts.slug, "substrate": facts.substrate,
         "eligible": not incompatibilities, "rank": rank,
@@ -118,29 +133,59 @@ def _verdict(facts: rules.GroveFacts, incompatibilities: list[rules.Incompatibil
     }
     if fits_cpu_memory is not None:
         verdict["fits_cpu_memory"] = fits_cpu_memory
-    if admission is not None:
-        verdict["fits_accelerators"] = admission.admitted
-        verdict["accelerator_reasons"] = [refusal.to_json() for refusal in admission.refusals]
-        if admission.admitted:
-            verdict["accelerator_mode"] = admission.label
+    if fit is not None:
+        verdict["fit"] = fit.to_json()
+        if requirement.accelerators is not None:
+            verdict["fits_accelerators"] = fit.now
+            verdict["accelerator_reasons"] = [refusal.to_json() for refusal in fit.reasons]
+            if fit.admission is not None and fit.admission.admitted:
+                verdict["accelerator_mode"] = fit.admission.label
     return verdict
 
 
 def _admissions(requirement: ExecutionRequirement,
-                groves: list[rules.GroveFacts]) -> dict[str, accelerator_rules.Admission]:
-    """Accelerator fit of each Grove now (its reported units minus Host's claims, which the snapshot holds
-    and keeps current on every claim and release): a preference, not a rule."""
-    if requirement.accelerators is None or not groves:
+                groves: list[rules.GroveFacts]) -> dict[str, admission.Fit]:
+    """Resource admission of each Grove (``admission.fit``: CPU, memory and accelerators on one unit, now,
+    later or never), from its facts: its units' free counts less Host's placements since its last report,
+    and Host's accelerator claims, which the snapshot keeps current on every claim and release."""
+    if not groves:
         return {}
-    return {facts.id: admission(requirement, facts) for facts in groves}
+    needs = admission.Needs.of(requirement)
+    return {facts.id: fit_on(needs, facts) for facts in groves}
 
 
-def admission(requirement: ExecutionRequirement, facts: rules.GroveFacts,
-              claimed: dict | None = None) -> accelerator_rules.Admission:
-    """The requirement's accelerators admitted on one unit of this Grove, from its facts (and ``claimed``
-    instead of its claims: a batch's assumed ones)."""
-    return accelerator_rules.admit(requirement.accelerators, units=facts.accelerator_units, devices=facts.devices,
-                                   claimed=dict(facts.claimed) if claimed is None else claimed, grove=facts.slug)
+def fit_on(needs: admission.Needs, facts: rules.GroveFacts, *, free=None,
+           claimed: dict | None = None) -> admission.Fit:
+    """``needs`` admitted on one unit of this Grove, from its facts; ``free`` (unit id, free CPU, free
+    memory) and ``claimed`` replace the facts' own when a batch has assumed work on the Grove."""
+    return admission.fit(needs, units=admission.units_of(facts, free=free), devices=facts.devices,
+                         claimed=dict(facts.claimed) if claimed is None else claimed, grove=facts.slug)
+
+
+def _admit(decision: Decision, fits: list[tuple[rules.GroveFacts, admission.Fit]],
+           requirement: ExecutionRequirement, *, admit_now: bool) -> Decision:
+    """Resource admission over compatible Groves in chooser order: the first whose unit holds the work now
+    (with ``admit_now`` off, a Grove it fits later will do: a pin checked before the run starts); else wait
+    for every Grove it could fit later; else refuse, saying by how much it never fits."""
+    usable = {FitState.NOW} if admit_now else {FitState.NOW, FitState.LATER}
+    chosen = next(((facts, fit) for facts, fit in fits if fit.state in usable), None)
+    if chosen is not None:
+        decision.grove, decision.fit = chosen
+        decision.selected_platform = rules.selected_platform(requirement, chosen[0])
+        return decision
+    decision.grove, decision.selected_platform = None, ""
+    extra = {"candidates": decision.candidates, "summary": decision.summary}
+    later = [(facts, fit) for facts, fit in fits if fit.state == FitState.LATER]
+    if later:
+        decision.outcome = Outcome.WAITING
+        decision.refusal = WaitingForCapacity(
+            "Waiting for capacity: " + " ".join(fit.message for _, fit in later[:3]),
+            groves=[facts.id for facts, _ in later], extra=extra)
+        return decision
+    decision.outcome = Outcome.REFUSED
+    decision.refusal = Conflict(fits[0][1].code, "No eligible Grove can ever hold this work: "
+                                + " ".join(fit.message for _, fit in fits[:3]), extra=extra)
+    return decision
 
 
 def _ordered(requirement: ExecutionRequirement, found: list[fleet.Candidate], *, with_incompatibilities: bool):
@@ -150,12 +195,11 @@ def _ordered(requirement: ExecutionRequirement, found: list[fleet.Candidate], *,
     for candidate in found:
         facts = candidate.facts
         incompatibilities = _checked(requirement, facts) if with_incompatibilities else []
-        admission = admissions.get(facts.id)
+        fit = admissions[facts.id]
         key = rules.rank_key(
             incompatibilities=len(incompatibilities), platform_rank=candidate.platform_rank,
-            fits_cpu_memory=candidate.fits_cpu_memory, fits_accelerators=admission.admitted if admission else True,
-            slug=facts.slug)
-        rows.append((key, candidate, incompatibilities, admission))
+            fits_cpu_memory=candidate.fits_cpu_memory, fits_accelerators=fit.now, slug=facts.slug)
+        rows.append((key, candidate, incompatibilities, fit))
     rows.sort(key=lambda row: row[0])
     return [row[1:] for row in rows]
 
@@ -166,7 +210,7 @@ def _target(reference: str) -> rules.GroveFacts | None:
     return found[0] if found else None
 
 
-def _explicit(requirement: ExecutionRequirement, reference: str, enforced: bool) -> Decision:
+def _explicit(requirement: ExecutionRequirement, reference: str, enforced: bool, admit_now: bool = True) -> Decision:
     facts = _target(reference)
     if facts is None:
         raise NotFound("grove_not_found", f"No Grove with id or slug '{reference}'.", field="target.grove_id")
@@ -175,9 +219,9 @@ def _explicit(requirement: ExecutionRequirement, reference: str, enforced: bool)
                        field="target.grove_id")
     found = rules.check(requirement, facts)
     fits = facts.fits(requirement.resources.cpu_milli, requirement.resources.memory_bytes)
-    admission = _admissions(requirement, [facts]).get(facts.id)
+    fit = _admissions(requirement, [facts])[facts.id]
     verdict = _verdict(facts, found, rank=1 if not found else None, requirement=requirement,
-                       fits_cpu_memory=fits, admission=admission)
+                       fits_cpu_memory=fits, fit=fit)
     verdict["stale"] = facts.stale(snapshot.stale_cutoff())
     decision = Decision(
         grove=facts, selected_platform=rules.selected_platform(requirement, facts), chooser=Chooser.EXPLICIT,
@@ -190,17 +234,18 @@ def _explicit(requirement: ExecutionRequirement, reference: str, enforced: bool)
             f"Grove {facts.slug} cannot run this work: " + " ".join(item.message for item in found),
             extra={"incompatibilities": decision.incompatibilities, "candidates": decision.candidates})
         decision.grove, decision.selected_platform = None, ""
-    return decision
+        return decision
+    return _admit(decision, [(facts, fit)], requirement, admit_now=admit_now)
 
 
-def _selection(requirement: ExecutionRequirement, enforced: bool) -> Decision:
+def _selection(requirement: ExecutionRequirement, enforced: bool, admit_now: bool = True) -> Decision:
     found = snapshot.candidates(requirement, limit=CANDIDATE_LIMIT)
     eligible_total, ineligible_total = found.eligible_total, found.ineligible_total
     verdicts = []
     ordered = _ordered(requirement, found.eligible, with_incompatibilities=False)
-    for rank, (candidate, _found, admission) in enumerate(ordered, start=1):
+    for rank, (candidate, _found, fit) in enumerate(ordered, start=1):
         verdicts.append(_verdict(candidate.facts, [], rank=rank, requirement=requirement,
-                                 fits_cpu_memory=candidate.fits_cpu_memory, admission=admission))
+                                 fits_cpu_memory=candidate.fits_cpu_memory, fit=fit))
     for candidate in found.others:
         verdicts.append(_verdict(candidate.facts, _checked(requirement, candidate.facts), rank=None,
                                  requirement=requirement))
@@ -212,9 +257,8 @@ def _selection(requirement: ExecutionRequirement, enforced: bool) -> Decision:
                         incompatibilities=[], candidates=verdicts, summary=summary,
                         eligible_total=eligible_total, ineligible_total=ineligible_total)
     if ordered:
-        facts = ordered[0][0].facts
-        decision.grove, decision.selected_platform = facts, rules.selected_platform(requirement, facts)
-        return decision
+        return _admit(decision, [(candidate.facts, fit) for candidate, _, fit in ordered], requirement,
+                      admit_now=admit_now)
     holders = snapshot.candidates(requirement, limit=CANDIDATE_LIMIT, role_only=True).eligible
     if not holders:
         decision.refusal = Conflict(
@@ -222,7 +266,8 @@ def _selection(requirement: ExecutionRequirement, enforced: bool) -> Decision:
             f"No fresh, enabled Grove holds the {requirement.family} role; enroll one or wait for one to report.",
             extra={"candidates": verdicts, "summary": summary})
         return decision
-    candidate, found, _ = _ordered(requirement, holders, with_incompatibilities=True)[0]
+    ranked = _ordered(requirement, holders, with_incompatibilities=True)
+    candidate, found, _ = ranked[0]
     facts = candidate.facts
     decision.incompatibilities = [item.to_json() for item in found]
     if enforced:
@@ -232,22 +277,50 @@ def _selection(requirement: ExecutionRequirement, enforced: bool) -> Decision:
             + " ".join(item.message for item in found),
             extra={"incompatibilities": decision.incompatibilities, "candidates": verdicts, "summary": summary})
         return decision
-    decision.grove, decision.selected_platform = facts, rules.selected_platform(requirement, facts)
     decision.chooser = Chooser.FALLBACK
+    decision = _admit(decision, [(c.facts, fit) for c, _, fit in ranked], requirement, admit_now=admit_now)
+    if decision.grove is not None:  # the incompatibilities recorded are the chosen Grove's own
+        decision.incompatibilities = next([item.to_json() for item in incompatible]
+                                          for c, incompatible, _ in ranked if c.facts.id == decision.grove.id)
     return decision
 
 
 def placement_decide(*, requirement: ExecutionRequirement, target: str | None = None,
-                     enforced: bool = False) -> Decision:
-    """Choose a Grove and explain it. Reads only; a refusal is returned in ``decision.refusal``, not raised.
+                     enforced: bool = False, admit_now: bool = True) -> Decision:
+    """Choose a Grove and explain it. Reads only; a refusal (or ``WaitingForCapacity``) is returned in
+    ``decision.refusal``, not raised, and ``decision.outcome`` says placed, waiting or refused.
 
     An explicit target (argument, else ``requirement.target``) is checked like any other Grove: a target
-    never waives compatibility.
+    never waives compatibility. Resource admission (``admission.fit``) runs on every compatible candidate.
     """
     reference = target or (requirement.target.grove_id if requirement.target else None)
     if reference:
-        return _explicit(requirement, reference, enforced)
-    return _selection(requirement, enforced)
+        decision = _explicit(requirement, reference, enforced, admit_now)
+    else:
+        decision = _selection(requirement, enforced, admit_now)
+    if decision.refusal is not None and decision.outcome == Outcome.PLACED:
+        decision.outcome = Outcome.REFUSED
+    if decision.refusal is not None:
+        decision.refusal.decision = decision.to_json()  # what a stored refusal keeps (never in the API body)
+    return decision
+
+
+def placement_preview(*, requirement: ExecutionRequirement, environment: str | None = None,
+                      team: str | None = None) -> Decision:
+    """What dispatch would decide now: the same decision (compatibility, resources, accelerators after
+    Host's claims), then, with ``host.accelerators.policy`` on, the same policy check a claim makes
+    (entitlement, concurrency, budget), read without locks. Stores nothing."""
+    enforced = is_enabled(COMPATIBILITY_FLAG, environment=environment, team=team)
+    decision = placement_decide(requirement=requirement, enforced=enforced)
+    if (decision.refusal is None and requirement.accelerators is not None and decision.fit is not None
+            and decision.fit.admission is not None and is_enabled(POLICY_FLAG, team=team)):
+        try:
+            accelerator_policy_check(team=team, admission=decision.fit.admission,
+                                     count=requirement.accelerators.count, now=timezone.now(), lock=False)
+        except ForestError as exc:
+            decision.refusal, decision.outcome = exc, Outcome.REFUSED
+            decision.grove, decision.selected_platform = None, ""
+    return decision
 
 
 _SUBJECT_TYPES = frozenset(SubjectType.values)
@@ -298,19 +371,39 @@ def _log_decision(subject: str, decision: Decision) -> None:
             "codes": [item["code"] for item in decision.incompatibilities]})
 
 
+def _admitted_on_stored(result: PlacementResult) -> PlacementResult:
+    """A re-read placement still needs room now on its stored Grove: wait for it there, or refuse when the
+    Grove can no longer ever hold the work (never a silent move to another Grove)."""
+    grove, requirement = result.grove, ExecutionRequirement.from_json(result.placement.requirement)
+    facts = snapshot.load_facts(Grove.objects.filter(pk=grove.pk))[0]
+    fit = _admissions(requirement, [facts])[facts.id]
+    if fit.state == FitState.LATER:
+        raise WaitingForCapacity(f"Waiting for capacity on its stored Grove {grove.slug}: {fit.message}",
+                                 groves=[facts.id], extra={"candidates": [
+                                     _verdict(facts, [], rank=1, requirement=requirement, fit=fit)]})
+    if fit.state == FitState.NEVER:
+        raise Conflict(fit.code, f"Its stored Grove {grove.slug} can no longer hold this work: {fit.message} "
+                       "Staff can re-place it.", extra={"placement_id": result.placement.pk})
+    return result
+
+
 def place_execution(*, subject_type: str, subject_id: str, requirement: ExecutionRequirement,
                     target: str | None = None, team: str | None = None,
-                    environment: str | None = None) -> PlacementResult:
-    """Place one subject. A retry (same subject) re-reads its stored placement instead of choosing again."""
+                    environment: str | None = None, admit_now: bool = True) -> PlacementResult:
+    """Place one subject. A retry (same subject) re-reads its stored placement instead of choosing again.
+
+    ``admit_now`` (dispatch): the Grove must hold the work now, else ``WaitingForCapacity`` is raised (the
+    caller queues it); off (a pin stored before the run starts), capacity only refuses what never fits."""
     subject_type, subject_id = _subject(subject_type, subject_id)
     enforced = is_enabled(COMPATIBILITY_FLAG, environment=environment, team=team)
     persisted = is_enabled(PERSISTED_FLAG, environment=environment, team=team)
     if persisted:
         existing = selectors.placement_for_subject(subject_type=subject_type, subject_id=subject_id)
         if existing is not None:
-            return _reuse(existing, enforced=enforced)
+            result = _reuse(existing, enforced=enforced)
+            return _admitted_on_stored(result) if admit_now else result
     for _attempt in range(DECIDE_ATTEMPTS):
-        decision = _decide_current(requirement, target, enforced)
+        decision = _decide_current(requirement, target, enforced, admit_now)
         _log_decision(f"{subject_type}:{subject_id}", decision)
         if decision.refusal is not None:
             raise decision.refusal
@@ -324,6 +417,9 @@ def place_execution(*, subject_type: str, subject_id: str, requirement: Executio
                                          placement=None, would_refuse=decision.would_refuse)
                 if not persisted:
                     return result
+                unplaced = _unplaced_taken(subject_type, subject_id)
+                if unplaced:
+                    body["earlier"] = unplaced
                 result.placement = ExecutionPlacement.objects.create(
                     subject_type=subject_type, subject_id=subject_id, grove=grove, grove_slug=grove.slug,
                     selected_platform=decision.selected_platform,
@@ -353,14 +449,69 @@ def _fleet_changed() -> Conflict:
                     "row; try again.")
 
 
-def _decide_current(requirement: ExecutionRequirement, target: str | None, enforced: bool) -> Decision:
+def _decide_current(requirement: ExecutionRequirement, target: str | None, enforced: bool,
+                    admit_now: bool = True) -> Decision:
     """A decision for work about to be dispatched: a refusal from the snapshot is checked against a
     refreshed snapshot first (a Grove that enrolled a moment ago must not be missed)."""
-    decision = placement_decide(requirement=requirement, target=target, enforced=enforced)
+    decision = placement_decide(requirement=requirement, target=target, enforced=enforced, admit_now=admit_now)
     if decision.refusal is not None and decision.chooser == Chooser.SELECTION:
         snapshot.fleet_refresh()
-        decision = placement_decide(requirement=requirement, target=target, enforced=enforced)
+        decision = placement_decide(requirement=requirement, target=target, enforced=enforced, admit_now=admit_now)
     return decision
+
+
+def _unplaced_taken(subject_type: str, subject_id: str) -> dict | None:
+    """Inside the write of a placement: remove the subject's stored refusal or wait (it is superseded) and
+    return its outcome, code and time for the new row's decision."""
+    row = (ExecutionPlacement.objects.select_for_update().filter(subject_type=subject_type, subject_id=subject_id)
+           .exclude(outcome=Outcome.PLACED).first())
+    if row is None:
+        return None
+    row.delete()
+    return unplaced_summary(row)
+
+
+def unplaced_summary(row: ExecutionPlacement) -> dict:
+    """What a placement keeps of the refusal or wait it supersedes (``decision.earlier``)."""
+    return {"outcome": row.outcome, "code": row.code, "detail": row.decision.get("detail", ""),
+            "decided_at": row.updated_at.isoformat()}
+
+
+def placement_record_unplaced(*, subject_type: str, subject_id: str, requirement: ExecutionRequirement,
+                              error: ForestError, team: str | None = None,
+                              environment: str | None = None) -> ExecutionPlacement | None:
+    """Store a refused or waiting decision (subject, requirement, code, verdicts) so it can be listed and
+    explained. Call it *outside* the transaction the refusal rolled back. A subject's placement is never
+    overwritten (a retry's refusal is the node's, told by its reason); a repeated refusal updates the row.
+    None when placements are not persisted."""
+    subject_type, subject_id = _subject(subject_type, subject_id)
+    if not is_enabled(PERSISTED_FLAG, environment=environment, team=team):
+        return None
+    decided = getattr(error, "decision", None) or {}
+    outcome = Outcome.WAITING if error.code == WAITING_FOR_CAPACITY else Outcome.REFUSED
+    body = {**decided, "outcome": outcome, "code": error.code, "detail": error.detail,
+            "candidates": decided.get("candidates") or error.extra.get("candidates", []),
+            "reasons": error.extra.get("reasons", [])}
+    fields = {"grove": None, "grove_slug": "", "selected_platform": "", "requirement": requirement.to_json(),
+              "decision": body, "chooser": decided.get("chooser") or Chooser.SELECTION,
+              "enforced": is_enabled(COMPATIBILITY_FLAG, environment=environment, team=team), "would_refuse": False,
+              "outcome": outcome, "code": error.code[:64], "team": team or "", "environment": environment or ""}
+    with transaction.atomic():
+        row = (ExecutionPlacement.objects.select_for_update()
+               .filter(subject_type=subject_type, subject_id=subject_id).first())
+        if row is not None and row.outcome == Outcome.PLACED:
+            return row
+        if row is None:
+            try:
+                with transaction.atomic():
+                    return ExecutionPlacement.objects.create(subject_type=subject_type, subject_id=subject_id,
+                                                             **fields)
+            except IntegrityError:  # a concurrent decision for the subject won: it is the truth
+                return selectors.placement_for_subject(subject_type=subject_type, subject_id=subject_id)
+        for key, value in fields.items():
+            setattr(row, key, value)
+        row.save()
+    return row
 
 
 def _still_holds(decision: Decision, requirement: ExecutionRequirement) -> Grove | None:
@@ -379,11 +530,12 @@ def _still_holds(decision: Decision, requirement: ExecutionRequirement) -> Grove
 
 def placement_pin(*, subject_type: str, subject_id: str, requirement: ExecutionRequirement, grove: str,
                   team: str | None = None, environment: str | None = None) -> PlacementResult:
-    """Validate and store an explicit Grove pin before a run starts (compute jobs). The pin is the
-    subject's placement row, so it records the team and environment the work runs for (the report counts
-    by team, and the flags are read for them) exactly as an unpinned placement does."""
+    """Validate and store an explicit Grove pin before a run starts (compute jobs), capacity aside (the
+    pinned work waits for its Grove at dispatch). The pin is the subject's placement row, so it records
+    the team and environment the work runs for (the report counts by team, and the flags are read for
+    them) exactly as an unpinned placement does."""
     result = place_execution(subject_type=subject_type, subject_id=subject_id, requirement=requirement, target=grove,
-                             team=team, environment=environment)
+                             team=team, environment=environment, admit_now=False)
     if result.reused and result.grove is not None and grove not in (str(result.grove.id), result.grove.slug):
         raise Conflict("placement_exists",
                        f"{subject_type} {subject_id} is already placed on Grove {result.grove.slug}.")
@@ -398,7 +550,8 @@ def placement_replace(*, placement: ExecutionPlacement, actor, reason: str, targ
     enforced = is_enabled(COMPATIBILITY_FLAG, environment=placement.environment or None,
                           team=placement.team or None)
     for _attempt in range(DECIDE_ATTEMPTS):
-        decision = _decide_current(requirement, target, enforced)
+        # Capacity is dispatch's to wait for: a re-placement only refuses what could never fit.
+        decision = _decide_current(requirement, target, enforced, admit_now=False)
         _log_decision(f"{placement.subject_type}:{placement.subject_id}", decision)
         if decision.refusal is not None:
             raise decision.refusal
@@ -439,14 +592,36 @@ def _replace_row(placement: ExecutionPlacement, decision: Decision, requirement:
         row.grove, row.grove_slug = grove, grove.slug
         row.selected_platform, row.requirement, row.decision = decision.selected_platform, requirement.to_json(), body
         row.chooser, row.enforced, row.would_refuse = decision.chooser, enforced, decision.would_refuse
+        row.outcome, row.code = Outcome.PLACED, ""
         row.save()
     return row
 
 
+def placement_capacity(*, grove_id: str) -> tuple[rules.GroveFacts, list[admission.UnitCapacity],
+                                                  dict[tuple[str, str], int]] | None:
+    """A Grove's facts, its units (allocatable and free) and Host's active claims on it, read now: what the
+    admission queue's wake-up fits waiting work into. None when the Grove is gone, disabled or stale."""
+    found = snapshot.load_facts(Grove.objects.filter(pk=grove_id))
+    if not found or not found[0].enabled or found[0].stale(snapshot.stale_cutoff()):
+        return None
+    facts = found[0]
+    return facts, list(admission.units_of(facts)), dict(facts.claimed)
+
+
+def _never_fits(requirement: ExecutionRequirement, groves: list[rules.GroveFacts]) -> list[dict]:
+    """Per-Grove reasons when no compatible Grove could *ever* hold the work (capacity aside it could):
+    empty as soon as one could, now or later."""
+    fits = _admissions(requirement, groves)
+    if any(fit.state != FitState.NEVER for fit in fits.values()):
+        return []
+    return [{"code": fits[facts.id].code, "message": fits[facts.id].message, "grove": facts.slug} for facts in groves]
+
+
 def placement_plan_check(*, requirement: ExecutionRequirement, environment: str | None = None,
                          team: str | None = None) -> PlanCheck:
-    """At plan time: could any fresh Grove ever run this (capacity aside)? Refused when enforcement is on,
-    logged as a warning when off."""
+    """At plan time: could any fresh Grove ever run this — compatible, and with a unit whose allocatable
+    CPU, memory and accelerators hold it (free capacity aside)? Refused (``never_placeable``, with the
+    per-Grove reasons) when enforcement is on, logged as a warning when off."""
     enforced = is_enabled(COMPATIBILITY_FLAG, environment=environment, team=team)
     reasons: list[dict] = []
     if requirement.target is not None:
@@ -457,10 +632,14 @@ def placement_plan_check(*, requirement: ExecutionRequirement, environment: str 
             reasons = _incompatibility_json(rules.check(requirement, grove))
             if not grove.enabled:
                 reasons.append({"code": "grove_disabled", "message": f"Grove {grove.slug} is disabled."})
+            if not reasons:
+                reasons = _never_fits(requirement, [grove])
     else:
         found = snapshot.candidates(requirement, limit=CANDIDATE_LIMIT)
         if found.eligible_total:
-            return PlanCheck(never_placeable=False)
+            reasons = _never_fits(requirement, [candidate.facts for candidate in found.eligible])
+            if not reasons or found.eligible_total > len(found.eligible):
+                return PlanCheck(never_placeable=False)
         seen: dict[str, dict] = {}
         for candidate in found.others:
             for item in rules.check(requirement, candidate.facts):

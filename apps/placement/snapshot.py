@@ -71,7 +71,9 @@ def grove_facts(grove, *, units: Iterable = (), devices: Iterable = (), apis: It
         units=frontier((cpu, memory) for _unit, cpu, memory in unit_free), apis=frozenset(apis),
         accelerator_units=tuple(accelerator_selectors.units_from_rows(units)),
         devices=tuple(accelerator_selectors.devices_from_rows(devices)),
-        claimed=tuple(sorted(accelerator_selectors.claimed_counts(claims).items())), unit_free=unit_free)
+        claimed=tuple(sorted(accelerator_selectors.claimed_counts(claims).items())), unit_free=unit_free,
+        unit_allocatable=tuple((unit.unit_id, unit.cpu_milli_allocatable, unit.memory_bytes_allocatable)
+                               for unit in units))
 
 
 def _load(groves: QuerySet[Grove], *, every: bool, enabled_only: bool = True) -> tuple[list, list[GroveFacts]]:
@@ -83,8 +85,9 @@ def _load(groves: QuerySet[Grove], *, every: bool, enabled_only: bool = True) ->
     units, devices, apis = defaultdict(list), defaultdict(list), defaultdict(list)
     claims, loads = defaultdict(list), defaultdict(list)
     if wanted:
-        unit_rows = PlacementUnit.objects.values_list("grove_id", "unit_id", "cpu_milli_free", "memory_bytes_free",
-                                                      "accelerators", named=True)
+        unit_rows = PlacementUnit.objects.values_list(
+            "grove_id", "unit_id", "cpu_milli_allocatable", "cpu_milli_free", "memory_bytes_allocatable",
+            "memory_bytes_free", "accelerators", named=True)
         device_rows = AcceleratorInventoryItem.objects.values_list(*DEVICE_FIELDS, named=True)
         api_rows = GroveCapability.objects.filter(kind=CapabilityKind.ACCELERATOR_API).values_list("grove_id",
                                                                                                    "value")

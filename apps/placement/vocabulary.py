@@ -39,6 +39,19 @@ class Chooser(StrEnum):
     FALLBACK = "fallback"
 
 
+class Outcome(StrEnum):
+    """What a decision came to. Every decision is stored (one row per subject); only ``placed`` names a Grove,
+    and only a ``placed`` row is ever re-read by a retry."""
+
+    PLACED = "placed"
+    # Could fit an eligible Grove, not now: the subject waits in the admission queue (``waiting_for_capacity``).
+    WAITING = "waiting"
+    # Refused (compatibility enforced, never fits, policy, no Grove): the row keeps the code and the verdicts.
+    REFUSED = "refused"
+
+
+WAITING_FOR_CAPACITY = "waiting_for_capacity"
+
 FAMILIES = tuple(Role)
 ARTIFACT_KINDS = tuple(ArtifactKind)
 CHANGE_KINDS = tuple(ChangeKind)

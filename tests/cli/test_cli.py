@@ -126,3 +126,26 @@ def test_status_prints_refusals_warnings_attempts_and_runner_slots(cli, k8s_grov
     assert "refused step a: [placed_grove_gone]" in shown.output and "disabled" in shown.output
     as_json = json.loads(cli("--json", "compute", "status", job_id).output)
     assert as_json["steps"][0]["refusal"]["code"] == "placed_grove_gone"
+
+
+def test_a_refused_step_is_stored_listed_and_explained(cli, k8s_grove, tmp_path, flag_on):
+    """A refusal is a decision too: stored, listed (outcome=refused) and explained, with each Grove's fit."""
+    graph = tmp_path / "g.json"
+    graph.write_text(json.dumps({"nodes": [{"id": "huge", "kind": "exec", "image": IMAGE, "command": ["true"],
+                                            "resources": {"cpu_milli": 64000, "memory_bytes": 1 << 30}}]}))
+    run = json.loads(cli("--json", "runs", "create", str(graph), "--kind", "compute").output)
+    _dispatch_all()
+    shown = json.loads(cli("--json", "runs", "show", run["id"]).output)["nodes"][0]
+    assert (shown["status"], shown["refusal"]["code"]) == ("failed", "resources_never_fit")
+    assert shown["decision"]["outcome"] == "refused"
+    explained = cli("placements", "explain", f"{run['id']}:huge")
+    assert explained.exit_code == 0, explained.output
+    assert "refused" in explained.output and "[resources_never_fit]" in explained.output
+    rows = json.loads(cli("--json", "placements", "explain", f"{run['id']}:huge").output)
+    assert rows[0]["outcome"] == "refused" and rows[0]["grove_id"] is None
+    assert "needs 64 CPU, the largest unit of Grove kube has 8" in rows[0]["decision"]["detail"]
+    flag_on("host.staff.execution_observability")
+    listed = cli("--json", "placements", "--outcome", "refused")
+    assert listed.exit_code == 0, listed.output
+    refused = json.loads(listed.output)
+    assert [row["code"] for row in refused] == ["resources_never_fit"]

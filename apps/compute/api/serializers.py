@@ -1,7 +1,7 @@
 """Compute API shapes, for the OpenAPI schema (bodies are validated by ``apps.compute.rules``)."""
 from rest_framework import serializers
 
-from apps.pipelines.api.serializers import RunnerSerializer, WarningSerializer
+from apps.pipelines.api.serializers import DecisionRefSerializer, QueueSerializer, RunnerSerializer, WarningSerializer
 from apps.placement.api.serializers import RefusalSerializer
 
 
@@ -40,6 +40,8 @@ class StepSerializer(serializers.Serializer):
     attempt = serializers.IntegerField()
     retries = serializers.IntegerField()
     retry_at = serializers.DateTimeField(allow_null=True)
+    queue = QueueSerializer(allow_null=True, help_text="set while the step waits for capacity")
+    decision = DecisionRefSerializer(allow_null=True, help_text="its stored refused or waiting decision")
     log_tail = serializers.ListField(child=serializers.CharField())
 
 

@@ -36,6 +36,7 @@ from apps.core.db import async_pool, released
 from apps.core.errors import ForestError
 from apps.dispatch import rules
 from apps.dispatch.api.wire import changes_answer
+from apps.groves import hooks as grove_hooks
 from apps.groves import services as grove_services
 
 _UUID = r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
@@ -157,7 +158,9 @@ class LeanWire:
         pool = await async_pool()
         async with pool.connection() as conn:
             cursor = await conn.execute(grove_services.HEARTBEAT_SQL, params, prepare=True)
-            (written,) = await cursor.fetchone()
+            written, moved = await cursor.fetchone()
+        if moved:  # free counts changed: wake what waits for this Grove (cheap; off the request's path)
+            await sync_to_async(released(grove_hooks.capacity_moved), thread_sensitive=False)(params["grove"])
         return written == 1
 
     async def changes(self, grove_id: str, scope, receive, send) -> None:

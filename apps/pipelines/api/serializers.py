@@ -5,7 +5,7 @@ from rest_framework import serializers
 
 from apps.pipelines.models import PipelineNode, PipelineRun
 from apps.pipelines.rules import RUN_KINDS
-from apps.pipelines.selectors import node_refusal, run_warnings, runner_status
+from apps.pipelines.selectors import node_refusal, queue_positions, run_warnings, runner_status, stored_decisions
 from apps.placement.api.serializers import RefusalSerializer  # the one {"code", "detail"} refusal shape
 
 
@@ -27,6 +27,24 @@ class NodeWarningSerializer(WarningSerializer):
     node = serializers.CharField()
 
 
+class QueueSerializer(serializers.Serializer):
+    position = serializers.IntegerField(allow_null=True, help_text="1 = next to be admitted on that Grove")
+    grove = serializers.CharField(allow_null=True, help_text="the Grove whose line it stands earliest in")
+    waiting_for = serializers.ListField(child=serializers.CharField(), help_text="every Grove it could fit")
+    code = serializers.CharField(help_text="resources_unavailable, accelerator_unavailable, ...")
+    detail = serializers.CharField()
+    since = serializers.DateTimeField()
+    deadline_at = serializers.DateTimeField(help_text="the bounded wait ends timed_out here")
+    verdicts = serializers.ListField(child=serializers.DictField())
+
+
+class DecisionRefSerializer(serializers.Serializer):
+    id = serializers.IntegerField(help_text="the stored decision (GET placements/{id})")
+    outcome = serializers.CharField()
+    code = serializers.CharField()
+    summary = serializers.CharField()
+
+
 class NodeSerializer(serializers.ModelSerializer):
     id = serializers.CharField(source="node_id")
     grove = serializers.SerializerMethodField()
@@ -35,13 +53,15 @@ class NodeSerializer(serializers.ModelSerializer):
     placement_subject = serializers.SerializerMethodField(help_text="subject_type:subject_id of its placement")
     retries = serializers.SerializerMethodField(help_text="retries allowed after the first attempt")
     refusal = serializers.SerializerMethodField(help_text="set when the node was refused before its attempt ran")
+    queue = serializers.SerializerMethodField(help_text="set while the node waits for capacity")
+    decision = serializers.SerializerMethodField(help_text="its stored refused or waiting decision")
 
     class Meta:
         model = PipelineNode
         fields = ["id", "kind", "runtime", "status", "reason", "detail", "needs", "node_digest", "reuse", "trust",
                   "timeout_s", "attempt", "retries", "retry_at", "wait_mode", "awaiting_job_id", "seeded_from_run",
                   "dedup_decision", "grove", "job_id", "job_status", "exit_code", "outputs", "plan_warnings",
-                  "requirement", "placement_subject", "refusal", "finished_at"]
+                  "requirement", "placement_subject", "refusal", "queue", "decision", "finished_at"]
 
     def get_grove(self, node) -> str | None:
         return node.grove.slug if node.grove_id else None
@@ -49,6 +69,14 @@ class NodeSerializer(serializers.ModelSerializer):
     @extend_schema_field(RefusalSerializer(allow_null=True))
     def get_refusal(self, node) -> dict | None:
         return node_refusal(node)
+
+    @extend_schema_field(QueueSerializer(allow_null=True))
+    def get_queue(self, node) -> dict | None:
+        return self.context.get("queue", {}).get(node.pk)
+
+    @extend_schema_field(DecisionRefSerializer(allow_null=True))
+    def get_decision(self, node) -> dict | None:
+        return self.context.get("decisions", {}).get(node.pk)
 
     def get_retries(self, node) -> int:
         return node.spec.get("retries", 0)
@@ -93,5 +121,6 @@ class RunDetailSerializer(RunSerializer):
 
     @extend_schema_field(NodeSerializer(many=True))
     def get_nodes(self, run):
-        nodes = run.nodes.select_related("grove", "current_job").order_by("position")
-        return NodeSerializer(nodes, many=True).data
+        nodes = list(run.nodes.select_related("grove", "current_job").order_by("position"))
+        context = {"queue": queue_positions(nodes), "decisions": stored_decisions(nodes)}
+        return NodeSerializer(nodes, many=True, context=context).data

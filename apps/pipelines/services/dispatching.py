@@ -15,18 +15,25 @@ from apps.core.errors import ForestError
 from apps.dispatch.services import grove_job_create, grove_job_time_out
 from apps.dispatch.states import JOB_TERMINAL
 from apps.flags.selectors import is_enabled
+from apps.groves.models import Grove
 from apps.pipelines import rules
-from apps.pipelines.models import PipelineNode, PipelineRun
+from apps.pipelines.models import PipelineNode, PipelineNodeWait, PipelineRun
+from apps.pipelines.services.admission_queue import handed_back, node_wait
 from apps.pipelines.services.outbox import send_after_commit
 from apps.pipelines.services.resume import pipeline_node_resume
 from apps.pipelines.services.runs import run_advance, run_and_node_locked
 from apps.pipelines.services.transitions import node_transition
 from apps.pipelines.states import RUN_TERMINAL
 from apps.pipelines.vocabulary import DETACHED_WAIT_FLAG, NodeStatus, WaitMode
+from apps.placement.admission import LATER_CODES
 from apps.placement.requirements import ExecutionRequirement
-from apps.placement.services import place_execution
+from apps.placement.services import WaitingForCapacity, place_execution, placement_record_unplaced
+from apps.placement.vocabulary import WAITING_FOR_CAPACITY
 
 log = logging.getLogger(__name__)
+
+# A decision or claim that says "not now": the node waits for capacity instead of failing.
+WAIT_CODES = frozenset({WAITING_FOR_CAPACITY, *LATER_CODES})
 
 
 def _wait_mode(node: PipelineNode, run: PipelineRun) -> tuple[str, str]:
@@ -84,9 +91,7 @@ def pipeline_node_execute(*, node_id: int) -> str | None:
                     claim = accelerator_claim(grove=placed.grove, requirement=requirement, job_ref=str(job_id),
                                               team=run.team or None)
         except ForestError as exc:
-            log.warning("node not dispatched", extra={"node": str(node), "code": exc.code})
-            node_transition(node=node, to=NodeStatus.FAILED, reason=exc.code, detail=exc.detail)
-            run_advance(run)
+            _not_dispatched(node, run, requirement, exc)
             return None
         payload = _payload(node, run, placed.selected_platform)
         if claim is not None:  # the executor exposes exactly these devices (docs/wire.md, accelerator_claim)
@@ -96,12 +101,38 @@ def pipeline_node_execute(*, node_id: int) -> str | None:
             change_kind=requirement.compatibility.change_kind, payload=payload,
             idempotency_key=f"{run.id}:{node.node_id}:{node.attempt}", attempt=node.attempt,
         )
+        handed_back(PipelineNodeWait.objects.filter(node=node).first(), used=placed.grove.pk)
         mode, why = _wait_mode(node, run)
         # A retry's attempt starts clean: the previous attempt's exit code and outputs stay on its job.
         node_transition(node=node, to=NodeStatus.AWAITING, reason=f"wait_{mode}:{why}", changes={
             "current_job": job, "grove": placed.grove, "wait_mode": mode, "retry_at": None,
             "exit_code": None, "outputs": {}, "awaiting_job_id": job.id if mode == WaitMode.DETACHED else None})
     return mode
+
+
+def _not_dispatched(node: PipelineNode, run: PipelineRun, requirement: ExecutionRequirement,
+                    exc: ForestError) -> None:
+    """Placement or the claim said no: the decision is stored (refused or waiting, with its verdicts); work
+    that could fit later waits in the admission queue, anything else fails the node with the code."""
+    placement_record_unplaced(subject_type="pipeline_node", subject_id=str(node.pk), requirement=requirement,
+                              error=exc, team=run.team or None, environment=run.environment or None)
+    if exc.code in WAIT_CODES:
+        if exc.code != WAITING_FOR_CAPACITY:  # the claim lost the last unit to a race: wait for that Grove
+            exc = WaitingForCapacity(f"Waiting for capacity: {exc.detail}", groves=_grove_ids(exc, node),
+                                     extra=exc.extra)
+        node_wait(node=node, error=exc)
+        return
+    handed_back(PipelineNodeWait.objects.filter(node=node).first())
+    log.warning("node not dispatched", extra={"node": str(node), "code": exc.code})
+    node_transition(node=node, to=NodeStatus.FAILED, reason=exc.code, detail=exc.detail)
+    run_advance(run)
+
+
+def _grove_ids(exc: ForestError, node: PipelineNode) -> list[str]:
+    """The Grove a lost claim was for (by slug in the claim's refusal; a pin's or retry's stored Grove)."""
+    slug = exc.extra.get("grove")
+    grove_id = (Grove.objects.filter(slug=slug).values_list("id", flat=True).first() if slug else None)
+    return [str(grove_id)] if grove_id else ([str(node.grove_id)] if node.grove_id else [])
 
 
 def pipeline_node_wait_in_place(*, node_id: int, poll_s: float | None = None, max_wait_s: float | None = None) -> bool:

@@ -12,6 +12,7 @@ from apps.dispatch.models import GroveJob
 from apps.dispatch.services import grove_jobs_time_out_overdue
 from apps.dispatch.states import JOB_TERMINAL
 from apps.pipelines.models import PipelineNode, PipelineOutbox
+from apps.pipelines.services.admission_queue import admission_sweep
 from apps.pipelines.services.outbox import resume_resend_after_s, send_after_commit
 from apps.pipelines.services.resume import write_resume
 from apps.pipelines.vocabulary import NodeStatus
@@ -22,7 +23,8 @@ log = logging.getLogger(__name__)
 def pipeline_sweep(*, now: datetime | None = None, limit: int = 500) -> dict:
     """Touches only due rows, each through a partial index: undone outbox rows past ``next_send_at``;
     awaiting nodes whose job is terminal with no resume pending; live jobs past their deadline; queued
-    nodes whose execute message is overdue."""
+    nodes whose execute message is overdue; then the admission queue's safety net (overdue waits expire,
+    every Grove something waits for is woken)."""
     now = now or timezone.now()
     counts = {"resent": 0, "orphans": 0, "timed_out": 0, "requeued": 0}
     with transaction.atomic():
@@ -58,6 +60,7 @@ def pipeline_sweep(*, now: datetime | None = None, limit: int = 500) -> dict:
             node.save(update_fields=["queued_at"])
             send_after_commit("node_execute", node.pk)
         counts["requeued"] = len(stuck)
+    counts.update(admission_sweep(now=now, limit=limit))
     if any(counts.values()):
         log.info("pipeline sweep", extra=counts)
     return counts

@@ -6,8 +6,12 @@ import logging
 from django.utils import timezone
 
 from apps.core.lifecycle import TransitionEvent
-from apps.pipelines.models import PipelineNode, PipelineNodeEvent, PipelineRun
+from apps.pipelines.models import PipelineNode, PipelineNodeEvent, PipelineNodeWait, PipelineRun
 from apps.pipelines.states import NODE, NODE_TERMINAL, RUN
+from apps.pipelines.vocabulary import NodeStatus
+
+# A node between these two states may hold a place in the admission queue (admitted, not yet dispatched).
+_IN_QUEUE = frozenset({NodeStatus.QUEUED, NodeStatus.WAITING})
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +33,10 @@ def node_transition(*, node: PipelineNode, to: str, reason: str = "", detail: st
         changes.update(reason=reason, detail=detail[:2000])
     if to in NODE_TERMINAL:
         changes["awaiting_job_id"] = None
+    leaves_queue = node.status in _IN_QUEUE and to not in _IN_QUEUE
     NODE.apply(node, to, reason=reason, now=timezone.now(), changes=changes)
+    if leaves_queue:  # dispatched or ended: its place in the admission queue goes with it
+        PipelineNodeWait.objects.filter(node=node).delete()
     return node
 
 

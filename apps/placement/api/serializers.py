@@ -2,6 +2,7 @@
 ``ExecutionRequirement.from_json``)."""
 from rest_framework import serializers
 
+from apps.placement.choices import Outcome
 from apps.placement.models import ExecutionPlacement
 from apps.placement.selectors import placement_decision
 
@@ -32,6 +33,9 @@ class RefusalSerializer(serializers.Serializer):
 
 
 class PreviewResponseSerializer(serializers.Serializer):
+    outcome = serializers.ChoiceField(choices=Outcome.choices, help_text="what dispatch would do now")
+    waiting_for = serializers.ListField(child=serializers.CharField(),
+                                        help_text="ids of the Groves it would wait for (outcome waiting)")
     selected = SelectedSerializer(allow_null=True)
     chooser = serializers.CharField()
     enforced = serializers.BooleanField()
@@ -89,7 +93,8 @@ class ExecutionPlacementSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ExecutionPlacement
-        fields = ["id", "subject_type", "subject_id", "grove_id", "grove_slug", "selected_platform", "chooser",
+        fields = ["id", "subject_type", "subject_id", "outcome", "code", "grove_id", "grove_slug",
+                  "selected_platform", "chooser",
                   "enforced", "would_refuse", "team", "environment", "created_at", "updated_at", "requirement",
                   "decision", "history"]
         read_only_fields = fields

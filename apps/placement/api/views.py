@@ -16,7 +16,7 @@ from apps.core.errors import ForestError, ValidationFailed
 from apps.flags.selectors import is_enabled
 from apps.placement import batch, services
 from apps.placement.api import serializers as s
-from apps.placement.choices import COMPATIBILITY_FLAG
+from apps.placement.choices import COMPATIBILITY_FLAG, Outcome
 from apps.placement.filtersets import ExecutionPlacementFilterSet
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import JSON_SCHEMA, ExecutionRequirement
@@ -55,7 +55,8 @@ class PlacementPreviewView(PlacementAPIView):
         environment = request.query_params.get("environment") or None
         team = request.query_params.get("team") or None
         enforced = is_enabled(COMPATIBILITY_FLAG, environment=environment, team=team)
-        decision = services.placement_decide(requirement=requirement, enforced=enforced)
+        # The admission dispatch runs (compatibility, resources, accelerators after Host's claims, policy).
+        decision = services.placement_preview(requirement=requirement, environment=environment, team=team)
         selected = None
         if decision.grove is not None:
             selected = {"grove_id": str(decision.grove.id), "grove_slug": decision.grove.slug,
@@ -64,6 +65,8 @@ class PlacementPreviewView(PlacementAPIView):
         if decision.refusal is not None:
             refusal = {"code": decision.refusal.code, "detail": decision.refusal.detail}
         return Response({
+            "outcome": decision.outcome,
+            "waiting_for": decision.refusal.extra["groves"] if decision.outcome == Outcome.WAITING else [],
             "selected": selected, "chooser": decision.chooser, "enforced": enforced,
             "would_refuse": decision.would_refuse, "refusal": refusal,
             "incompatibilities": [{"code": i["code"], "message": i["message"]} for i in decision.incompatibilities],
@@ -81,7 +84,8 @@ class PlacementListView(generics.ListAPIView):
     def get_queryset(self):
         return visible(placement_list(), self.request.user)
 
-    @extend_schema(tags=["placements"], summary="Stored placements (filter by Grove, subject, would_refuse, enforced)")
+    @extend_schema(tags=["placements"], summary="Stored decisions: placed, waiting and refused (filter by "
+                                                "outcome, Grove, subject, would_refuse, enforced, code)")
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
 
