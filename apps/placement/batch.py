@@ -247,7 +247,9 @@ class _Round:
             break
         self.cursors[key] = (ranking, position)
         if chosen is None:
-            raise decision.refusal if decision.refusal is not None else no_capacity(item, decision.summary)
+            # Not ``waiting_for_capacity``: a batch item joins no queue (its caller, e.g. a node's own
+            # dispatch, waits); ``no_capacity`` says it fits later and nothing is free now.
+            raise no_capacity(item, decision.summary)
         # The next few that fit, for the subject's own explanation (not advanced past: they still fit).
         for slug in ranking[position + 1:]:
             if len(top) >= BATCH_TOP_CANDIDATES - 1:

@@ -7,6 +7,7 @@ the snapshot's own shapes (``fleet.CandidateSet`` of ``rules.GroveFacts``) so re
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from dataclasses import replace
 from datetime import timedelta
 
@@ -15,6 +16,7 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.accelerators import selectors as accelerator_selectors
+from apps.groves.models import PlacementUnit
 from apps.placement.fleet import Candidate, CandidateSet
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.rules import MAX_GROVE_PLATFORMS, NO_PLATFORM_RANK, GroveFacts
@@ -126,13 +128,25 @@ def sql_candidates(requirement: ExecutionRequirement, *, limit: int, role_only: 
                  WHERE {fresh} AND {condition}
                  ORDER BY platform_rank, fits DESC, {api_order}g.slug LIMIT %(limit)s""", params)
             result.eligible = _rows_to_candidates(cursor.fetchall())
-    # Reported accelerator units and devices as the chooser read them before the snapshot.
-    inputs = accelerator_selectors.admission_inputs([c.facts.id for c in result.eligible + result.others])
+    # Reported units (allocatable and free), accelerator units, devices and Host's claims, read from the
+    # rows, as resource admission reads them.
+    ids = [c.facts.id for c in result.eligible + result.others]
+    inputs = accelerator_selectors.admission_inputs(ids)
+    amounts = defaultdict(list)
+    for grove_id, unit_id, cpu, cpu_free, memory, memory_free in PlacementUnit.objects.filter(
+            grove_id__in=ids).order_by("grove_id", "unit_id").values_list(
+            "grove_id", "unit_id", "cpu_milli_allocatable", "cpu_milli_free", "memory_bytes_allocatable",
+            "memory_bytes_free"):
+        amounts[str(grove_id)].append((unit_id, cpu, cpu_free, memory, memory_free))
 
     def completed(candidate: Candidate) -> Candidate:
-        units, devices, _ = inputs[candidate.facts.id]
-        return replace(candidate, facts=replace(candidate.facts, accelerator_units=tuple(units),
-                                                devices=tuple(devices)))
+        units, devices, claimed = inputs[candidate.facts.id]
+        rows = amounts[candidate.facts.id]
+        return replace(candidate, facts=replace(
+            candidate.facts, accelerator_units=tuple(units), devices=tuple(devices),
+            claimed=tuple(sorted(claimed.items())),
+            unit_free=tuple((unit_id, cpu_free, memory_free) for unit_id, _c, cpu_free, _m, memory_free in rows),
+            unit_allocatable=tuple((unit_id, cpu, memory) for unit_id, cpu, _cf, memory, _mf in rows)))
 
     result.eligible = [completed(c) for c in result.eligible]
     result.others = [completed(c) for c in result.others]
