@@ -21,7 +21,9 @@ def _pools_closed_before_teardown(django_db_setup, django_db_blocker):
     yield
     with django_db_blocker.unblock():
         default = connections["default"]
-        if default.vendor == "postgresql":
+        test_name = (default.settings_dict.get("TEST") or {}).get("NAME") or "test_"
+        # Only when this session made a test database (a run of pure tests never connects).
+        if default.vendor == "postgresql" and str(default.settings_dict["NAME"]).startswith(test_name):
             with default.cursor() as cursor:
                 cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                                "WHERE datname = current_database() AND pid <> pg_backend_pid()")

@@ -45,26 +45,33 @@ def text_problem(value: str) -> tuple[str, str] | None:
     return None
 
 
+# A JSON string (an unterminated one runs to the end of the text), and anything that is not a bracket.
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\Z)', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def _may_hold_unstorable(text: str) -> bool:
+    """Whether a parsed string could hold a NUL or a lone surrogate: only through a ``\\u`` escape, a raw
+    NUL, or (a ``str`` body) a raw surrogate. Substring tests in C; without any, the walk over every
+    value (``_check_values``) has nothing to find."""
+    if "\\u" in text or "\x00" in text:
+        return True
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
 def _depth_exceeds(text: str, limit: int) -> bool:
-    """True when brackets nest deeper than ``limit``: one linear pass that skips string contents."""
+    """True when brackets nest deeper than ``limit``, string contents aside. Linear, and in C for the
+    common case: a body with no more brackets than ``limit`` cannot nest deeper; otherwise strings are
+    cut out and only the brackets are walked."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
     depth = 0
-    in_string = False
-    escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
+    for char in _NOT_BRACKET.sub("", _STRING.sub("", text)):
+        if char in "[{":
             depth += 1
             if depth > limit:
                 return True
-        elif char in "]}":
+        else:
             depth -= 1
     return False
 
@@ -75,11 +82,13 @@ class _Duplicate(Exception):
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict:
-    obj: dict = {}
-    for key, value in pairs:
-        if key in obj:
-            raise _Duplicate(key)
-        obj[key] = value
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise _Duplicate(key)
+            seen.add(key)
     return obj
 
 
@@ -170,15 +179,30 @@ def read_json(raw: bytes | str, *, max_bytes: int, max_depth: int = DEFAULT_MAX_
         text = text[1:]
     if _depth_exceeds(text, max_depth):
         raise ValidationFailed("nesting_too_deep", f"The body nests more than {max_depth} levels deep.")
+    out_of_range: list[str] = []
+
+    def parse_int(literal: str) -> int | _OutOfRange:
+        value = _parse_int(literal)
+        if value.__class__ is _OutOfRange:
+            out_of_range.append(literal)
+        return value
+
+    def parse_float(literal: str) -> float | _OutOfRange:
+        value = _parse_float(literal)
+        if value.__class__ is _OutOfRange:
+            out_of_range.append(literal)
+        return value
+
     try:
-        value = json.loads(text, object_pairs_hook=_pairs, parse_int=_parse_int, parse_float=_parse_float,
+        value = json.loads(text, object_pairs_hook=_pairs, parse_int=parse_int, parse_float=parse_float,
                            parse_constant=_parse_constant)
     except _Duplicate as dup:
         raise ValidationFailed("duplicate_key", f"The key '{dup.key[:100]}' appears twice in one object.",
                                field=_duplicate_path(text, dup)) from None
     except (ValueError, RecursionError) as exc:
         raise ValidationFailed("malformed_json", f"The body is not valid JSON: {exc}") from None
-    _check_values(value)
+    if out_of_range or _may_hold_unstorable(text):
+        _check_values(value)
     return value
 
 

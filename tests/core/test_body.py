@@ -53,6 +53,19 @@ def test_limits_and_what_stays_accepted():
     assert exc.value.code == "payload_too_large" and exc.value.status == 413
 
 
+def test_the_fast_paths_decide_as_the_full_checks_would():
+    """The reader skips its slow checks when the text cannot need them (few brackets, no ``\\u`` escape,
+    no long number): each skip is taken only when it is safe."""
+    siblings = "[" + ",".join(["[1]"] * 200) + "]"  # 201 brackets, two deep
+    assert read_json(siblings.encode(), max_bytes=LIMIT) == json.loads(siblings)
+    quoted = '{"s": "' + "[" * 100 + '", "t": [[1]]}'  # brackets in a string are not nesting
+    assert read_json(quoted.encode(), max_bytes=LIMIT)["s"] == "[" * 100
+    assert _refusal(b'{"s": "' + b"[" * 100)[0] == "malformed_json"  # unterminated: never "too deep"
+    assert _refusal(b'{"a": "x", ' + b'"b": [' * 70 + b"]" * 70 + b"}")[0] == "nesting_too_deep"
+    assert _refusal('{"version": "\ud800"}')[:2] == ("invalid_unicode", "version")  # a str body, raw surrogate
+    assert read_json('{"name": "ünïcode ✓"}', max_bytes=LIMIT) == {"name": "ünïcode ✓"}
+
+
 def test_text_rules_serve_urls_too():
     assert text_problem("fine/ünïcode") is None
     assert text_problem("a\x00b")[0] == "nul_character"
