@@ -151,7 +151,24 @@ def _admissions(requirement: ExecutionRequirement,
     if not groves:
         return {}
     needs = admission.Needs.of(requirement)
-    return {facts.id: fit_on(needs, facts) for facts in groves}
+    return {facts.id: _fit_cached(needs, facts) for facts in groves}
+
+
+# A fit of some needs on a Grove's facts, kept while those facts (the same object) stand, as ``_CHECKED``:
+# the snapshot replaces a Grove's facts whenever its units, ledger or claims change.
+_FITS: dict[tuple, tuple[rules.GroveFacts, admission.Fit]] = {}
+
+
+def _fit_cached(needs: admission.Needs, facts: rules.GroveFacts) -> admission.Fit:
+    key = (needs, facts.slug)
+    hit = _FITS.get(key)
+    if hit is not None and hit[0] is facts:
+        return hit[1]
+    if len(_FITS) >= _CHECKED_MAX:
+        _FITS.clear()
+    found = fit_on(needs, facts)
+    _FITS[key] = (facts, found)
+    return found
 
 
 def fit_on(needs: admission.Needs, facts: rules.GroveFacts, *, free=None,
