@@ -96,10 +96,12 @@ def units_of(facts, *, free=None) -> tuple[UnitCapacity, ...]:
     reported less Host's placements since (``free``, the same (unit id, CPU, memory) rows, when a batch has
     assumed more), accelerator slots as reported (Host's claims are passed to ``fit`` beside them)."""
     free_by_unit = {unit_id: (cpu, memory) for unit_id, cpu, memory in (facts.unit_free if free is None else free)}
-    slots = {unit.unit_id: unit.slots for unit in facts.accelerator_units}
-    return tuple(UnitCapacity(unit_id, cpu, free_by_unit.get(unit_id, (0, 0))[0], memory,
-                              free_by_unit.get(unit_id, (0, 0))[1], tuple(slots.get(unit_id, ())))
-                 for unit_id, cpu, memory in facts.unit_allocatable)
+    slots = {unit.unit_id: tuple(unit.slots) for unit in facts.accelerator_units} if facts.accelerator_units else {}
+    units = []
+    for unit_id, cpu, memory in facts.unit_allocatable:
+        cpu_free, memory_free = free_by_unit.get(unit_id, (0, 0))
+        units.append(UnitCapacity(unit_id, cpu, cpu_free, memory, memory_free, slots.get(unit_id, ())))
+    return tuple(units)
 
 
 def _largest(units: Sequence[UnitCapacity], attribute: str) -> int:

@@ -165,6 +165,10 @@ def _fit(requirement: ExecutionRequirement, facts: GroveFacts, free, claimed) ->
     """(unit id, accelerator admission) of the unit this Grove would give the work now, or None when none
     fits: the one resource admission (``services.fit_on``), over ``free`` (unit id, free CPU, free memory)
     and ``claimed`` as assumed so far."""
+    cpu, memory = requirement.resources.cpu_milli, requirement.resources.memory_bytes
+    # Necessary for "now", and cheap: most Groves a long batch walks past are full.
+    if not any(free_cpu >= cpu and free_memory >= memory for _unit, free_cpu, free_memory in free):
+        return None
     verdict = services.fit_on(admission.Needs.of(requirement), facts, free=free, claimed=claimed)
     return (verdict.unit_id, verdict.admission) if verdict.now else None
 
