@@ -18,6 +18,13 @@ pytestmark = pytest.mark.django_db
 TODAY = timezone.now().astimezone(UTC).date()
 
 
+@pytest.fixture(autouse=True)
+def _today():
+    """Each test's own today (a session may cross midnight UTC)."""
+    global TODAY
+    TODAY = timezone.now().astimezone(UTC).date()
+
+
 def _placement(n: int, *, day_ago: int, codes=(), would_refuse=None, enforced=False, grove="g-a", team="ml",
                hour: int = 12) -> ExecutionPlacement:
     would_refuse = bool(codes) and not enforced if would_refuse is None else would_refuse
@@ -26,7 +33,8 @@ def _placement(n: int, *, day_ago: int, codes=(), would_refuse=None, enforced=Fa
         selected_platform="linux/amd64", requirement={}, chooser="selection", enforced=enforced,
         would_refuse=would_refuse, team=team,
         decision={"incompatibilities": [{"code": code, "message": "no"} for code in codes], "candidates": []})
-    moment = datetime.combine(TODAY - timedelta(days=day_ago), time(hour), tzinfo=UTC)
+    # Today's rows at its first instant: never in the future, whatever the time of day the test runs.
+    moment = datetime.combine(TODAY - timedelta(days=day_ago), time(hour) if day_ago else time.min, tzinfo=UTC)
     ExecutionPlacement.objects.filter(pk=row.pk).update(created_at=moment)
     return row
 
