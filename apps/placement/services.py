@@ -100,22 +100,28 @@ class PlanCheck:
     reasons: list[dict] = field(default_factory=list)
 
 
-# rules.check of a requirement against a Grove's facts, kept while those facts (the same object) stand: the
-# verdicts of a shape's sample of ineligible Groves are the same decision after decision.
+# Per-Grove results (rule checks, resource fits) kept while the Grove's facts (the same object) stand: the
+# snapshot replaces a Grove's facts whenever its row, units, ledger or claims change, and the verdicts of a
+# requirement shape's candidates are the same decision after decision.
 _CHECKED: dict[tuple, tuple[rules.GroveFacts, list[rules.Incompatibility]]] = {}
+_FITS: dict[tuple, tuple[rules.GroveFacts, admission.Fit]] = {}
 _CHECKED_MAX = 50_000
 
 
-def _checked(requirement: ExecutionRequirement, facts: rules.GroveFacts) -> list[rules.Incompatibility]:
-    key = (requirement, facts.slug)
-    hit = _CHECKED.get(key)
+def _per_facts(table: dict, key, facts: rules.GroveFacts, compute):
+    """``compute(key, facts)``, kept in ``table`` under (key, slug) while ``facts`` is the Grove's."""
+    hit = table.get((key, facts.slug))
     if hit is not None and hit[0] is facts:
         return hit[1]
-    if len(_CHECKED) >= _CHECKED_MAX:
-        _CHECKED.clear()
-    found = rules.check(requirement, facts)
-    _CHECKED[key] = (facts, found)
+    if len(table) >= _CHECKED_MAX:
+        table.clear()
+    found = compute(key, facts)
+    table[(key, facts.slug)] = (facts, found)
     return found
+
+
+def _checked(requirement: ExecutionRequirement, facts: rules.GroveFacts) -> list[rules.Incompatibility]:
+    return _per_facts(_CHECKED, requirement, facts, rules.check)
 
 
 def _incompatibility_json(items: list[rules.Incompatibility]) -> list[dict]:
@@ -154,21 +160,8 @@ def _admissions(requirement: ExecutionRequirement,
     return {facts.id: _fit_cached(needs, facts) for facts in groves}
 
 
-# A fit of some needs on a Grove's facts, kept while those facts (the same object) stand, as ``_CHECKED``:
-# the snapshot replaces a Grove's facts whenever its units, ledger or claims change.
-_FITS: dict[tuple, tuple[rules.GroveFacts, admission.Fit]] = {}
-
-
 def _fit_cached(needs: admission.Needs, facts: rules.GroveFacts) -> admission.Fit:
-    key = (needs, facts.slug)
-    hit = _FITS.get(key)
-    if hit is not None and hit[0] is facts:
-        return hit[1]
-    if len(_FITS) >= _CHECKED_MAX:
-        _FITS.clear()
-    found = fit_on(needs, facts)
-    _FITS[key] = (facts, found)
-    return found
+    return _per_facts(_FITS, needs, facts, fit_on)
 
 
 def fit_on(needs: admission.Needs, facts: rules.GroveFacts, *, free=None,
