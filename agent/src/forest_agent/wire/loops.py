@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from abc import ABC, abstractmethod
 from typing import Any, Protocol
 
 from forest_agent.backoff import Backoff
@@ -41,9 +42,9 @@ def next_heartbeat_delay(answer: dict[str, Any], interval_s: float) -> float:
     return interval_s
 
 
-class HostLoops:
+class HostLoops(ABC):
     """Heartbeat and poll loops; a subclass sets ``wire``, ``config``, ``stop_event`` and implements
-    ``heartbeat_body`` and ``apply_changes``."""
+    ``heartbeat_body`` and ``apply_changes`` (abstract: a runner missing either cannot be built)."""
 
     runner_name = "runner"  # how the fatal message names the process ("agent", "controller")
     wire: WireClient
@@ -53,17 +54,22 @@ class HostLoops:
     last_error: str | None = None
     last_heartbeat_at: float | None = None
 
+    @abstractmethod
     def heartbeat_body(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """What this runner reports to Host on each beat (version, change kinds, capacity, log tail)."""
 
+    @abstractmethod
     def apply_changes(self, changes: Changes) -> None:
-        raise NotImplementedError
+        """Act on one ``changes`` answer: cancellations, new jobs, workload generations."""
 
     def after_heartbeat(self) -> None:
-        """Called after every heartbeat attempt, delivered or not."""
+        """Called after every heartbeat attempt, delivered or not. Optional: nothing by default."""
+        return
 
     def before_polling(self) -> None:
-        """Called once before the first poll (e.g. wait until recovery has re-listed what is running)."""
+        """Called once before the first poll (e.g. wait until recovery has re-listed what is running).
+        Optional: nothing by default."""
+        return
 
     def _fatal_check(self, exc: WireError) -> bool:
         if not exc.retryable and exc.status in FATAL_STATUSES:
