@@ -1,18 +1,19 @@
 """What upper apps do when a Grove's reported capacity moves, registered at start-up (``AppConfig.ready``).
 
 Groves never import the apps above them. A heartbeat whose free counts changed (or whose capacity shape
-was rewritten) calls every ``on_capacity_moved`` handler with the Grove's id after the write; the
-admission queue (apps.pipelines) uses it to wake work waiting for that Grove. Handlers must be cheap (the
+was rewritten) calls every ``on_capacity_moved`` handler with the Groves' ids after the write (a batch of
+heartbeats passes every Grove it moved in one call); the admission queue (apps.pipelines) uses it to wake
+work waiting for those Groves. Handlers must be cheap (the
 heartbeat path is hot) and must not raise: a lost wake-up is the queue's periodic sweep's to repair.
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 log = logging.getLogger(__name__)
 
-CapacityMovedHandler = Callable[[str], None]
+CapacityMovedHandler = Callable[[list[str]], None]
 _capacity_moved: list[CapacityMovedHandler] = []
 
 
@@ -21,9 +22,10 @@ def on_capacity_moved(handler: CapacityMovedHandler) -> None:
         _capacity_moved.append(handler)
 
 
-def capacity_moved(grove_id) -> None:
-    for handler in _capacity_moved:
+def capacity_moved(grove_ids: Iterable) -> None:
+    ids = [str(grove_id) for grove_id in grove_ids]
+    for handler in _capacity_moved if ids else ():
         try:
-            handler(str(grove_id))
+            handler(ids)
         except Exception as exc:  # a heartbeat is never refused because a wake-up failed
-            log.warning("capacity-moved handler failed", extra={"grove": str(grove_id), "error": repr(exc)})
+            log.warning("capacity-moved handler failed", extra={"groves": ids[:10], "error": repr(exc)})

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -180,85 +180,104 @@ def _liveness_fields(data: dict, now) -> dict:
     return fields
 
 
-# One statement records a heartbeat whose shape is unchanged, authenticating it when a credential is
-# given: `live` when the free counts are unchanged too (liveness columns only, none indexed: a HOT
-# update), `moved` when only free counts changed (the capacity JSON, the free digest and each unit's free
-# columns). Their conditions exclude each other, so at most one writes the row. The result is the number
-# of Grove rows written: 0 sends the caller to the full path.
+# One statement records a batch of heartbeats whose shapes are unchanged, authenticating each row that
+# carries a credential: `live` for a row whose free counts are unchanged too (liveness columns only, none
+# indexed: a HOT update), `moved` for one whose free counts changed (the capacity JSON, the free digest and
+# each unit's free columns). Their conditions exclude each other, so at most one writes a row, and both
+# keep their guards in the UPDATE's own WHERE, which PostgreSQL re-checks against a row another
+# transaction changed meanwhile. It returns the Grove rows written (with whether their free counts
+# moved); a row not returned sends its caller to the full path. One Grove appears at most once per batch
+# (an UPDATE ... FROM joining two input rows to one target row writes it once, with either).
+# The lean route (apps/dispatch/api/lean.py) sends the heartbeats that arrive while its previous batch is
+# in flight as one batch (group commit: every answer still waits for its row's commit); the Django path
+# sends a batch of one.
 HEARTBEAT_SQL = """
-WITH live AS (
-    UPDATE groves_grove SET last_heartbeat_at = %(now)s, version = %(version)s, stale_since = NULL,
-                            log_tail = COALESCE(%(log_tail)s::jsonb, log_tail)
-    WHERE id = %(grove)s::uuid AND capacity_digest = %(shape)s AND free_digest = %(free)s AND (
-        %(key_id)s::text IS NULL OR EXISTS (SELECT 1 FROM groves_grovecredential WHERE grove_id = %(grove)s::uuid
-            AND key_id = %(key_id)s AND secret_hash = %(secret_hash)s AND revoked_at IS NULL))
-    RETURNING 1
+WITH input AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(grove uuid, key_id text, secret_hash text,
+        at timestamptz, version text, log_tail jsonb, shape text, free text, capacity jsonb, units jsonb)
+), authed AS (
+    SELECT i.* FROM input i WHERE i.key_id IS NULL OR EXISTS (
+        SELECT 1 FROM groves_grovecredential c WHERE c.grove_id = i.grove AND c.key_id = i.key_id
+            AND c.secret_hash = i.secret_hash AND c.revoked_at IS NULL)
+), live AS (
+    UPDATE groves_grove g SET last_heartbeat_at = a.at, version = a.version, stale_since = NULL,
+                              log_tail = COALESCE(a.log_tail, g.log_tail)
+    FROM authed a WHERE g.id = a.grove AND g.capacity_digest = a.shape AND g.free_digest = a.free
+    RETURNING g.id
 ), moved AS (
-    UPDATE groves_grove SET last_heartbeat_at = %(now)s, version = %(version)s, stale_since = NULL,
-                            log_tail = COALESCE(%(log_tail)s::jsonb, log_tail), capacity = %(capacity)s::jsonb,
-                            free_digest = %(free)s, capacity_reported_at = %(now)s
-    WHERE id = %(grove)s::uuid AND capacity_digest = %(shape)s AND free_digest <> %(free)s AND (
-        %(key_id)s::text IS NULL OR EXISTS (SELECT 1 FROM groves_grovecredential WHERE grove_id = %(grove)s::uuid
-            AND key_id = %(key_id)s AND secret_hash = %(secret_hash)s AND revoked_at IS NULL))
-    RETURNING id
+    UPDATE groves_grove g SET last_heartbeat_at = a.at, version = a.version, stale_since = NULL,
+                              log_tail = COALESCE(a.log_tail, g.log_tail), capacity = a.capacity,
+                              free_digest = a.free, capacity_reported_at = a.at
+    FROM authed a WHERE g.id = a.grove AND g.capacity_digest = a.shape AND g.free_digest <> a.free
+    RETURNING g.id, a.units
 ), units AS (
     UPDATE groves_placementunit u SET cpu_milli_free = f.cpu, memory_bytes_free = f.memory,
                                       accelerators = f.accelerators
-    FROM jsonb_to_recordset(%(units)s::jsonb) AS f(unit_id text, cpu bigint, memory bigint, accelerators jsonb)
-    WHERE u.grove_id IN (SELECT id FROM moved) AND u.unit_id = f.unit_id
+    FROM moved m, jsonb_to_recordset(m.units) AS f(unit_id text, cpu bigint, memory bigint, accelerators jsonb)
+    WHERE u.grove_id = m.id AND u.unit_id = f.unit_id
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM live) + (SELECT count(*) FROM moved), (SELECT count(*) FROM moved)
+SELECT id::text, false FROM live UNION ALL SELECT id::text, true FROM moved
 """
 
 
-def heartbeat_statement_params(*, grove_id, data: dict, now, credential: tuple[str, str] | None) -> dict:
-    """Parameters of ``HEARTBEAT_SQL`` for a validated heartbeat (``credential``: key id and secret to check,
-    None when the caller has already authenticated the Grove)."""
+def heartbeat_row(*, grove_id, data: dict, now, credential: tuple[str, str] | None) -> dict:
+    """One row of ``HEARTBEAT_SQL`` for a validated heartbeat (``credential``: key id and secret to check,
+    None when the caller has already authenticated the Grove); JSON-ready."""
     shape, free = rules.capacity_digests(data["capacity"], data["change_kinds"], data["isolation"])
     tail = data["log_tail"][-settings.GROVE_LOG_TAIL_LINES:] if data["log_tail"] else None
     units = [{"unit_id": u["id"], "cpu": u["cpu_milli"]["free"], "memory": u["memory_bytes"]["free"],
               "accelerators": u["accelerators"]} for u in data["capacity"]["placement_units"]]
     return {"grove": str(grove_id), "key_id": credential[0] if credential else None,
-            "secret_hash": secrets.hash_secret(credential[1]) if credential else None, "now": now,
-            "version": data["version"], "log_tail": None if tail is None else json.dumps(tail), "shape": shape,
-            "free": free, "capacity": json.dumps(data["capacity"]), "units": json.dumps(units)}
+            "secret_hash": secrets.hash_secret(credential[1]) if credential else None, "at": now.isoformat(),
+            "version": data["version"], "log_tail": tail, "shape": shape, "free": free,
+            "capacity": data["capacity"], "units": units}
 
 
-def heartbeat_statement_run(params: dict) -> bool:
+def heartbeat_rows_params(rows: list[dict]) -> dict:
+    """``HEARTBEAT_SQL``'s parameters for a batch of ``heartbeat_row`` rows, one Grove at most once."""
+    return {"rows": json.dumps(rows, separators=(",", ":"))}
+
+
+def heartbeat_rows_run(rows: list[dict]) -> dict[str, bool]:
     """Run ``HEARTBEAT_SQL`` (PostgreSQL), or the same guarded writes through the ORM on the embedded
-    SQLite of ``make run``; True when the Grove row was written."""
+    SQLite of ``make run``: {Grove id written: its free counts moved}. Capacity-moved hooks run after
+    commit for the rows that moved."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(HEARTBEAT_SQL, params)
-            written, moved = cursor.fetchone()
-        if moved:
-            transaction.on_commit(lambda: hooks.capacity_moved(params["grove"]))
-        return written == 1
-    grove = Grove.objects.filter(pk=params["grove"], capacity_digest=params["shape"])
-    if params["key_id"] is not None:
+            cursor.execute(HEARTBEAT_SQL, heartbeat_rows_params(rows))
+            written = dict(cursor.fetchall())
+    else:
+        written = {row["grove"]: moved for row in rows if (moved := _heartbeat_row_orm(row)) is not None}
+    if moved_ids := [grove_id for grove_id, moved in written.items() if moved]:
+        transaction.on_commit(lambda: hooks.capacity_moved(moved_ids))
+    return written
+
+
+def _heartbeat_row_orm(row: dict) -> bool | None:
+    """``HEARTBEAT_SQL`` for one row through the ORM: None (not written), False (live) or True (moved)."""
+    grove = Grove.objects.filter(pk=row["grove"], capacity_digest=row["shape"])
+    if row["key_id"] is not None:
         grove = grove.filter(Exists(GroveCredential.objects.filter(
-            grove_id=OuterRef("pk"), key_id=params["key_id"], secret_hash=params["secret_hash"],
+            grove_id=OuterRef("pk"), key_id=row["key_id"], secret_hash=row["secret_hash"],
             revoked_at__isnull=True)))
-    liveness = {"last_heartbeat_at": params["now"], "version": params["version"], "stale_since": None}
-    if params["log_tail"] is not None:
-        liveness["log_tail"] = json.loads(params["log_tail"])
-    if grove.filter(free_digest=params["free"]).update(**liveness):
-        return True
+    at = datetime.fromisoformat(row["at"])
+    liveness = {"last_heartbeat_at": at, "version": row["version"], "stale_since": None}
+    if row["log_tail"] is not None:
+        liveness["log_tail"] = row["log_tail"]
+    if grove.filter(free_digest=row["free"]).update(**liveness):
+        return False
     with transaction.atomic():
-        moved = grove.exclude(free_digest=params["free"]).update(
-            **liveness, capacity=json.loads(params["capacity"]), free_digest=params["free"],
-            capacity_reported_at=params["now"])
-        for unit in json.loads(params["units"]) if moved else ():
-            PlacementUnit.objects.filter(grove_id=params["grove"], unit_id=unit["unit_id"]).update(
+        moved = grove.exclude(free_digest=row["free"]).update(
+            **liveness, capacity=row["capacity"], free_digest=row["free"], capacity_reported_at=at)
+        for unit in row["units"] if moved else ():
+            PlacementUnit.objects.filter(grove_id=row["grove"], unit_id=unit["unit_id"]).update(
                 cpu_milli_free=unit["cpu"], memory_bytes_free=unit["memory"], accelerators=unit["accelerators"])
-    if moved:
-        transaction.on_commit(lambda: hooks.capacity_moved(params["grove"]))
-    return moved == 1
+    return True if moved else None
 
 
-def heartbeat_fast_params(*, grove_id, presented: str, body) -> dict | None:
-    """The statement's parameters for a wire heartbeat, or None when it cannot take the fast path (not a
+def heartbeat_fast_row(*, grove_id, presented: str, body) -> dict | None:
+    """The statement's row for a wire heartbeat, or None when it cannot take the fast path (not a
     Grove credential, or a body that does not validate: the full path answers those with their codes)."""
     parts = secrets.split(presented, secrets.CREDENTIAL_PREFIX)
     if parts is None:
@@ -267,7 +286,7 @@ def heartbeat_fast_params(*, grove_id, presented: str, body) -> dict | None:
         data = rules.heartbeat(body, substrate=None)
     except ValidationFailed:
         return None
-    return heartbeat_statement_params(grove_id=grove_id, data=data, now=timezone.now(), credential=parts)
+    return heartbeat_row(grove_id=grove_id, data=data, now=timezone.now(), credential=parts)
 
 
 def grove_heartbeat_unchanged(*, grove_id, presented: str, body: dict) -> bool:
@@ -280,8 +299,8 @@ def grove_heartbeat_unchanged(*, grove_id, presented: str, body: dict) -> bool:
     credential, a changed shape — lands there, so behaviour is unchanged. The lean ASGI route
     (apps/dispatch/api/lean.py) runs the same statement on its async pool.
     """
-    params = heartbeat_fast_params(grove_id=grove_id, presented=presented, body=body)
-    return params is not None and heartbeat_statement_run(params)
+    row = heartbeat_fast_row(grove_id=grove_id, presented=presented, body=body)
+    return row is not None and row["grove"] in heartbeat_rows_run([row])
 
 
 def grove_heartbeat_record(*, grove: Grove, body: dict) -> Grove:
@@ -296,9 +315,8 @@ def grove_heartbeat_record(*, grove: Grove, body: dict) -> Grove:
     now = timezone.now()
     liveness = _liveness_fields(data, now)
     if shape == grove.capacity_digest:
-        written = heartbeat_statement_run(heartbeat_statement_params(grove_id=grove.pk, data=data, now=now,
-                                                                     credential=None))
-        if written:
+        row = heartbeat_row(grove_id=grove.pk, data=data, now=now, credential=None)
+        if row["grove"] in heartbeat_rows_run([row]):
             for key, value in liveness.items():
                 setattr(grove, key, value)
             if free != grove.free_digest:
@@ -321,7 +339,7 @@ def grove_heartbeat_record(*, grove: Grove, body: dict) -> Grove:
         keep = list(CapacityReport.objects.filter(grove=grove).values_list("pk", flat=True)
                     [: settings.GROVE_REPORT_HISTORY])
         CapacityReport.objects.filter(grove=grove).exclude(pk__in=keep).delete()
-        transaction.on_commit(lambda: hooks.capacity_moved(grove.pk))
+        transaction.on_commit(lambda: hooks.capacity_moved([grove.pk]))
     return grove
 
 

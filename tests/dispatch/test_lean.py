@@ -114,6 +114,71 @@ def test_a_changed_shape_goes_to_django_and_rewrites_inventory(fresh_grove):
     assert CapacityReport.objects.filter(grove=grove).count() == reports + 1
 
 
+def test_concurrent_heartbeats_share_one_statement_and_each_row_is_its_own(fresh_grove, monkeypatch):
+    """Group commit: heartbeats that arrive while a statement is in flight go in the next one, each Grove's
+    row with its own values; a refusal in the batch is Django's alone, and a Grove heartbeating twice at
+    once waits for the following statement with its second beat. (Over the ASGI transport every request
+    runs on this one event loop, so they queue while the first statement is in flight.)"""
+    groves = [fresh_grove(name=f"b{i}") for i in range(8)]
+    busy_grove, busy_credential = fresh_grove(name="busy", gpus=2)
+    wrong = fresh_grove(name="wrong")[0]
+    statements: list[list[str]] = []
+    real_run = lean.HeartbeatBatch._run
+
+    async def counted_run(rows):
+        statements.append([row["grove"] for row in rows])
+        return await real_run(rows)
+
+    monkeypatch.setattr(lean.HeartbeatBatch, "_run", staticmethod(counted_run))
+    busy = heartbeat_body(gpus=2)
+    busy["capacity"]["placement_units"][0]["cpu_milli"]["free"] -= 2000
+    first, *others = groves
+    requests = [(first, heartbeat_body(log_tail=["first"]))]
+    requests += [((grove, credential), heartbeat_body(log_tail=[f"beat {grove.name}"]))
+                 for grove, credential in others]
+    requests += [((busy_grove, busy_credential), busy), ((wrong, first[1]), heartbeat_body()),
+                 (first, heartbeat_body(log_tail=["second"]))]
+    before = served("heartbeat", "served"), served("heartbeat", "django")
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application),
+                                     base_url="http://testserver") as client:
+            return await asyncio.gather(*(client.post(
+                f"{V1}/groves/{grove.id}/heartbeat", content=json.dumps(body).encode(),
+                headers={"Authorization": f"Bearer {credential}", "Content-Type": "application/json"})
+                for (grove, credential), body in requests))
+
+    responses = asyncio.run(go())
+    assert [r.status_code for r in responses] == [200] * (len(requests) - 2) + [403, 200]
+    assert responses[-2].json()["code"] == "grove_mismatch"
+    named = [grove for statement in statements for grove in statement]
+    assert sorted(named) == sorted(str(grove.id) for (grove, _), _ in requests)  # each beat in one statement
+    assert all(len(set(statement)) == len(statement) for statement in statements)
+    assert len(statements) < len(requests) - 1 and max(map(len, statements)) > 1
+    assert (served("heartbeat", "served"), served("heartbeat", "django")) == (before[0] + len(requests) - 1,
+                                                                              before[1] + 1)
+    for grove, _ in others:
+        assert Grove.objects.get(pk=grove.pk).log_tail == [f"beat {grove.name}"]
+    assert Grove.objects.get(pk=first[0].pk).log_tail == ["second"]
+    assert PlacementUnit.objects.get(grove=busy_grove).cpu_milli_free == \
+        busy["capacity"]["placement_units"][0]["cpu_milli"]["free"]
+
+
+def test_a_failed_batch_is_answered_by_django(fresh_grove, monkeypatch):
+    grove, credential = fresh_grove()
+
+    async def broken(rows):
+        raise OSError("connection lost")
+
+    monkeypatch.setattr(lean.HeartbeatBatch, "_run", staticmethod(broken))
+    before = served("heartbeat", "django")
+    response = post(f"{V1}/groves/{grove.id}/heartbeat", credential=credential,
+                    body=heartbeat_body(log_tail=["via django"]))
+    assert response.status_code == 200
+    assert served("heartbeat", "django") == before + 1
+    assert Grove.objects.get(pk=grove.pk).log_tail == ["via django"]
+
+
 @pytest.mark.parametrize(("case", "status", "code"), [
     ("unknown", 401, "credential_unknown"),
     ("other", 403, "grove_mismatch"),

@@ -7,7 +7,9 @@ for its whole wait), URL resolution, DRF's negotiation and a pooled-connection r
 
 * **heartbeat**: the body is parsed and validated with the same rules, and the same one statement
   (``apps.groves.services.HEARTBEAT_SQL``: auth, liveness and free counts) runs on this event loop's
-  async pool as a prepared statement. Only a heartbeat that statement records is answered here;
+  async pool as a prepared statement, for every heartbeat that arrived while the previous one ran
+  (``HeartbeatBatch``: group commit; each answer still waits for its own row's commit, so nothing
+  answered is lost). Only a heartbeat that statement records is answered here;
   anything else (a changed shape, a bad or oversized body, a wrong credential, a plain-HTTP request
   that must be redirected, a Host header Django would refuse) is handed to Django unchanged, which
   answers it exactly as before (codes, fields and all).
@@ -20,9 +22,12 @@ Counted in ``forest_wire_lean_total{route,outcome}``.
 """
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import re
 import uuid
+import weakref
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -39,11 +44,16 @@ from apps.dispatch.api.wire import changes_answer
 from apps.groves import hooks as grove_hooks
 from apps.groves import services as grove_services
 
+log = logging.getLogger(__name__)
 _UUID = r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
 HEARTBEAT = re.compile(rf"/api/forest/v1/groves/(?P<grove>{_UUID})/heartbeat")
 CHANGES = re.compile(rf"/api/forest/v1/groves/(?P<grove>{_UUID})/changes")
 LEAN = Counter("forest_wire_lean", "Grove hot-path requests seen by the lean ASGI routes",
                ["route", "outcome"])
+BATCHES = Counter("forest_wire_heartbeat_batches", "Heartbeat statements the lean route ran (batches)")
+# Rows per statement at most: a batch this size is a ~100 KB parameter and a few ms of PostgreSQL time,
+# past which a bigger batch only makes its first heartbeat wait longer.
+BATCH_MAX = 256
 # What SecurityMiddleware and XFrameOptionsMiddleware add to a Django JSON response.
 SECURITY_HEADERS = [(b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"),
                     (b"referrer-policy", b"same-origin"), (b"cross-origin-opener-policy", b"same-origin")]
@@ -145,8 +155,8 @@ class LeanWire:
                 parsed = read_json(bytes(body), max_bytes=limit)
             except ForestError:
                 parsed = None
-            params = grove_services.heartbeat_fast_params(grove_id=grove_id, presented=presented, body=parsed)
-            if params is not None and await self._record(params):
+            row = grove_services.heartbeat_fast_row(grove_id=grove_id, presented=presented, body=parsed)
+            if row is not None and await self._record(row):
                 LEAN.labels("heartbeat", "served").inc()
                 return await _send_json(send, 200, {"server_time": _json_datetime(timezone.now()),
                                                     "stale_after_s": settings.GROVE_STALE_AFTER_S})
@@ -154,14 +164,8 @@ class LeanWire:
         return await self.app(scope, _Replay(messages, receive), send)
 
     @staticmethod
-    async def _record(params: dict) -> bool:
-        pool = await async_pool()
-        async with pool.connection() as conn:
-            cursor = await conn.execute(grove_services.HEARTBEAT_SQL, params, prepare=True)
-            written, moved = await cursor.fetchone()
-        if moved:  # free counts changed: wake what waits for this Grove (cheap; off the request's path)
-            await sync_to_async(released(grove_hooks.capacity_moved), thread_sensitive=False)(params["grove"])
-        return written == 1
+    async def _record(row: dict) -> bool:
+        return await HeartbeatBatch.of_this_loop().record(row)
 
     async def changes(self, grove_id: str, scope, receive, send) -> None:
         presented = _bearer(scope)
@@ -178,6 +182,92 @@ class LeanWire:
                 return await _send_json(send, 200, await changes_answer(grove, wait, thread_sensitive=False))
         LEAN.labels("changes", "django").inc()
         return await self.app(scope, receive, send)
+
+
+class HeartbeatBatch:
+    """Group commit for the lean heartbeat on one event loop: one ``HEARTBEAT_SQL`` in flight at a time,
+    carrying every heartbeat that arrived while the one before it ran.
+
+    An idle Host sends a heartbeat alone and at once (no timer, no added latency); under load the rows
+    queue while a statement is in flight, and the next statement takes them all (up to ``BATCH_MAX``), so
+    the per-statement cost (round trip, parse, executor start, commit) is paid once per batch. A
+    heartbeat is answered only after the statement that wrote its row committed; any failure of the
+    statement sends its heartbeats to Django (which runs the statement alone and answers errors itself).
+    A Grove already waiting in the queue waits for the next batch with its second heartbeat, so a
+    statement never names one Grove twice."""
+
+    _batches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # one per event loop
+
+    def __init__(self) -> None:
+        self.queue: list[tuple[dict, asyncio.Future]] = []
+        self.flushing = False
+        self.background: set[asyncio.Task] = set()
+
+    @classmethod
+    def of_this_loop(cls) -> HeartbeatBatch:
+        loop = asyncio.get_running_loop()
+        batch = cls._batches.get(loop)
+        if batch is None:
+            batch = cls._batches[loop] = cls()
+        return batch
+
+    async def record(self, row: dict) -> bool:
+        """True once ``row`` is committed; False sends the heartbeat to Django."""
+        future = asyncio.get_running_loop().create_future()
+        self.queue.append((row, future))
+        if not self.flushing:
+            self.flushing = True
+            task = asyncio.get_running_loop().create_task(self._flush())
+            self.background.add(task)
+            task.add_done_callback(self.background.discard)
+        return await future
+
+    def _take(self) -> dict[str, tuple[dict, asyncio.Future]]:
+        batch: dict[str, tuple[dict, asyncio.Future]] = {}
+        rest = []
+        for entry in self.queue:
+            if entry[0]["grove"] in batch or len(batch) >= BATCH_MAX:
+                rest.append(entry)
+            else:
+                batch[entry[0]["grove"]] = entry
+        self.queue = rest
+        return batch
+
+    async def _flush(self) -> None:
+        try:
+            while self.queue:
+                batch = self._take()
+                try:
+                    written = await self._run([row for row, _ in batch.values()])
+                except Exception as exc:  # Django answers these heartbeats (and reports any error)
+                    log.warning("lean heartbeat batch failed; Django takes it", extra={"rows": len(batch),
+                                                                                     "error": repr(exc)})
+                    written = {}
+                for grove_id, (_, future) in batch.items():
+                    if not future.done():
+                        future.set_result(grove_id in written)
+                if moved := [grove_id for grove_id, was_moved in written.items() if was_moved]:
+                    # Wake what waits for these Groves (cheap, and off every heartbeat's answer).
+                    task = asyncio.get_running_loop().create_task(sync_to_async(
+                        released(grove_hooks.capacity_moved), thread_sensitive=False)(moved))
+                    self.background.add(task)
+                    task.add_done_callback(self.background.discard)
+        finally:
+            self.flushing = False
+            for _, future in self.queue:  # only after a cancellation: nothing may wait forever
+                if not future.done():
+                    future.set_result(False)
+            if self.queue:
+                self.queue = []
+
+    @staticmethod
+    async def _run(rows: list[dict]) -> dict[str, bool]:
+        BATCHES.inc()
+        pool = await async_pool()
+        async with pool.connection() as conn:
+            cursor = await conn.execute(grove_services.HEARTBEAT_SQL, grove_services.heartbeat_rows_params(rows),
+                                        prepare=True)
+            return dict(await cursor.fetchall())
 
 
 def _authenticated(presented: str, grove_id: str):

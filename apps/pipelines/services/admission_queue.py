@@ -218,6 +218,13 @@ def wake_if_waiting(grove_id) -> bool:
     return request_wake(grove_id)
 
 
+def wake_any_waiting(grove_ids: list[str]) -> int:
+    """``wake_if_waiting`` for a batch of Groves in one query: a wake-up for each that anything waits for."""
+    waited = set(PipelineNodeWaitGrove.objects.filter(grove_id__in=grove_ids).order_by()
+                 .values_list("grove_id", flat=True).distinct())
+    return sum(bool(request_wake(grove_id)) for grove_id in waited)
+
+
 def _on_job_ended(event: dispatch_hooks.JobEnded) -> None:
     """A job ended (in its transaction): its Grove's unit, and its accelerator claim, are freed."""
     wake_if_waiting(event.job.grove_id)
@@ -225,4 +232,4 @@ def _on_job_ended(event: dispatch_hooks.JobEnded) -> None:
 
 dispatch_hooks.on_job_ended(_on_job_ended)
 # A heartbeat moved the Grove's free counts (after its commit, or on the lean route outside Django).
-grove_hooks.on_capacity_moved(wake_if_waiting)
+grove_hooks.on_capacity_moved(wake_any_waiting)
