@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from datetime import timedelta
 
 import httpx
@@ -177,6 +178,70 @@ def test_a_failed_batch_is_answered_by_django(fresh_grove, monkeypatch):
     assert response.status_code == 200
     assert served("heartbeat", "django") == before + 1
     assert Grove.objects.get(pk=grove.pk).log_tail == ["via django"]
+
+
+def _job(grove, n: int):
+    from apps.dispatch import services as dispatch
+
+    return dispatch.grove_job_create(grove=grove, run_id=uuid.uuid4(), node_id=n, change_kind="native.job",
+                                     payload={"node": f"n{n}", "timeout_s": 60}, idempotency_key=f"lean:{n}",
+                                     attempt=1)
+
+
+def test_claim_and_report_are_served_lean_with_the_bytes_django_sends(fresh_grove, settings):
+    grove, credential = fresh_grove()
+    lean_job, django_job = _job(grove, 1), _job(grove, 2)
+    answers = {}
+    for job, on in ((lean_job, True), (django_job, False)):
+        settings.FOREST_LEAN_WIRE = on
+        before = served("claim", "served"), served("report", "served")
+        claim = post(f"{V1}/groves/{grove.id}/jobs/{job.id}/claim", credential=credential, body={})
+        running = post(f"{V1}/groves/{grove.id}/jobs/{job.id}/report", credential=credential,
+                       body={"state": "running", "log_tail": ["go"]})
+        done = post(f"{V1}/groves/{grove.id}/jobs/{job.id}/report", credential=credential,
+                    body={"state": "succeeded", "exit_code": 0, "outputs": {"digest": "sha256:" + "a" * 64}})
+        again = post(f"{V1}/groves/{grove.id}/jobs/{job.id}/report", credential=credential,
+                     body={"state": "succeeded", "exit_code": 0})
+        assert [r.status_code for r in (claim, running, done, again)] == [200] * 4
+        counted = 2 + 1 + 1 if on else 0  # claim, then three reports
+        assert served("claim", "served") + served("report", "served") == sum(before) + counted
+        answers[on] = [r.content.replace(str(job.id).encode(), b"JOB").replace(str(job.run_id).encode(), b"RUN")
+                       for r in (claim, running, done, again)]
+        job.refresh_from_db()
+        assert job.status == "succeeded" and job.log_tail == ["go"] and job.exit_code == 0
+    answers[False][0] = answers[False][0].replace(b'"node":"n2"', b'"node":"n1"').replace(b"lean:2", b"lean:1")
+    assert answers[True] == answers[False]
+    assert json.loads(answers[True][3]) == {"job_id": "JOB", "status": "succeeded", "accepted": False}
+
+
+@pytest.mark.parametrize(("case", "status", "code"), [
+    ("claimed twice", 409, "already_claimed"),
+    ("report before claim", 409, "job_not_claimed"),
+    ("unknown job", 404, "job_not_found"),
+    ("other grove", 403, "grove_mismatch"),
+    ("bad state", 400, "invalid_choice"),
+])
+def test_claim_and_report_refusals_are_djangos_and_write_nothing(fresh_grove, case, status, code):
+    grove, credential = fresh_grove()
+    job = _job(grove, 1)
+    call, body, job_id = "report", {"state": "succeeded", "exit_code": 0}, job.id
+    if case == "claimed twice":
+        assert post(f"{V1}/groves/{grove.id}/jobs/{job.id}/claim", credential=credential, body={}).status_code == 200
+        call, body = "claim", {}
+    elif case == "unknown job":
+        job_id = uuid.uuid4()
+    elif case == "other grove":
+        credential = fresh_grove(name="other")[1]
+    elif case == "bad state":
+        assert post(f"{V1}/groves/{grove.id}/jobs/{job.id}/claim", credential=credential, body={}).status_code == 200
+        body = {"state": "exploded"}
+    before = served(call, "django")
+    status_before = type(job).objects.get(pk=job.pk).status
+    response = post(f"{V1}/groves/{grove.id}/jobs/{job_id}/{call}", credential=credential, body=body)
+    assert response.status_code == status, response.text
+    assert response.json()["code"] == code
+    assert served(call, "django") == before + 1
+    assert type(job).objects.get(pk=job.pk).status == status_before
 
 
 @pytest.mark.parametrize(("case", "status", "code"), [

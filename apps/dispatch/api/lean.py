@@ -1,5 +1,5 @@
-"""Lean ASGI routes for the Grove hot paths, in front of Django: ``POST groves/{id}/heartbeat`` and
-``GET groves/{id}/changes``.
+"""Lean ASGI routes for the Grove hot paths, in front of Django: ``POST groves/{id}/heartbeat``,
+``GET groves/{id}/changes`` and ``POST groves/{id}/jobs/{job}/claim`` and ``.../report``.
 
 At fleet scale these two are nearly all of Host's traffic, and Django's stack costs more than their work:
 eleven middleware (each sync-style one hops to a per-request thread, which a waiting long-poll would hold
@@ -15,6 +15,13 @@ for its whole wait), URL resolution, DRF's negotiation and a pooled-connection r
   answers it exactly as before (codes, fields and all).
 * **changes**: authenticated on the shared executor (no per-request thread), then the same
   ``wire.changes_answer`` as the Django view; every refusal is handed to Django for its error body.
+* **claim, report**: the same services (``grove_job_claim``, ``grove_job_report``: auth, the job's row
+  lock, the transition, the inline tail, all in their transaction) on the shared executor, so reports
+  overlap their database waits instead of queueing for the one thread Django gives sync views, and pay
+  no middleware, URL resolution or DRF negotiation. A service that refuses (any ``ForestError``: a bad
+  credential, an unknown job, a conflict) has rolled its transaction back, and the request is handed
+  to Django, which runs it again and answers with its codes; so does anything unusual about the request
+  itself, as for the heartbeat.
 
 Responses carry the headers Django's security middleware would add. ``FOREST_LEAN_WIRE=0`` turns the
 routes off (everything goes to Django), as does a database other than PostgreSQL.
@@ -35,12 +42,14 @@ from django.db import connections
 from django.http.request import split_domain_port, validate_host
 from django.utils import timezone
 from prometheus_client import Counter
+from rest_framework.utils.encoders import JSONEncoder as DRFEncoder
 
 from apps.core.body import read_json
 from apps.core.db import async_pool, released
 from apps.core.errors import ForestError
-from apps.dispatch import rules
+from apps.dispatch import rules, selectors, services
 from apps.dispatch.api.wire import changes_answer
+from apps.flags.selectors import pinned_snapshot
 from apps.groves import hooks as grove_hooks
 from apps.groves import services as grove_services
 
@@ -48,6 +57,7 @@ log = logging.getLogger(__name__)
 _UUID = r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
 HEARTBEAT = re.compile(rf"/api/forest/v1/groves/(?P<grove>{_UUID})/heartbeat")
 CHANGES = re.compile(rf"/api/forest/v1/groves/(?P<grove>{_UUID})/changes")
+JOB_CALL = re.compile(rf"/api/forest/v1/groves/(?P<grove>{_UUID})/jobs/(?P<job>{_UUID})/(?P<call>claim|report)")
 LEAN = Counter("forest_wire_lean", "Grove hot-path requests seen by the lean ASGI routes",
                ["route", "outcome"])
 BATCHES = Counter("forest_wire_heartbeat_batches", "Heartbeat statements the lean route ran (batches)")
@@ -96,7 +106,8 @@ def _json_datetime(value) -> str:
 
 
 async def _send_json(send, status: int, body: dict) -> None:
-    payload = json.dumps(body, separators=(",", ":")).encode()
+    # DRF's encoder and settings (compact, UTF-8): the bytes Django's JSONRenderer would send.
+    payload = json.dumps(body, cls=DRFEncoder, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
                             *SECURITY_HEADERS]})
@@ -134,9 +145,14 @@ class LeanWire:
                 return await self.heartbeat(match["grove"], scope, receive, send)
             if method == "GET" and (match := CHANGES.fullmatch(path)):
                 return await self.changes(match["grove"], scope, receive, send)
+            if method == "POST" and (match := JOB_CALL.fullmatch(path)):
+                return await self.job_call(match["call"], match["grove"], match["job"], scope, receive, send)
         return await self.app(scope, receive, send)
 
-    async def heartbeat(self, grove_id: str, scope, receive, send) -> None:
+    @staticmethod
+    async def _json_body(scope, receive) -> tuple[list[dict], object]:
+        """The messages read (for a hand-over to Django) and the parsed JSON body, or ``_DJANGO`` when the
+        request is anything but a plain, complete, small-enough JSON call with a bearer credential."""
         messages, body, limit = [], bytearray(), settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         while True:
             message = await receive()
@@ -146,15 +162,19 @@ class LeanWire:
             body += message.get("body", b"")
             if len(body) > limit or not message.get("more_body", False):
                 break
-        presented = _bearer(scope)
         content_type = (_header(scope, b"content-type") or b"").split(b";")[0].strip().lower()
         complete = messages[-1]["type"] == "http.request" and not messages[-1].get("more_body", False)
-        if (presented is not None and complete and len(body) <= limit and content_type == b"application/json"
-                and _plain_enough(scope)):
-            try:  # the one body reader (depth, NUL, huge numbers): a refusal is Django's to answer
-                parsed = read_json(bytes(body), max_bytes=limit)
-            except ForestError:
-                parsed = None
+        if not (complete and len(body) <= limit and content_type == b"application/json" and _plain_enough(scope)):
+            return messages, _DJANGO
+        try:  # the one body reader (depth, NUL, huge numbers): a refusal is Django's to answer
+            return messages, read_json(bytes(body), max_bytes=limit)
+        except ForestError:
+            return messages, _DJANGO
+
+    async def heartbeat(self, grove_id: str, scope, receive, send) -> None:
+        messages, parsed = await self._json_body(scope, receive)
+        presented = _bearer(scope)
+        if presented is not None and parsed is not _DJANGO:
             row = grove_services.heartbeat_fast_row(grove_id=grove_id, presented=presented, body=parsed)
             if row is not None and await self._record(row):
                 LEAN.labels("heartbeat", "served").inc()
@@ -182,6 +202,23 @@ class LeanWire:
                 return await _send_json(send, 200, await changes_answer(grove, wait, thread_sensitive=False))
         LEAN.labels("changes", "django").inc()
         return await self.app(scope, receive, send)
+
+
+    async def job_call(self, call: str, grove_id: str, job_id: str, scope, receive, send) -> None:
+        messages, parsed = await self._json_body(scope, receive)
+        presented = _bearer(scope)
+        if presented is not None and parsed is not _DJANGO:
+            try:
+                answer = await sync_to_async(released(_job_call), thread_sensitive=False)(
+                    call, presented, grove_id, job_id, parsed)
+            except Exception:  # Django answers it (with its error shape), and logs what it meets
+                log.exception("lean %s failed; Django takes it", call)
+                answer = None
+            if answer is not None:
+                LEAN.labels(call, "served").inc()
+                return await _send_json(send, 200, answer)
+        LEAN.labels(call, "django").inc()
+        return await self.app(scope, _Replay(messages, receive), send)
 
 
 class HeartbeatBatch:
@@ -268,6 +305,23 @@ class HeartbeatBatch:
             cursor = await conn.execute(grove_services.HEARTBEAT_SQL, grove_services.heartbeat_rows_params(rows),
                                         prepare=True)
             return dict(await cursor.fetchall())
+
+
+_DJANGO = object()  # "hand this request to Django"
+
+
+def _job_call(call: str, presented: str, grove_id: str, job_id: str, body) -> dict | None:
+    """A claim or report as its Django view answers it, or None: Django answers (a refusal rolled back)."""
+    try:
+        grove = _authenticated(presented, grove_id)
+        if grove is None:
+            return None
+        with pinned_snapshot(deferred=True):  # as FlagSnapshotMiddleware gives each Django request
+            if call == "claim":
+                return {"job": selectors.job_wire(services.grove_job_claim(grove=grove, job_id=job_id))}
+            return services.grove_job_report(grove=grove, job_id=job_id, body=body)
+    except ForestError:
+        return None
 
 
 def _authenticated(presented: str, grove_id: str):

@@ -50,7 +50,8 @@ def _tail_inline(job: GroveJob) -> bool:
     """Run the node's tail now if its run and node locks are free and the run is small; True when it ran."""
     # The node and its run locked in one statement; SKIP LOCKED on both, so it never waits.
     node = (PipelineNode.objects.select_for_update(no_key=True, skip_locked=True, of=("self", "run"))
-            .select_related("run").filter(pk=job.node_id, status=NodeStatus.AWAITING, current_job_id=job.id).first())
+            .select_related("run").filter(pk=job.node_id, status=NodeStatus.AWAITING, current_job_id=job.id)
+            .order_by().first())  # by pk: the default ordering would sort through the run
     if node is None or node.kind == NodeKind.BUILD_IMAGE:  # reading the pushed image's registry is not cheap
         return False
     run = node.run
