@@ -324,7 +324,7 @@ def add_history(total: int, done: int) -> None:
                 exit_code, outputs, finished_at, queued_at)
             SELECT %s, 'n' || i, 'exec', 'container', '{}', 'sha256:h' || i, i, '[]', 'never', 'trusted', 60, '[]',
                    'succeeded', '', '', 1, '', 'detached', 0, '{}', now(), now()
-            FROM generate_series(%s, %s) AS i""", [run.id, done + 1, total])
+            FROM generate_series(%s::int, %s::int) AS i""", [run.id, done + 1, total])
         cursor.execute("""
             INSERT INTO dispatch_grovejob (id, run_id, node_id, grove_id, change_kind, payload, idempotency_key,
                 attempt, status, reason, outputs, log_tail, created_at, finished_at, deadline_at)

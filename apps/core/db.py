@@ -99,3 +99,62 @@ async def async_pool_close() -> None:
     entry = _async_pools.pop(asyncio.get_running_loop(), None)
     if entry is not None:
         await entry[0].close()
+
+
+def select_columns(model, *, alias: str, exclude: tuple[str, ...] = (), prefix: str = "") -> str:
+    """The SELECT list of ``model``'s concrete columns (less the fields named in ``exclude``), for a hot
+    read written as SQL: ``Model.objects.raw`` maps the columns back to fields (with their converters),
+    and ``prefix`` names a second model's columns in the same row apart.
+
+    The ORM costs about 0.5 ms of CPU to build and compile one lookup here, more than the database takes
+    to answer it; the two reads every Grove report pays (its credential, its job's row lock) are written
+    this way, from the models' own metadata so a new field is never missed. Everything else uses the ORM.
+    """
+    return ", ".join(f'{alias}."{field.column}" AS "{prefix}{field.column}"' for field in model._meta.concrete_fields
+                     if field.name not in exclude)
+
+
+def instance_from_row(model, row, *, prefix: str):
+    """A ``model`` instance from the ``prefix``-named columns of a raw row (``select_columns(prefix=...)``),
+    as the ORM loads one (``from_db``: not new, bound to the default database). For models whose fields
+    need no database converters (no JSON)."""
+    fields = model._meta.concrete_fields
+    return model.from_db("default", [f.attname for f in fields], [getattr(row, f"{prefix}{f.column}") for f in fields])
+
+
+def save_fields(instance, names) -> None:
+    """``instance.save(update_fields=names)`` as one UPDATE by primary key, without the ORM's query
+    building (the same SQL and values: each field's ``pre_save`` and ``get_db_prep_save``). Raises as
+    Django does when no row was updated."""
+    from django.db import DatabaseError, connections
+
+    meta = type(instance)._meta
+    by_name = {**{f.name: f for f in meta.concrete_fields}, **{f.attname: f for f in meta.concrete_fields}}
+    fields = list({by_name[name].attname: by_name[name] for name in names}.values())
+    if not fields:
+        return
+    connection = connections[instance._state.db or "default"]
+    values = [field.get_db_prep_save(field.pre_save(instance, False), connection) for field in fields]
+    quote = connection.ops.quote_name
+    sets = ", ".join(f"{quote(field.column)} = %s" for field in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {quote(meta.db_table)} SET {sets} WHERE {quote(meta.pk.column)} = %s",
+                       [*values, meta.pk.get_db_prep_value(instance.pk, connection)])
+        if cursor.rowcount == 0:
+            raise DatabaseError("Save with update_fields did not affect any rows.")
+
+
+class LeanSave:
+    """Model mixin: ``save(update_fields=...)`` of a stored row, with nothing listening to its save
+    signals, is ``save_fields`` (a quarter of the ORM's CPU). Every state transition saves this way
+    (``Lifecycle.apply``), several per Grove report; any other save, or one with a signal receiver
+    connected for the model, is Django's own."""
+
+    def save(self, *args, update_fields=None, **kwargs):
+        from django.db.models import signals
+
+        if (update_fields is not None and not args and not kwargs and not self._state.adding
+                and self.pk is not None and not signals.pre_save.has_listeners(type(self))
+                and not signals.post_save.has_listeners(type(self))):
+            return save_fields(self, update_fields)
+        return super().save(*args, update_fields=update_fields, **kwargs)

@@ -3,13 +3,14 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
+from apps.core.db import LeanSave
 from apps.dispatch.choices import JobStatus
 from apps.dispatch.states import JOB_LIVE
 
 LIVE_JOB = Q(status__in=sorted(JOB_LIVE))
 
 
-class GroveJob(models.Model):
+class GroveJob(LeanSave, models.Model):
     """A unit of work on one Grove for one attempt of one node. ``build_id`` is nullable: compute runs have none.
 
     ``run_id`` and ``node_id`` name the pipeline run and node the job belongs to; dispatch carries them on

@@ -6,6 +6,7 @@ plain ``FOR UPDATE`` would also block the foreign-key checks other rows' commits
 """
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from datetime import datetime, timedelta
@@ -16,6 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from apps.core.db import select_columns
 from apps.core.errors import Conflict, NotFound
 from apps.dispatch import hooks, rules, wakeups
 from apps.dispatch.models import GroveJob
@@ -73,16 +75,22 @@ def grove_job_create(*, grove: Grove, run_id, node_id: int, change_kind: str, pa
 
 
 def _grove_job(grove: Grove, job_id, *, lock: bool) -> GroveJob:
-    qs = GroveJob.objects.filter(grove=grove)
-    if lock:
-        qs = qs.select_for_update(no_key=True)
     try:
-        job = qs.filter(pk=job_id).first()
-    except (ValueError, TypeError, ValidationError):
+        job_uuid = uuid.UUID(str(job_id))
+    except ValueError:
         job = None
+    else:
+        job = next(iter(GroveJob.objects.raw(_job_sql(lock), [job_uuid, grove.pk])), None)
     if job is None:
         raise NotFound("job_not_found", f"Grove {grove.slug} has no job '{job_id}'.")
     return job
+
+
+@functools.cache
+def _job_sql(lock: bool) -> str:
+    # Every claim and report reads this row: SQL from the model's metadata (apps.core.db.select_columns).
+    return (f"SELECT {select_columns(GroveJob, alias='j')} FROM {GroveJob._meta.db_table} j "
+            f"WHERE j.id = %s AND j.grove_id = %s" + (" FOR NO KEY UPDATE" if lock else ""))
 
 
 @transaction.atomic

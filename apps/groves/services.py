@@ -1,6 +1,7 @@
 """Writes for Groves: enrollment tokens, enrollment, heartbeats, credentials, staleness."""
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from datetime import datetime, timedelta
@@ -11,6 +12,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.text import slugify
 
+from apps.core.db import instance_from_row, select_columns
 from apps.core.errors import Forbidden, Gone, NotAuthenticated, ValidationFailed
 from apps.groves import hooks, rules, secrets
 from apps.groves.choices import CapabilityKind, Role, Substrate
@@ -134,14 +136,24 @@ def grove_authenticate(*, presented: str) -> GroveCredential:
     parts = secrets.split(presented, secrets.CREDENTIAL_PREFIX)
     credential = None
     if parts:
-        # The reported capacity and log tail can be large and no wire view needs them from here.
-        credential = (GroveCredential.objects.select_related("grove").defer("grove__capacity", "grove__log_tail")
-                      .filter(key_id=parts[0]).first())
+        grove = next(iter(Grove.objects.raw(_credential_sql(), [parts[0]])), None)
+        credential = None if grove is None else instance_from_row(GroveCredential, grove, prefix="c_")
+        if credential is not None:
+            credential.grove = grove
     if credential is None or not secrets.matches(parts[1], credential.secret_hash):
         raise NotAuthenticated("credential_unknown", "This Grove credential is not known to Host.")
     if credential.revoked_at is not None:
         raise NotAuthenticated("credential_revoked", "This Grove credential was revoked; enroll again.")
     return credential
+
+
+@functools.cache
+def _credential_sql() -> str:
+    # Every Grove call reads this row: SQL from the models' metadata (apps.core.db.select_columns). The
+    # reported capacity and log tail can be large and no wire view needs them from here (deferred).
+    return (f"SELECT {select_columns(Grove, alias='g', exclude=('capacity', 'log_tail'))}, "
+            f"{select_columns(GroveCredential, alias='c', prefix='c_')} FROM {GroveCredential._meta.db_table} c "
+            f"JOIN {Grove._meta.db_table} g ON g.id = c.grove_id WHERE c.key_id = %s")
 
 
 def grove_credential_revoke(*, credential: GroveCredential, reason: str = "") -> None:

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from apps.core.db import LeanSave
 from apps.pipelines.choices import (
     NodeKind,
     NodeRuntime,
@@ -28,7 +29,7 @@ class PipelineGraph(models.Model):
         return self.digest[:19]
 
 
-class PipelineRun(models.Model):
+class PipelineRun(LeanSave, models.Model):
     """One attempt to execute a graph. Its id travels through every job payload and idempotency key."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -53,7 +54,7 @@ class PipelineRun(models.Model):
         return f"run {self.id}"
 
 
-class PipelineNode(models.Model):
+class PipelineNode(LeanSave, models.Model):
     """One node of one run. Two runs of the same graph never share node rows."""
 
     run = models.ForeignKey(PipelineRun, on_delete=models.CASCADE, related_name="nodes")

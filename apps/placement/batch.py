@@ -669,7 +669,7 @@ def _insert(plans: list[_Plan], now) -> tuple[set[int], dict[int, int]]:
     plans = sorted(plans, key=lambda plan: (plan.item.subject_type, str(plan.item.subject_id).strip()))
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT nextval(pg_get_serial_sequence('{table}', 'id')) FROM generate_series(1, %s)",
+            cursor.execute(f"SELECT nextval(pg_get_serial_sequence('{table}', 'id')) FROM generate_series(1, %s::int)",
                            [len(plans)])
             ids = [row[0] for row in cursor.fetchall()]
         rows = _rows(plans, ids, now)

@@ -1,0 +1,110 @@
+"""The hot-path reads and writes of apps/core/db.py (SQL from the models' metadata instead of the ORM's
+query building) give what the ORM gives, on real PostgreSQL."""
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import DatabaseError, connection
+from django.db.models import signals
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from apps.core.db import instance_from_row, save_fields, select_columns
+from apps.dispatch import services as dispatch
+from apps.dispatch.models import GroveJob
+from apps.groves import services as grove_services
+from apps.groves.models import Grove, GroveCredential
+
+pytestmark = pytest.mark.django_db
+
+
+def _job(grove) -> GroveJob:
+    return dispatch.grove_job_create(grove=grove, run_id=uuid.uuid4(), node_id=7, change_kind="native.job",
+                                     payload={"node": "n", "timeout_s": 60, "nested": {"a": [1, 2]}},
+                                     idempotency_key=f"hot:{uuid.uuid4()}", attempt=1)
+
+
+def _fields(instance, model) -> dict:
+    return {f.attname: getattr(instance, f.attname) for f in model._meta.concrete_fields}
+
+
+def test_the_credential_read_loads_what_the_orm_loads(fresh_grove):
+    grove, presented = fresh_grove()
+    credential = grove_services.grove_authenticate(presented=presented)
+    orm = GroveCredential.objects.select_related("grove").get(pk=credential.pk)
+    assert _fields(credential, GroveCredential) == _fields(orm, GroveCredential)
+    assert not credential._state.adding and credential._state.db == "default"
+    with CaptureQueriesContext(connection) as queries:  # the Grove came in the same row
+        assert credential.grove.pk == grove.pk and credential.grove.roles == orm.grove.roles
+    assert len(queries) == 0
+    assert credential.grove.capacity == orm.grove.capacity  # deferred: loaded when asked for
+    grove_services.grove_credential_revoke(credential=credential, reason="test")  # a loaded row saves
+    assert GroveCredential.objects.get(pk=credential.pk).revoked_at is not None
+
+
+def test_the_job_read_loads_what_the_orm_loads_and_refuses_what_it_refused(fresh_grove):
+    grove, _ = fresh_grove()
+    other, _ = fresh_grove(name="other")
+    job = _job(grove)
+    loaded = dispatch._grove_job(grove, str(job.pk), lock=False)
+    assert _fields(loaded, GroveJob) == _fields(GroveJob.objects.get(pk=job.pk), GroveJob)
+    assert loaded.payload["nested"] == {"a": [1, 2]}  # JSON through the field's converter
+    for bad in ("not-a-uuid", uuid.uuid4(), None):
+        with pytest.raises(Exception) as refused:
+            dispatch._grove_job(grove, bad, lock=True)
+        assert refused.value.code == "job_not_found"
+    with pytest.raises(Exception) as refused:  # another Grove's job
+        dispatch._grove_job(other, job.pk, lock=False)
+    assert refused.value.code == "job_not_found"
+
+
+def test_save_fields_writes_what_save_update_fields_writes(fresh_grove):
+    grove, _ = fresh_grove()
+    fast, slow = _job(grove), _job(grove)
+    now = timezone.now()
+    for job in (fast, slow):
+        job.outputs, job.exit_code, job.finished_at, job.log_tail = {"k": ["v", 1]}, None, now, ["a", "b"]
+        job.build_id = None
+    save_fields(fast, ["outputs", "exit_code", "finished_at", "log_tail", "build_id", "grove_id"])
+    GroveJob.save(slow, update_fields=["outputs", "exit_code", "finished_at", "log_tail", "build_id", "grove_id"])
+    keep = {"outputs", "exit_code", "finished_at", "log_tail", "build_id", "grove_id"}
+    fast_row, slow_row = GroveJob.objects.get(pk=fast.pk), GroveJob.objects.get(pk=slow.pk)
+    assert {k: v for k, v in _fields(fast_row, GroveJob).items() if k in keep} == \
+        {k: v for k, v in _fields(slow_row, GroveJob).items() if k in keep}
+    gone = GroveJob(pk=uuid.uuid4(), grove=grove)
+    gone._state.adding = False
+    with pytest.raises(DatabaseError, match="did not affect any rows"):
+        save_fields(gone, ["reason"])
+
+
+def test_lean_save_steps_aside_for_signal_receivers_and_new_rows(fresh_grove):
+    grove, _ = fresh_grove()
+    job = _job(grove)
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(kwargs.get("update_fields"))
+
+    signals.post_save.connect(receiver, sender=GroveJob)
+    try:
+        job.deadline_at = timezone.now() + timedelta(hours=1)
+        job.save(update_fields=["deadline_at"])
+    finally:
+        signals.post_save.disconnect(receiver, sender=GroveJob)
+    assert seen == [frozenset({"deadline_at"})]  # Django's own save ran, signals and all
+    job.reason = "lean"
+    job.save(update_fields=["reason"])  # nothing listening: the lean UPDATE
+    assert GroveJob.objects.get(pk=job.pk).reason == "lean" and seen == [frozenset({"deadline_at"})]
+
+
+def test_instance_from_row_reads_prefixed_columns(fresh_grove):
+    grove, _ = fresh_grove()
+    sql = (f"SELECT {select_columns(Grove, alias='g', exclude=('capacity', 'log_tail'))}, "
+           f"{select_columns(GroveCredential, alias='c', prefix='x_')} FROM groves_grovecredential c "
+           "JOIN groves_grove g ON g.id = c.grove_id WHERE c.grove_id = %s")
+    row = next(iter(Grove.objects.raw(sql, [grove.pk])))
+    credential = instance_from_row(GroveCredential, row, prefix="x_")
+    assert _fields(credential, GroveCredential) == _fields(GroveCredential.objects.get(grove=grove), GroveCredential)
+    assert set(row.get_deferred_fields()) == {"capacity", "log_tail"}
