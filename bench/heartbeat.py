@@ -13,7 +13,15 @@ not lock contention on a few rows. Workloads:
 
 * *steady*: capacity unchanged since the last report (the common case);
 * *free*: only free counts differ (a busy Grove: one unit's free CPU changes on every beat);
-* *changing*: the inventory differs (units, inventory, capabilities and history are rewritten).
+* *changing*: the inventory differs (units, inventory, capabilities and history are rewritten);
+* *stamped*: steady bodies, but every beat is past the touch window (``forest.grove_liveness_touch_s``
+  set to 0 for the run), so each one also stamps ``updated_at`` (an indexed column: not HOT). A real
+  Grove beating every I seconds stamps one beat in W/I (W the window, 30 s: one in three at 10 s);
+  *steady* is the other beats.
+
+Before each measured run every Grove's liveness is stamped once (one UPDATE of all rows, then VACUUM),
+as a live fleet's would be: otherwise at 10,000 Groves, where a few seconds give each Grove only one or
+two beats, the run would measure the first beat past the window of every Grove, i.e. *stamped*.
 
 Floors, same run, same concurrency: *bare UPDATE* (a single-row ``UPDATE ... WHERE id = $1`` through
 psycopg from one asyncio process) and *empty HTTP* (``bench/empty_asgi.py``, a bare ASGI app under the
@@ -101,6 +109,7 @@ WORKLOADS = {
     "steady": [body()],
     "free": [body(jitter=j) for j in range(1, 8)],
     "changing": [body(extra_gpu=bool(j % 2), jitter=0) for j in range(2)],
+    "stamped": [body()],
 }
 
 
@@ -142,7 +151,7 @@ def make_groves(count: int) -> list[tuple[str, str]]:
     sample = grove_heartbeat_record(grove=sample, body=body())
     copied = {f.attname: getattr(sample, f.attname) for f in Grove._meta.concrete_fields
               if f.attname in {"capacity", "capacity_digest", "free_digest", "change_kinds", "isolation_modes",
-                               "last_heartbeat_at", "capacity_reported_at"}}
+                               "version", "log_tail", "last_heartbeat_at", "capacity_reported_at"}}
     Grove.objects.exclude(pk=sample.pk).update(**copied)
     from apps.groves.models import PlacementUnit
 
@@ -161,6 +170,25 @@ def vacuum() -> None:
 
     with psycopg.connect(DB_URL, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE groves_grove, groves_grovecredential, groves_placementunit")
+
+
+def restamp() -> None:
+    """Every Grove's liveness stamped now (what a live fleet's last beats did): the measured beats fall
+    within the touch window unless the workload says otherwise."""
+    import psycopg
+
+    with psycopg.connect(DB_URL, autocommit=True) as conn:
+        conn.execute("UPDATE groves_grove SET last_heartbeat_at = now()")  # the touch trigger stamps each
+
+
+def set_touch_window(seconds: int | None) -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        if seconds is None:
+            conn.execute(f"ALTER DATABASE {DB_NAME} RESET forest.grove_liveness_touch_s")
+        else:
+            conn.execute(f"ALTER DATABASE {DB_NAME} SET forest.grove_liveness_touch_s = '{seconds}'")
 
 
 def hot_counters() -> tuple[int, int]:
@@ -321,7 +349,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32, help="at most; min(this, N) is used")
     parser.add_argument("--server", choices=["uvicorn", "gunicorn"], default="uvicorn")
     parser.add_argument("--workers", type=int, default=2, help="server worker processes (2 cores)")
-    parser.add_argument("--workloads", default="steady,free,changing")
+    parser.add_argument("--workloads", default="steady,stamped,free,changing")
     parser.add_argument("--longpoll", type=int, default=10000, help="long-polls held at once (0: skip)")
     args = parser.parse_args()
     if WRK is None:
@@ -341,10 +369,21 @@ def main() -> None:
             random.Random(size).shuffle(groves)
             concurrency = min(args.concurrency, size)
             for label in args.workloads.split(","):
+                restamp()
                 vacuum()
+                if label == "stamped":  # the setting is read when a connection starts: a fresh server
+                    set_touch_window(0)
+                    stop(server)
+                    server, url = start_server(args.server, "forest_host.asgi:application", args.workers)
                 print(f"N={size}: {label} heartbeats for {args.seconds}s, concurrency {concurrency} ...", flush=True)
                 upd, hot = hot_counters()
-                ours = run_wrk(url, groves, WORKLOADS[label], concurrency, args.seconds, work, server)
+                try:
+                    ours = run_wrk(url, groves, WORKLOADS[label], concurrency, args.seconds, work, server)
+                finally:
+                    if label == "stamped":
+                        set_touch_window(None)
+                        stop(server)
+                        server, url = start_server(args.server, "forest_host.asgi:application", args.workers)
                 upd2, hot2 = hot_counters()
                 floor = asyncio.run(run_floor(groves, concurrency, args.seconds))
                 http = run_wrk(empty_url, groves, WORKLOADS[label], concurrency, args.seconds, work)

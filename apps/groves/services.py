@@ -208,9 +208,12 @@ WITH input AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(grove uuid, key_id text, secret_hash text,
         at timestamptz, version text, log_tail jsonb, shape text, free text, capacity jsonb, units jsonb)
 ), authed AS (
-    SELECT i.* FROM input i WHERE i.key_id IS NULL OR EXISTS (
-        SELECT 1 FROM groves_grovecredential c WHERE c.grove_id = i.grove AND c.key_id = i.key_id
-            AND c.secret_hash = i.secret_hash AND c.revoked_at IS NULL)
+    -- One unique-index lookup per row (OFFSET 0 keeps it a per-row lookup: as an EXISTS, PostgreSQL
+    -- turns the check into a hash of every credential, a scan of the whole table per batch).
+    SELECT i.* FROM input i LEFT JOIN LATERAL (
+        SELECT c.grove_id, c.secret_hash FROM groves_grovecredential c
+        WHERE c.key_id = i.key_id AND c.revoked_at IS NULL OFFSET 0) c ON true
+    WHERE i.key_id IS NULL OR (c.grove_id = i.grove AND c.secret_hash = i.secret_hash)
 ), live AS (
     UPDATE groves_grove g SET last_heartbeat_at = a.at, version = a.version, stale_since = NULL,
                               log_tail = COALESCE(a.log_tail, g.log_tail)
