@@ -110,7 +110,10 @@ TEMPLATES = [
 # DATABASE_POOL=0 falls back to Django's per-thread connections (CONN_MAX_AGE, health check per request).
 DATABASE_POOL = env_bool("DATABASE_POOL", True)
 DATABASE_POOL_MIN_SIZE = int(os.environ.get("DATABASE_POOL_MIN_SIZE", "1"))
-DATABASE_POOL_MAX_SIZE = int(os.environ.get("DATABASE_POOL_MAX_SIZE", "6"))
+# 10: the lean routes' executor threads (claims, reports, changes reads: min(32, cores + 4)) and Django's
+# own request threads share it, so neither can take every connection (at 6 the HA bench's bursts of
+# claims starved Django's requests for the 10 s pool timeout).
+DATABASE_POOL_MAX_SIZE = int(os.environ.get("DATABASE_POOL_MAX_SIZE", "10"))
 DATABASE_POOL_TIMEOUT_S = float(os.environ.get("DATABASE_POOL_TIMEOUT_S", "10"))
 # Connections of the lean wire routes' async pool (apps/dispatch/api/lean.py), per web process.
 DATABASE_POOL_ASYNC_SIZE = int(os.environ.get("DATABASE_POOL_ASYNC_SIZE", "4"))

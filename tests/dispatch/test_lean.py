@@ -221,7 +221,8 @@ def test_claim_and_report_are_served_lean_with_the_bytes_django_sends(fresh_grov
     ("other grove", 403, "grove_mismatch"),
     ("bad state", 400, "invalid_choice"),
 ])
-def test_claim_and_report_refusals_are_djangos_and_write_nothing(fresh_grove, case, status, code):
+def test_claim_and_report_refusals_write_nothing_and_answer_as_django_does(fresh_grove, settings, case, status,
+                                                                            code):
     grove, credential = fresh_grove()
     job = _job(grove, 1)
     call, body, job_id = "report", {"state": "succeeded", "exit_code": 0}, job.id
@@ -235,13 +236,20 @@ def test_claim_and_report_refusals_are_djangos_and_write_nothing(fresh_grove, ca
     elif case == "bad state":
         assert post(f"{V1}/groves/{grove.id}/jobs/{job.id}/claim", credential=credential, body={}).status_code == 200
         body = {"state": "exploded"}
-    before = served(call, "django")
+    before = served(call, "django"), served(call, "refused")
     status_before = type(job).objects.get(pk=job.pk).status
     response = post(f"{V1}/groves/{grove.id}/jobs/{job_id}/{call}", credential=credential, body=body)
     assert response.status_code == status, response.text
     assert response.json()["code"] == code
-    assert served(call, "django") == before + 1
+    # A service's refusal is answered by the lean route; a refused credential is Django's.
+    django_answers = case == "other grove"
+    assert (served(call, "django"), served(call, "refused")) == (before[0] + django_answers,
+                                                                  before[1] + (not django_answers))
     assert type(job).objects.get(pk=job.pk).status == status_before
+    # The same body and status as Django's own answer.
+    settings.FOREST_LEAN_WIRE = False
+    again = post(f"{V1}/groves/{grove.id}/jobs/{job_id}/{call}", credential=credential, body=body)
+    assert (again.status_code, again.json()) == (response.status_code, response.json())
 
 
 @pytest.mark.parametrize(("case", "status", "code"), [

@@ -17,11 +17,12 @@ for its whole wait), URL resolution, DRF's negotiation and a pooled-connection r
   ``wire.changes_answer`` as the Django view; every refusal is handed to Django for its error body.
 * **claim, report**: the same services (``grove_job_claim``, ``grove_job_report``: auth, the job's row
   lock, the transition, the inline tail, all in their transaction) on the shared executor, so reports
-  overlap their database waits instead of queueing for the one thread Django gives sync views, and pay
-  no middleware, URL resolution or DRF negotiation. A service that refuses (any ``ForestError``: a bad
-  credential, an unknown job, a conflict) has rolled its transaction back, and the request is handed
-  to Django, which runs it again and answers with its codes; so does anything unusual about the request
-  itself, as for the heartbeat.
+  overlap their database waits, and pay no middleware, URL resolution or DRF negotiation. A service's
+  refusal (``ForestError``: an unknown job, a conflict, a bad body) rolled its transaction back and is
+  answered here with the body Django's exception handler gives it (a claim lost to another claimer is
+  common: running it twice would double the cost of every lost race); a refused credential (its 401
+  carries a challenge header and hints) and anything unusual about the request are handed to Django, as
+  for the heartbeat.
 
 Responses carry the headers Django's security middleware would add. ``FOREST_LEAN_WIRE=0`` turns the
 routes off (everything goes to Django), as does a database other than PostgreSQL.
@@ -211,6 +212,9 @@ class LeanWire:
             try:
                 answer = await sync_to_async(released(_job_call), thread_sensitive=False)(
                     call, presented, grove_id, job_id, parsed)
+            except ForestError as refused:  # rolled back: the body Django's exception handler gives it
+                LEAN.labels(call, "refused").inc()
+                return await _send_json(send, refused.status, refused.as_dict())
             except Exception:  # Django answers it (with its error shape), and logs what it meets
                 log.exception("lean %s failed; Django takes it", call)
                 answer = None
@@ -311,17 +315,19 @@ _DJANGO = object()  # "hand this request to Django"
 
 
 def _job_call(call: str, presented: str, grove_id: str, job_id: str, body) -> dict | None:
-    """A claim or report as its Django view answers it, or None: Django answers (a refusal rolled back)."""
+    """A claim or report as its Django view answers it; None when Django must answer (a credential it
+    refuses, with its challenge header and hints); a service's refusal (``ForestError``, its transaction
+    rolled back) is raised for the caller to answer."""
     try:
         grove = _authenticated(presented, grove_id)
-        if grove is None:
-            return None
-        with pinned_snapshot(deferred=True):  # as FlagSnapshotMiddleware gives each Django request
-            if call == "claim":
-                return {"job": selectors.job_wire(services.grove_job_claim(grove=grove, job_id=job_id))}
-            return services.grove_job_report(grove=grove, job_id=job_id, body=body)
     except ForestError:
         return None
+    if grove is None:
+        return None
+    with pinned_snapshot(deferred=True):  # as FlagSnapshotMiddleware gives each Django request
+        if call == "claim":
+            return {"job": selectors.job_wire(services.grove_job_claim(grove=grove, job_id=job_id))}
+        return services.grove_job_report(grove=grove, job_id=job_id, body=body)
 
 
 def _authenticated(presented: str, grove_id: str):
