@@ -210,6 +210,12 @@ def test_claim_and_report_are_served_lean_with_the_bytes_django_sends(fresh_grov
         job.refresh_from_db()
         assert job.status == "succeeded" and job.log_tail == ["go"] and job.exit_code == 0
     answers[False][0] = answers[False][0].replace(b'"node":"n2"', b'"node":"n1"').replace(b"lean:2", b"lean:1")
+    settings.FOREST_LEAN_WIRE = True
+    bodyless = _job(grove, 3)  # a claim takes no body: one sent without any is served too
+    before = served("claim", "served")
+    response = post(f"{V1}/groves/{grove.id}/jobs/{bodyless.id}/claim", credential=credential, content=b"",
+                    content_type="")
+    assert response.status_code == 200 and served("claim", "served") == before + 1
     assert answers[True] == answers[False]
     assert json.loads(answers[True][3]) == {"job_id": "JOB", "status": "succeeded", "accepted": False}
 

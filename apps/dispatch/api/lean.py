@@ -151,9 +151,10 @@ class LeanWire:
         return await self.app(scope, receive, send)
 
     @staticmethod
-    async def _json_body(scope, receive) -> tuple[list[dict], object]:
+    async def _json_body(scope, receive, *, empty_ok: bool = False) -> tuple[list[dict], object]:
         """The messages read (for a hand-over to Django) and the parsed JSON body, or ``_DJANGO`` when the
-        request is anything but a plain, complete, small-enough JSON call with a bearer credential."""
+        request is anything but a plain, complete, small-enough JSON call with a bearer credential
+        (``empty_ok``: a call that takes no body may also come without one, and without a content type)."""
         messages, body, limit = [], bytearray(), settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         while True:
             message = await receive()
@@ -165,6 +166,8 @@ class LeanWire:
                 break
         content_type = (_header(scope, b"content-type") or b"").split(b";")[0].strip().lower()
         complete = messages[-1]["type"] == "http.request" and not messages[-1].get("more_body", False)
+        if empty_ok and complete and not body and _plain_enough(scope):
+            return messages, None
         if not (complete and len(body) <= limit and content_type == b"application/json" and _plain_enough(scope)):
             return messages, _DJANGO
         try:  # the one body reader (depth, NUL, huge numbers): a refusal is Django's to answer
@@ -206,7 +209,7 @@ class LeanWire:
 
 
     async def job_call(self, call: str, grove_id: str, job_id: str, scope, receive, send) -> None:
-        messages, parsed = await self._json_body(scope, receive)
+        messages, parsed = await self._json_body(scope, receive, empty_ok=call == "claim")
         presented = _bearer(scope)
         if presented is not None and parsed is not _DJANGO:
             try:
