@@ -110,10 +110,14 @@ TEMPLATES = [
 # DATABASE_POOL=0 falls back to Django's per-thread connections (CONN_MAX_AGE, health check per request).
 DATABASE_POOL = env_bool("DATABASE_POOL", True)
 DATABASE_POOL_MIN_SIZE = int(os.environ.get("DATABASE_POOL_MIN_SIZE", "1"))
-# 10: the lean routes' executor threads (claims, reports, changes reads: min(32, cores + 4)) and Django's
-# own request threads share it, so neither can take every connection (at 6 the HA bench's bursts of
-# claims starved Django's requests for the 10 s pool timeout).
-DATABASE_POOL_MAX_SIZE = int(os.environ.get("DATABASE_POOL_MAX_SIZE", "10"))
+# 16: the lean routes' threads (FOREST_LEAN_JOB_THREADS for claims and reports, the event loop's executor
+# for changes reads: min(32, cores + 4)) and Django's own request threads share it, so none of them can
+# take every connection (at 6 the HA bench's bursts of claims starved Django's requests for the 10 s
+# pool timeout).
+DATABASE_POOL_MAX_SIZE = int(os.environ.get("DATABASE_POOL_MAX_SIZE", "16"))
+# Threads per web process for lean claims and reports (apps/dispatch/api/lean.py); each borrows a pooled
+# connection, and one waiting on a job's row lock holds its thread.
+FOREST_LEAN_JOB_THREADS = int(os.environ.get("FOREST_LEAN_JOB_THREADS", "8"))
 DATABASE_POOL_TIMEOUT_S = float(os.environ.get("DATABASE_POOL_TIMEOUT_S", "10"))
 # Connections of the lean wire routes' async pool (apps/dispatch/api/lean.py), per web process.
 DATABASE_POOL_ASYNC_SIZE = int(os.environ.get("DATABASE_POOL_ASYNC_SIZE", "4"))

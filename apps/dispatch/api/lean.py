@@ -31,11 +31,13 @@ Counted in ``forest_wire_lean_total{route,outcome}``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
 import uuid
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -213,8 +215,8 @@ class LeanWire:
         presented = _bearer(scope)
         if presented is not None and parsed is not _DJANGO:
             try:
-                answer = await sync_to_async(released(_job_call), thread_sensitive=False)(
-                    call, presented, grove_id, job_id, parsed)
+                answer = await sync_to_async(released(_job_call), thread_sensitive=False,
+                                             executor=_job_executor())(call, presented, grove_id, job_id, parsed)
             except ForestError as refused:  # rolled back: the body Django's exception handler gives it
                 LEAN.labels(call, "refused").inc()
                 return await _send_json(send, refused.status, refused.as_dict())
@@ -315,6 +317,14 @@ class HeartbeatBatch:
 
 
 _DJANGO = object()  # "hand this request to Django"
+
+
+@functools.cache
+def _job_executor() -> ThreadPoolExecutor:
+    """Claims and reports run on their own threads: a report waiting on its job's row lock (a repeated
+    report, a racing claim) holds a thread, and must not hold one the ``changes`` reads need. Sized below
+    the Django pool (``DATABASE_POOL_MAX_SIZE``), which every thread here borrows from."""
+    return ThreadPoolExecutor(max_workers=settings.FOREST_LEAN_JOB_THREADS, thread_name_prefix="lean-job")
 
 
 def _job_call(call: str, presented: str, grove_id: str, job_id: str, body) -> dict | None:
