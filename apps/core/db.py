@@ -116,10 +116,17 @@ def select_columns(model, *, alias: str, exclude: tuple[str, ...] = (), prefix: 
 
 def instance_from_row(model, row, *, prefix: str):
     """A ``model`` instance from the ``prefix``-named columns of a raw row (``select_columns(prefix=...)``),
-    as the ORM loads one (``from_db``: not new, bound to the default database). For models whose fields
-    need no database converters (no JSON)."""
-    fields = model._meta.concrete_fields
-    return model.from_db("default", [f.attname for f in fields], [getattr(row, f"{prefix}{f.column}") for f in fields])
+    as the ORM loads one: each value through its field's database converters (JSON, and on SQLite UUIDs
+    and datetimes), then ``from_db`` (not new, bound to the default database)."""
+    from django.db import connection
+
+    fields, values = model._meta.concrete_fields, []
+    for field in fields:
+        value, column = getattr(row, f"{prefix}{field.column}"), field.get_col(model._meta.db_table)
+        for convert in [*connection.ops.get_db_converters(column), *field.get_db_converters(connection)]:
+            value = convert(value, column, connection)
+        values.append(value)
+    return model.from_db("default", [f.attname for f in fields], values)
 
 
 def save_fields(instance, names) -> None:
@@ -158,3 +165,29 @@ class LeanSave:
                 and not signals.post_save.has_listeners(type(self))):
             return save_fields(self, update_fields)
         return super().save(*args, update_fields=update_fields, **kwargs)
+
+
+def lock_clause(*, of: tuple[str, ...] = (), skip_locked: bool = False) -> str:
+    """The row-lock clause of a hot read written as SQL, as ``select_for_update(no_key=True, ...)`` would
+    write it on this database: ``FOR NO KEY UPDATE [OF ...] [SKIP LOCKED]`` on PostgreSQL, nothing on the
+    embedded SQLite (which locks the whole database per write transaction, as Django does there)."""
+    from django.db import connection
+
+    features = connection.features
+    if not features.has_select_for_update:
+        return ""
+    clause = " FOR NO KEY UPDATE" if features.has_select_for_no_key_update else " FOR UPDATE"
+    if of and features.has_select_for_update_of:
+        clause += " OF " + ", ".join(of)
+    if skip_locked and features.has_select_for_update_skip_locked:
+        clause += " SKIP LOCKED"
+    return clause
+
+
+def db_params(model, **values) -> list:
+    """Parameters for a hot read written as SQL, in keyword order, each as ``model``'s field (named by its
+    attname) writes it for this database (a UUID is 32 hex characters on SQLite, a uuid on PostgreSQL)."""
+    from django.db import connection
+
+    fields = {field.attname: field for field in model._meta.concrete_fields}
+    return [fields[name].get_db_prep_value(value, connection) for name, value in values.items()]

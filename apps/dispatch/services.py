@@ -14,10 +14,10 @@ from functools import partial
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.core.db import select_columns
+from apps.core.db import db_params, lock_clause, select_columns
 from apps.core.errors import Conflict, NotFound
 from apps.dispatch import hooks, rules, wakeups
 from apps.dispatch.models import GroveJob
@@ -80,17 +80,22 @@ def _grove_job(grove: Grove, job_id, *, lock: bool) -> GroveJob:
     except ValueError:
         job = None
     else:
-        job = next(iter(GroveJob.objects.raw(_job_sql(lock), [job_uuid, grove.pk])), None)
+        params = db_params(GroveJob, id=job_uuid, grove_id=grove.pk)
+        job = next(iter(GroveJob.objects.raw(_job_sql(lock), params)), None)
     if job is None:
         raise NotFound("job_not_found", f"Grove {grove.slug} has no job '{job_id}'.")
     return job
 
 
-@functools.cache
 def _job_sql(lock: bool) -> str:
+    return _job_sql_for(lock, connection.vendor)
+
+
+@functools.cache
+def _job_sql_for(lock: bool, vendor: str) -> str:
     # Every claim and report reads this row: SQL from the model's metadata (apps.core.db.select_columns).
     return (f"SELECT {select_columns(GroveJob, alias='j')} FROM {GroveJob._meta.db_table} j "
-            f"WHERE j.id = %s AND j.grove_id = %s" + (" FOR NO KEY UPDATE" if lock else ""))
+            f"WHERE j.id = %s AND j.grove_id = %s" + (lock_clause() if lock else ""))
 
 
 @transaction.atomic

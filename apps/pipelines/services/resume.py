@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from apps.artifacts import services as artifact_services
 from apps.artifacts.vocabulary import CheckVerdict
-from apps.core.db import instance_from_row, select_columns
+from apps.core.db import db_params, instance_from_row, lock_clause, select_columns
 from apps.dispatch import hooks
 from apps.dispatch.hooks import JobEnded
 from apps.dispatch.models import GroveJob
@@ -54,7 +54,8 @@ def _tail_inline(job: GroveJob) -> bool:
     # nodes (and the run, in the same rows) read after the locks, as SQL from the models' metadata: this
     # runs in every terminal report (apps.core.db.select_columns says why).
     with connection.cursor() as cursor:
-        cursor.execute(_LOCK_SQL, [job.node_id, NodeStatus.AWAITING, job.id])
+        cursor.execute(_lock_sql(connection.vendor), db_params(PipelineNode, id=job.node_id, status=NodeStatus.AWAITING,
+                                                                 current_job_id=job.id))
         locked = cursor.fetchone()
     if locked is None:
         return False
@@ -72,9 +73,11 @@ def _tail_inline(job: GroveJob) -> bool:
     return True
 
 
-_LOCK_SQL = (f"SELECT n.run_id FROM {PipelineNode._meta.db_table} n JOIN {PipelineRun._meta.db_table} r "
-             "ON r.id = n.run_id WHERE n.id = %s AND n.status = %s AND n.current_job_id = %s "
-             "FOR NO KEY UPDATE OF n, r SKIP LOCKED")
+@functools.cache
+def _lock_sql(vendor: str) -> str:
+    return (f"SELECT n.run_id FROM {PipelineNode._meta.db_table} n JOIN {PipelineRun._meta.db_table} r "
+            "ON r.id = n.run_id WHERE n.id = %s AND n.status = %s AND n.current_job_id = %s"
+            + lock_clause(of=("n", "r"), skip_locked=True))
 
 
 @functools.cache
