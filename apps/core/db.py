@@ -107,8 +107,9 @@ def select_columns(model, *, alias: str, exclude: tuple[str, ...] = (), prefix: 
     and ``prefix`` names a second model's columns in the same row apart.
 
     The ORM costs about 0.5 ms of CPU to build and compile one lookup here, more than the database takes
-    to answer it; the two reads every Grove report pays (its credential, its job's row lock) are written
-    this way, from the models' own metadata so a new field is never missed. Everything else uses the ORM.
+    to answer it; the reads every Grove report pays (its credential with its Grove, its job's row lock,
+    the run's nodes for the inline tail) are written this way, from the models' own metadata so a new
+    field is never missed. Everything else uses the ORM.
     """
     return ", ".join(f'{alias}."{field.column}" AS "{prefix}{field.column}"' for field in model._meta.concrete_fields
                      if field.name not in exclude)

@@ -16,8 +16,9 @@ for its whole wait), URL resolution, DRF's negotiation and a pooled-connection r
 * **changes**: authenticated on the shared executor (no per-request thread), then the same
   ``wire.changes_answer`` as the Django view; every refusal is handed to Django for its error body.
 * **claim, report**: the same services (``grove_job_claim``, ``grove_job_report``: auth, the job's row
-  lock, the transition, the inline tail, all in their transaction) on the shared executor, so reports
-  overlap their database waits, and pay no middleware, URL resolution or DRF negotiation. A service's
+  lock, the transition, the inline tail, all in their transaction) on their own threads
+  (``FOREST_LEAN_JOB_THREADS``), so reports overlap their database waits, and pay no middleware, URL
+  resolution or DRF negotiation. A service's
   refusal (``ForestError``: an unknown job, a conflict, a bad body) rolled its transaction back and is
   answered here with the body Django's exception handler gives it (a claim lost to another claimer is
   common: running it twice would double the cost of every lost race); a refused credential (its 401
@@ -303,8 +304,7 @@ class HeartbeatBatch:
             for _, future in self.queue:  # only after a cancellation: nothing may wait forever
                 if not future.done():
                     future.set_result(False)
-            if self.queue:
-                self.queue = []
+            self.queue = []
 
     @staticmethod
     async def _run(rows: list[dict]) -> dict[str, bool]:
