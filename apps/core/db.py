@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import time
 import weakref
@@ -137,7 +138,7 @@ def save_fields(instance, names) -> None:
     from django.db import DatabaseError, connections
 
     meta = type(instance)._meta
-    by_name = {**{f.name: f for f in meta.concrete_fields}, **{f.attname: f for f in meta.concrete_fields}}
+    by_name = _fields_by_name(type(instance))
     fields = list({by_name[name].attname: by_name[name] for name in names}.values())
     if not fields:
         return
@@ -190,5 +191,12 @@ def db_params(model, **values) -> list:
     attname) writes it for this database (a UUID is 32 hex characters on SQLite, a uuid on PostgreSQL)."""
     from django.db import connection
 
-    fields = {field.attname: field for field in model._meta.concrete_fields}
+    fields = _fields_by_name(model)
     return [fields[name].get_db_prep_value(value, connection) for name, value in values.items()]
+
+
+@functools.cache
+def _fields_by_name(model) -> dict:
+    """``model``'s concrete fields by name and by attname (``grove`` and ``grove_id`` alike)."""
+    fields = model._meta.concrete_fields
+    return {**{f.name: f for f in fields}, **{f.attname: f for f in fields}}

@@ -81,18 +81,14 @@ def _grove_job(grove: Grove, job_id, *, lock: bool) -> GroveJob:
         job = None
     else:
         params = db_params(GroveJob, id=job_uuid, grove_id=grove.pk)
-        job = next(iter(GroveJob.objects.raw(_job_sql(lock), params)), None)
+        job = next(iter(GroveJob.objects.raw(_job_sql(lock, connection.vendor), params)), None)
     if job is None:
         raise NotFound("job_not_found", f"Grove {grove.slug} has no job '{job_id}'.")
     return job
 
 
-def _job_sql(lock: bool) -> str:
-    return _job_sql_for(lock, connection.vendor)
-
-
 @functools.cache
-def _job_sql_for(lock: bool, vendor: str) -> str:
+def _job_sql(lock: bool, vendor: str) -> str:
     # Every claim and report reads this row: SQL from the model's metadata (apps.core.db.select_columns).
     return (f"SELECT {select_columns(GroveJob, alias='j')} FROM {GroveJob._meta.db_table} j "
             f"WHERE j.id = %s AND j.grove_id = %s" + (lock_clause() if lock else ""))

@@ -225,6 +225,7 @@ def test_claim_and_report_are_served_lean_with_the_bytes_django_sends(fresh_grov
     ("report before claim", 409, "job_not_claimed"),
     ("unknown job", 404, "job_not_found"),
     ("other grove", 403, "grove_mismatch"),
+    ("unknown credential", 401, "credential_unknown"),
     ("bad state", 400, "invalid_choice"),
 ])
 def test_claim_and_report_refusals_write_nothing_and_answer_as_django_does(fresh_grove, settings, case, status,
@@ -239,6 +240,8 @@ def test_claim_and_report_refusals_write_nothing_and_answer_as_django_does(fresh
         job_id = uuid.uuid4()
     elif case == "other grove":
         credential = fresh_grove(name="other")[1]
+    elif case == "unknown credential":
+        credential = "fgc_deadbeef.nope"
     elif case == "bad state":
         assert post(f"{V1}/groves/{grove.id}/jobs/{job.id}/claim", credential=credential, body={}).status_code == 200
         body = {"state": "exploded"}
@@ -248,7 +251,7 @@ def test_claim_and_report_refusals_write_nothing_and_answer_as_django_does(fresh
     assert response.status_code == status, response.text
     assert response.json()["code"] == code
     # A service's refusal is answered by the lean route; a refused credential is Django's.
-    django_answers = case == "other grove"
+    django_answers = case in {"other grove", "unknown credential"}
     assert (served(call, "django"), served(call, "refused")) == (before[0] + django_answers,
                                                                   before[1] + (not django_answers))
     assert type(job).objects.get(pk=job.pk).status == status_before

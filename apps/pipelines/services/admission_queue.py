@@ -211,23 +211,17 @@ def admission_sweep(*, now: datetime, limit: int) -> dict:
     return {"wait_expired": expired, "groves_woken": len(groves)}
 
 
-def wake_if_waiting(grove_id) -> bool:
-    """Request a wake-up when anything waits for this Grove (one indexed EXISTS)."""
-    if grove_id is None or not PipelineNodeWaitGrove.objects.filter(grove_id=grove_id).exists():
-        return False
-    return request_wake(grove_id)
-
-
-def wake_any_waiting(grove_ids: list[str]) -> int:
-    """``wake_if_waiting`` for a batch of Groves in one query: a wake-up for each that anything waits for."""
-    waited = set(PipelineNodeWaitGrove.objects.filter(grove_id__in=grove_ids).order_by()
-                 .values_list("grove_id", flat=True).distinct())
+def wake_any_waiting(grove_ids: list) -> int:
+    """Request a wake-up for each of these Groves that anything waits for (one indexed query for the
+    batch); the number requested."""
+    waited = set(PipelineNodeWaitGrove.objects.filter(grove_id__in=[g for g in grove_ids if g is not None])
+                 .order_by().values_list("grove_id", flat=True).distinct())
     return sum(bool(request_wake(grove_id)) for grove_id in waited)
 
 
 def _on_job_ended(event: dispatch_hooks.JobEnded) -> None:
     """A job ended (in its transaction): its Grove's unit, and its accelerator claim, are freed."""
-    wake_if_waiting(event.job.grove_id)
+    wake_any_waiting([event.job.grove_id])
 
 
 dispatch_hooks.on_job_ended(_on_job_ended)
