@@ -3,31 +3,48 @@ stable code and a sentence, whether Host answered with its error shape or could 
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
 API = "/api/forest/v1"
 TERMINAL = {"succeeded", "failed", "cancelled"}
+# Host's 503 codes for a lost database or broker: it did nothing, so the same request may be sent again.
+OUTAGE_CODES = frozenset({"database_unavailable", "broker_unavailable"})
+RETRY_ATTEMPTS = 5
+RETRY_AFTER_CAP_S = 30.0
 
 
 class ForestClientError(Exception):
     def __init__(self, code: str, detail: str, *, status: int | None = None, field: str | None = None):
         super().__init__(detail)
         self.code, self.detail, self.status, self.field = code, detail, status, field
+        self.retry_after_s: float | None = None
 
     def __str__(self) -> str:
         where = f" (field {self.field})" if self.field else ""
         return f"{self.detail}{where} [{self.code}]"
 
 
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None
+
+
 class ForestClient:
-    def __init__(self, host: str | None, token: str | None, *, timeout: float = 30.0):
+    def __init__(self, host: str | None, token: str | None, *, timeout: float = 30.0,
+                 on_retry: Callable[[ForestClientError, float, int], None] | None = None,
+                 sleep: Callable[[float], None] = time.sleep):
         if not host:
             raise ForestClientError("host_missing", "No Forest Host given: pass --host or set FOREST_HOST.")
         if not token:
             raise ForestClientError("token_missing", "No API token given: pass --token or set FOREST_TOKEN.")
         self.host = host.rstrip("/")
+        self._on_retry, self._sleep = on_retry, sleep
         self._http = httpx.Client(base_url=self.host + API, timeout=timeout,
                                   headers={"Authorization": f"Token {token}", "Accept": "application/json"})
 
@@ -35,6 +52,21 @@ class ForestClient:
         self._http.close()
 
     def request(self, method: str, path: str, **kwargs) -> Any:
+        """One call; a 503 outage answer (``OUTAGE_CODES``) is retried after its ``Retry-After``, at most
+        ``RETRY_ATTEMPTS`` times, since Host refused it before doing anything."""
+        for attempt in range(1, RETRY_ATTEMPTS + 1):
+            try:
+                return self._request_once(method, path, **kwargs)
+            except ForestClientError as exc:
+                if exc.code not in OUTAGE_CODES or attempt == RETRY_ATTEMPTS:
+                    raise
+                delay = min(RETRY_AFTER_CAP_S, exc.retry_after_s or 1.0)
+                if self._on_retry is not None:
+                    self._on_retry(exc, delay, attempt)
+                self._sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _request_once(self, method: str, path: str, **kwargs) -> Any:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
@@ -45,8 +77,10 @@ class ForestClient:
             body = None
         if response.status_code >= 400:
             if isinstance(body, dict) and "code" in body:
-                raise ForestClientError(body["code"], body.get("detail", ""), status=response.status_code,
-                                        field=body.get("field"))
+                error = ForestClientError(body["code"], body.get("detail", ""), status=response.status_code,
+                                          field=body.get("field"))
+                error.retry_after_s = _retry_after(response.headers.get("Retry-After"))
+                raise error
             raise ForestClientError("http_error", f"Host answered {response.status_code} to {method} {path}.",
                                     status=response.status_code)
         if body is None:

@@ -43,7 +43,11 @@ def main(ctx: typer.Context, host: Host = None, token: Token = None,
 
 
 def _client(ctx: typer.Context) -> ForestClient:
-    return ForestClient(ctx.obj["host"], ctx.obj["token"])
+    return ForestClient(ctx.obj["host"], ctx.obj["token"], on_retry=_say_retry)
+
+
+def _say_retry(exc: ForestClientError, delay: float, attempt: int) -> None:
+    err.print(f"[yellow]{escape(exc.detail)}[/] [{exc.code}] retrying in {delay:g}s ({attempt})")
 
 
 def _fail(exc: ForestClientError) -> None:

@@ -71,6 +71,7 @@ MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "apps.core.middleware.RequestMiddleware",
+    "apps.core.middleware.OutageMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "apps.core.middleware.ApiErrorShapeMiddleware",
@@ -278,6 +279,8 @@ API_TOKEN_DEFAULT_TTL_DAYS = int(os.environ.get("API_TOKEN_DEFAULT_TTL_DAYS", "9
 ENROLLMENT_TOKEN_DEFAULT_TTL_S = int(os.environ.get("ENROLLMENT_TOKEN_DEFAULT_TTL_S", str(24 * 3600)))
 # How long one process may reuse its snapshot of flag overrides (a request pins one snapshot).
 FLAGS_CACHE_TTL_S = float(os.environ.get("FLAGS_CACHE_TTL_S", "1.0"))
+# Seconds a client is told to wait (Retry-After) when Host's database or broker is unreachable (503).
+FOREST_OUTAGE_RETRY_AFTER_S = int(os.environ.get("FOREST_OUTAGE_RETRY_AFTER_S", "2"))
 # How stale one process's placement fleet snapshot may get (s); defaults to the flag snapshot's budget.
 PLACEMENT_FLEET_REFRESH_S = float(os.environ.get("PLACEMENT_FLEET_REFRESH_S", FLAGS_CACHE_TTL_S))
 

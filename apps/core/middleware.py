@@ -170,3 +170,39 @@ def _is_shaped(response: HttpResponse) -> bool:
     except ValueError:
         return False
     return isinstance(body, dict) and "code" in body
+
+
+class OutageMiddleware:
+    """A request that died of a lost database or broker connection answers 503 with a stable code and
+    ``Retry-After`` instead of Django's 500 (``apps.core.outage``); API paths and probes get the error
+    shape, a browser a short plain-text notice. DRF views shape their own through the exception handler."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest):
+        if self.async_mode:
+            return self._acall(request)
+        return self._outage(request, self.get_response(request))
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        return self._outage(request, await self.get_response(request))
+
+    @staticmethod
+    def _outage(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        outage = getattr(request, "forest_outage", None)
+        if outage is None or response.status_code != 500:
+            return response
+        if request.path.startswith(API_PREFIX) or "text/html" not in request.headers.get("Accept", ""):
+            answer = JsonResponse(outage.as_dict(), status=outage.status)
+        else:
+            answer = HttpResponse(f"{outage.detail} [{outage.code}]\n", status=outage.status,
+                                  content_type="text/plain; charset=utf-8")
+        answer["Retry-After"] = str(outage.extra["retry_after_s"])
+        return answer

@@ -1,10 +1,15 @@
 """The landing page and the health probe."""
+import logging
+
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.defaults import page_not_found
 
 from apps.core.middleware import API_PREFIX, error_body
+from apps.core.outage import DATABASE_UNAVAILABLE, retry_after_s
+
+log = logging.getLogger(__name__)
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -16,8 +21,12 @@ def healthz(request: HttpRequest) -> JsonResponse:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-    except Exception as exc:  # any driver error means "not ready"
-        return JsonResponse({"status": "unavailable", "detail": str(exc)}, status=503)
+    except Exception as exc:  # any driver error means "not ready"; its text (addresses, ports) stays in the log
+        log.warning("health check: database unreachable", extra={"error": str(exc)})
+        response = JsonResponse({"status": "unavailable", "code": DATABASE_UNAVAILABLE,
+                                 "detail": "Host cannot reach its database."}, status=503)
+        response["Retry-After"] = str(retry_after_s())
+        return response
     return JsonResponse({"status": "ok"})
 
 

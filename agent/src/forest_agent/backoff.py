@@ -18,11 +18,13 @@ class Backoff:
         self.failures = 0
         self._rng = rng or random.Random()
 
-    def next_delay(self) -> float:
-        """Record one more failure and return how long to wait before the next try."""
+    def next_delay(self, at_least: float | None = None) -> float:
+        """Record one more failure and return how long to wait before the next try; ``at_least`` is the
+        server's ``Retry-After`` when it sent one (never waited longer than ``max_s``)."""
         step = min(self.max_s, self.initial_s * (2 ** min(self.failures, 30)))
         self.failures += 1
-        return self._rng.uniform(step / 2, step)
+        delay = self._rng.uniform(step / 2, step)
+        return min(self.max_s, max(delay, at_least)) if at_least else delay
 
     def reset(self) -> None:
         self.failures = 0

@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
 from apps.core.errors import ForestError
+from apps.core.outage import outage_of
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ def _scheme_hint(context) -> str:
 
 
 def forest_exception_handler(exc, context):
+    exc = outage_of(exc) or exc
     if isinstance(exc, ForestError):
         body = exc.as_dict()
         if exc.status == 401 and (hint := _scheme_hint(context)):
@@ -79,6 +81,8 @@ def forest_exception_handler(exc, context):
         response = Response(body, status=exc.status)
         if exc.status == 401:
             _challenge(response, context)
+        elif exc.status == 503 and "retry_after_s" in exc.extra:
+            response["Retry-After"] = str(exc.extra["retry_after_s"])
         return response
     if isinstance(exc, RequestDataTooBig):
         return Response({"code": "payload_too_large", "detail": str(exc)}, status=413)

@@ -314,7 +314,7 @@ class JobRunner(threading.Thread):
                 if not exc.retryable:
                     log.error("job %s: Host refused the terminal report: %s", self.job_id, exc)
                     return True
-                delay = backoff.next_delay()
+                delay = backoff.next_delay(exc.retry_after_s)
                 log.warning(
                     "job %s: terminal report failed (%s); retrying in %.1fs", self.job_id, exc.code, delay
                 )

@@ -62,7 +62,7 @@ class StatusReporter:
                     self.wire.workload_status(generation_id, body)
                 except WireError as exc:
                     if exc.retryable:
-                        delay = backoff.next_delay()
+                        delay = backoff.next_delay(exc.retry_after_s)
                         log.warning(
                             "workload status for %s not delivered (%s); retrying in %.1fs",
                             generation_id,

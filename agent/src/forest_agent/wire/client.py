@@ -29,6 +29,18 @@ def api_base_url(host_url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{path}/"
 
 
+def retry_after_seconds(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header in its delay form; None when absent or a date (Host sends
+    seconds) or nonsense. Capped so a wrong header cannot park an executor for long."""
+    if not value:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return min(max(seconds, 0.0), 300.0) if seconds == seconds else None
+
+
 class WireError(Exception):
     def __init__(
         self,
@@ -38,6 +50,7 @@ class WireError(Exception):
         status: int | None = None,
         field: str | None = None,
         retryable: bool = False,
+        retry_after_s: float | None = None,
     ) -> None:
         super().__init__(f"{code}: {detail}")
         self.code = code
@@ -45,6 +58,8 @@ class WireError(Exception):
         self.status = status
         self.field = field
         self.retryable = retryable
+        # Host's Retry-After (a 503 for a lost database or broker, a 429): the earliest sensible retry.
+        self.retry_after_s = retry_after_s
 
 
 class WireClient:
@@ -196,4 +211,5 @@ class WireClient:
             field = body.get("field") if isinstance(body.get("field"), str) else None
         # 5xx and throttling are Host's trouble and pass; 4xx are answers about us and do not.
         retryable = status >= 500 or status == 429
-        return WireError(code, detail, status=status, field=field, retryable=retryable)
+        return WireError(code, detail, status=status, field=field, retryable=retryable,
+                         retry_after_s=retry_after_seconds(response.headers.get("Retry-After")))

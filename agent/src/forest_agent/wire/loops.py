@@ -87,7 +87,7 @@ class HostLoops(ABC):
             except WireError as exc:
                 if self._fatal_check(exc):
                     return
-                delay = backoff.next_delay()
+                delay = backoff.next_delay(exc.retry_after_s)
                 self.last_error = exc.code
                 log.warning("heartbeat failed (%s); next try in %.1fs", exc.code, delay)
             else:
@@ -110,7 +110,7 @@ class HostLoops(ABC):
             except WireError as exc:
                 if self._fatal_check(exc):
                     return
-                delay = backoff.next_delay()
+                delay = backoff.next_delay(exc.retry_after_s)
                 log.warning("poll failed (%s); next try in %.1fs", exc.code, delay)
                 self.stop_event.wait(delay)
                 continue
