@@ -73,7 +73,10 @@ def _scheme_hint(context) -> str:
 
 
 def forest_exception_handler(exc, context):
-    exc = outage_of(exc) or exc
+    outage = outage_of(exc)
+    if outage is not None:
+        log.warning("request refused: %s", outage.code, extra={"error": str(exc)})
+        exc = outage
     if isinstance(exc, ForestError):
         body = exc.as_dict()
         if exc.status == 401 and (hint := _scheme_hint(context)):
