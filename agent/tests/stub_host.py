@@ -26,6 +26,7 @@ class StubHost:
         self.groves: dict[str, str] = {}  # credential -> grove id
         self.revoked: set[str] = set()
         self.down = False  # answer 503 to every API call
+        self.refused_while_down: list[str] = []  # the paths answered 503 while down, in order
         self.heartbeats: list[dict[str, Any]] = []
         self.enrollments: list[dict[str, Any]] = []
         self.reports: dict[str, list[dict[str, Any]]] = {}
@@ -160,6 +161,7 @@ class StubHost:
                         self._send(200, raw=data)
                     return
                 if host.down:
+                    host.refused_while_down.append(parts.path)
                     self._error(503, "unavailable", "stub Host is down")
                     return
                 match = re.fullmatch(API + r"groves/([^/]+)/changes", parts.path)
@@ -192,6 +194,7 @@ class StubHost:
             def do_POST(self) -> None:
                 path = urlsplit(self.path).path
                 if host.down:
+                    host.refused_while_down.append(path)
                     self._error(503, "unavailable", "stub Host is down")
                     return
                 body = self._body()

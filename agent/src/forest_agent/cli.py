@@ -10,79 +10,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
-import sys
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from forest_agent import __version__
 from forest_agent.agent import Agent, AgentConfig, change_kinds
-from forest_agent.errors import AgentError, ConfigError
+from forest_agent.clikit import (
+    add_wire_timing,
+    positive_float,
+    positive_int,
+    run_command,
+    stop_on_signals,
+)
+from forest_agent.errors import ConfigError
 from forest_agent.inventory import capacity_report, collect_accelerators
-from forest_agent.logring import LogRing, Redactor, install_logging
+from forest_agent.logring import LogRing, Redactor
 from forest_agent.native.signing import TrustedKeys
 from forest_agent.oskit import CommandRunner, machine_platform
 from forest_agent.state import STATE_DIR_ENV, Identity, StateDir, default_state_dir
 from forest_agent.wire.client import WireClient, WireError, api_base_url
 
-EXIT_CONFIG, EXIT_REFUSED, EXIT_UNREACHABLE = 2, 3, 4
 TOKEN_ENV = "FOREST_AGENT_ENROLL_TOKEN"
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
-    return value
-
-
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number greater than 0")
-    return int(text)
-
-
-def stop_on_signals(stop_event: threading.Event) -> None:
-    """SIGTERM or Ctrl-C asks the executor to stop cleanly; a second one kills at once."""
-
-    def _stop(signum: int, _frame: Any) -> None:
-        signal.signal(signum, signal.SIG_DFL)
-        stop_event.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-
-
-def add_wire_timing(timing: argparse._ArgumentGroup) -> None:
-    """The wire client's timing options, the same for every executor (forest-agent, forest-controller)."""
-    timing.add_argument(
-        "--heartbeat-interval",
-        type=positive_float,
-        default=15.0,
-        metavar="SECONDS",
-        help="seconds between heartbeats (default 15; shortened if Host asks)",
-    )
-    timing.add_argument(
-        "--poll-wait",
-        type=int,
-        default=20,
-        choices=range(0, 31),
-        metavar="SECONDS",
-        help="long-poll wait, 0..30 (default 20)",
-    )
-    timing.add_argument(
-        "--backoff-max",
-        type=positive_float,
-        default=60.0,
-        metavar="SECONDS",
-        help="longest wait between retries while Host is unreachable (default 60)",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -355,35 +304,6 @@ def cmd_inventory(args: argparse.Namespace) -> int:
         )
     )
     return 0
-
-
-ExitRule = tuple[type[BaseException], Callable[[Any], int]]
-# How each failure ends a command (checked in order; a program may put its own rules first).
-EXIT_RULES: tuple[ExitRule, ...] = (
-    (ConfigError, lambda exc: EXIT_CONFIG),
-    (AgentError, lambda exc: EXIT_REFUSED),
-    (WireError, lambda exc: EXIT_UNREACHABLE if exc.retryable else EXIT_REFUSED),
-)
-
-
-def run_command(program: str, build: Callable[[], argparse.ArgumentParser], argv: list[str] | None,
-                commands: dict[str, Callable[[argparse.Namespace, LogRing], int]],
-                exit_rules: tuple[ExitRule, ...] = ()) -> int:
-    """Parse, set up logging through the redacting ring, run the chosen command, and turn a known failure
-    into one redacted line and its exit code (the shared ``main`` of forest-agent and forest-controller)."""
-    args = build().parse_args(argv)
-    ring = LogRing(500, Redactor())
-    install_logging(ring, verbose=args.verbose)
-    try:
-        return commands[args.command](args, ring)
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:
-        for kind, exit_code in (*exit_rules, *EXIT_RULES):
-            if isinstance(exc, kind):
-                print(f"{program}: error: {ring.redactor.redact(str(exc))}", file=sys.stderr)
-                return exit_code(exc)
-        raise
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from forest_agent.cli import (
+from forest_agent.clikit import (
     EXIT_REFUSED,
     EXIT_UNREACHABLE,
     add_wire_timing,
