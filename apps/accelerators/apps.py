@@ -6,5 +6,6 @@ class AcceleratorsConfig(AppConfig):
     label = "accelerators"
 
     def ready(self) -> None:
-        # Importing the services registers their ``dispatch.hooks`` handler (the claim release).
-        from apps.accelerators import services  # noqa: F401
+        from apps.accelerators import wiring
+
+        wiring.connect()

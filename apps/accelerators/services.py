@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from apps.accelerators import hooks as accelerator_hooks
 from apps.accelerators import rules, selectors
 from apps.accelerators.models import AcceleratorClaim, AcceleratorEntitlement, AcceleratorUsage
 from apps.accelerators.states import CLAIM
@@ -38,6 +39,7 @@ class Requirement(Protocol):
 def claim_transition(*, claim: AcceleratorClaim, to: str, reason: str, at: datetime) -> AcceleratorClaim:
     """The one way a claim changes state; an illegal transition raises."""
     CLAIM.apply(claim, to, reason=reason, now=at, changes={"end_reason": reason})
+    accelerator_hooks.claims_changed(claim.grove_id)
     log.info("accelerator claim ended", extra={"job_ref": claim.job_ref, "state": to, "reason": reason})
     return claim
 
@@ -116,6 +118,7 @@ def accelerator_claim(*, grove: Grove, requirement: Requirement, job_ref: str,
             allocations=[{"inventory_id": inventory_id, "count": n} for inventory_id, n in admission.allocations],
             cooperative=admission.cooperative, started_at=now, accrued_through=now,
         )
+        accelerator_hooks.claims_changed(grove.pk)
     log.info("accelerator claimed", extra={"job_ref": job_ref, "grove": grove.slug, "unit": claim.unit_id,
                                            "count": claim.count, "mode": admission.label, "team": team or ""})
     return claim
@@ -151,14 +154,12 @@ def accelerator_release(*, job_ref: str) -> AcceleratorClaim | None:
         return claim_transition(claim=claim, to=ClaimState.RELEASED, reason="job_finished", at=now)
 
 
-def _release_on_job_end(event: hooks.JobEnded) -> None:
+def release_on_job_end(event: hooks.JobEnded) -> None:
     """``dispatch.hooks`` handler: a job that ends releases its claim, in the same transaction. A claim the
     budget revoked first (and whose job it then cancelled) is no longer active, so nothing accrues twice."""
     if event.job.payload.get("accelerators"):
         accelerator_release(job_ref=str(event.job.id))
 
-
-hooks.on_job_ended(_release_on_job_end)
 
 
 def _cancel_job(claim: AcceleratorClaim) -> str:

@@ -50,3 +50,8 @@ def referenced(digests: set[str]) -> set[str]:
         if digests - found:
             found |= referencer(digests - found)
     return found
+
+
+def subscribers() -> dict[str, list[Callable]]:
+    """What is registered, for docs/architecture.md's table and its test."""
+    return {"grove_reader": list(_readers), "grove_writer": list(_writers), "referencer": list(_referencers)}

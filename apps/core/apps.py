@@ -6,8 +6,6 @@ class CoreConfig(AppConfig):
     label = "core"
 
     def ready(self) -> None:
-        from django.core.signals import got_request_exception
+        from apps.core import wiring
 
-        from apps.core.outage import remember_outage
-
-        got_request_exception.connect(remember_outage, dispatch_uid="forest.core.remember_outage")
+        wiring.connect()

@@ -52,3 +52,8 @@ def register_changes_source(key: str, source: ChangesSource) -> None:
 
 def changes_sources() -> dict[str, ChangesSource]:
     return dict(_changes_sources)
+
+
+def subscribers() -> dict[str, list[Callable]]:
+    """What is registered, for docs/architecture.md's table and its test."""
+    return {"job_ended": list(_job_ended), "changes_source": list(_changes_sources.values())}

@@ -29,3 +29,8 @@ def capacity_moved(grove_ids: Iterable) -> None:
             handler(ids)
         except Exception as exc:  # a heartbeat is never refused because a wake-up failed
             log.warning("capacity-moved handler failed", extra={"groves": ids[:10], "error": repr(exc)})
+
+
+def subscribers() -> dict[str, list[Callable]]:
+    """What is registered, for docs/architecture.md's table and its test."""
+    return {"capacity_moved": list(_capacity_moved)}

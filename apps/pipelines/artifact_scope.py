@@ -3,7 +3,6 @@
 outputs only for a node whose job it has claimed; GC keeps the inputs of every unfinished node."""
 from __future__ import annotations
 
-from apps.artifacts import hooks
 from apps.artifacts.vocabulary import StorageKind
 from apps.dispatch.states import JOB_LIVE
 from apps.dispatch.vocabulary import JobStatus
@@ -32,9 +31,3 @@ def inputs_referenced(digests: set[str]) -> set[str]:
     for spec in specs.iterator():
         found |= _cas_inputs(spec) & digests
     return found
-
-
-def register() -> None:
-    hooks.register_grove_reader(grove_reads_input)
-    hooks.register_grove_writer(grove_writes_output)
-    hooks.register_referencer(inputs_referenced)

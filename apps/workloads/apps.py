@@ -6,8 +6,6 @@ class WorkloadsConfig(AppConfig):
     label = "workloads"
 
     def ready(self) -> None:
-        # Importing the selectors registers their ``dispatch.hooks`` changes source (generations); the
-        # artifact scope tells ``artifacts.hooks`` which bundles workloads reference.
-        from apps.workloads import artifact_scope, selectors  # noqa: F401
+        from apps.workloads import wiring
 
-        artifact_scope.register()
+        wiring.connect()

@@ -3,7 +3,6 @@
 superseded, and GC keeps every bundle a workload or a current generation names."""
 from __future__ import annotations
 
-from apps.artifacts import hooks
 from apps.workloads.choices import GenerationState
 from apps.workloads.models import NativeWorkload, WorkloadGeneration
 
@@ -20,8 +19,3 @@ def bundles_referenced(digests: set[str]) -> set[str]:
     found = set(NativeWorkload.objects.filter(bundle__digest__in=digests).values_list("bundle__digest", flat=True))
     return found | set(_current_generations().filter(spec__bundle__digest__in=digests - found)
                        .values_list("spec__bundle__digest", flat=True))
-
-
-def register() -> None:
-    hooks.register_grove_reader(grove_reads_bundle)
-    hooks.register_referencer(bundles_referenced)

@@ -4,7 +4,6 @@ from __future__ import annotations
 from django.conf import settings
 from django.db.models import Max, OuterRef, Subquery
 
-from apps.dispatch import hooks
 from apps.groves.models import Grove
 from apps.workloads import secrets
 from apps.workloads.models import WorkloadGeneration, WorkloadSecret
@@ -61,5 +60,3 @@ def grove_workloads(grove: Grove, *, base_url: str | None = None) -> tuple[list[
     payloads = [generation_payload(g, base_url=base_url, secret_values=values) for g in generations]
     return payloads, any(g.state == GenerationState.PENDING for g in generations)
 
-
-hooks.register_changes_source("workloads", grove_workloads)

@@ -26,7 +26,6 @@ from django.utils import timezone
 
 from apps.core.errors import ForestError
 from apps.dispatch import hooks as dispatch_hooks
-from apps.groves import hooks as grove_hooks
 from apps.pipelines.models import PipelineAdmissionWake, PipelineNode, PipelineNodeWait, PipelineNodeWaitGrove
 from apps.pipelines.services.outbox import resume_resend_after_s, send_after_commit
 from apps.pipelines.services.runs import run_advance, run_and_node_locked
@@ -219,11 +218,6 @@ def wake_any_waiting(grove_ids: list) -> int:
     return sum(bool(request_wake(grove_id)) for grove_id in waited)
 
 
-def _on_job_ended(event: dispatch_hooks.JobEnded) -> None:
+def wake_on_job_ended(event: dispatch_hooks.JobEnded) -> None:
     """A job ended (in its transaction): its Grove's unit, and its accelerator claim, are freed."""
     wake_any_waiting([event.job.grove_id])
-
-
-dispatch_hooks.on_job_ended(_on_job_ended)
-# A heartbeat moved the Grove's free counts (after its commit, or on the lean route outside Django).
-grove_hooks.on_capacity_moved(wake_any_waiting)

@@ -21,7 +21,6 @@ from django.utils import timezone
 from apps.artifacts import services as artifact_services
 from apps.artifacts.vocabulary import CheckVerdict
 from apps.core.db import db_params, instance_from_row, lock_clause, select_columns
-from apps.dispatch import hooks
 from apps.dispatch.hooks import JobEnded
 from apps.dispatch.models import GroveJob
 from apps.dispatch.states import JOB_TERMINAL
@@ -154,5 +153,3 @@ def node_retry(*, node: PipelineNode, job: GroveJob, outcome: str, delay_s: int)
     send_after_commit("node_execute", node.pk, countdown=delay_s)
     return node
 
-
-hooks.on_job_ended(on_job_ended)

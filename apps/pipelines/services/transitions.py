@@ -16,12 +16,10 @@ _IN_QUEUE = frozenset({NodeStatus.QUEUED, NodeStatus.WAITING})
 log = logging.getLogger(__name__)
 
 
-def _record_node_event(event: TransitionEvent) -> None:
+def record_node_event(event: TransitionEvent) -> None:
+    """``NODE`` listener (wired in ``apps.pipelines.wiring``): every node transition leaves an event row."""
     PipelineNodeEvent.objects.create(node=event.subject, from_status=event.old, to_status=event.new,
                                      reason=event.reason)
-
-
-NODE.listen(_record_node_event)
 
 
 def node_transition(*, node: PipelineNode, to: str, reason: str = "", detail: str = "",
