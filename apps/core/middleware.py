@@ -9,6 +9,7 @@ must not be pushed into a thread.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 import uuid
@@ -27,9 +28,44 @@ REQUEST_ID_HEADER = "X-Request-ID"
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
-def _request_id(request: HttpRequest) -> str:
-    offered = request.META.get("HTTP_X_REQUEST_ID", "")
+def request_id_from(offered: str) -> str:
+    """The request's id: the caller's ``X-Request-ID`` when it is short and plain, else a fresh one. The one
+    rule, for Django's requests and the lean wire routes alike."""
     return offered if _CLIENT_ID.match(offered) else uuid.uuid4().hex
+
+
+def _request_id(request: HttpRequest) -> str:
+    return request_id_from(request.META.get("HTTP_X_REQUEST_ID", ""))
+
+
+def bind_request_id(request_id: str) -> None:
+    """Every log line and audit row written while serving this request carries its id."""
+    context.request_id.set(request_id)
+    structlog.contextvars.bind_contextvars(request_id=request_id)
+
+
+def unbind_request_id() -> None:
+    structlog.contextvars.unbind_contextvars("request_id")
+
+
+@functools.cache
+def security_headers(*, secure: bool) -> tuple[tuple[str, str], ...]:
+    """What Django's response middleware adds to a plain JSON answer, asked of that middleware itself
+    (``SecurityMiddleware``, ``XFrameOptionsMiddleware``) so the lean wire routes answer with the same
+    headers whatever the settings say. ``secure``: an HTTPS request (HSTS is sent only then)."""
+    from django.middleware.clickjacking import XFrameOptionsMiddleware
+    from django.middleware.security import SecurityMiddleware
+    from django.test import RequestFactory
+
+    def never_called(request: HttpRequest) -> HttpResponse:
+        raise AssertionError("only process_response is asked")
+
+    request = RequestFactory().get("/", secure=secure)
+    response = JsonResponse({})
+    before = set(response.headers)
+    for middleware in (SecurityMiddleware(never_called), XFrameOptionsMiddleware(never_called)):
+        response = middleware.process_response(request, response)
+    return tuple((name, response.headers[name]) for name in response.headers if name not in before)
 
 
 def _refusal(request: HttpRequest) -> JsonResponse | None:
@@ -51,14 +87,13 @@ def _refusal(request: HttpRequest) -> JsonResponse | None:
 def _begin(request: HttpRequest) -> str:
     request_id = _request_id(request)
     request.request_id = request_id
-    context.request_id.set(request_id)
-    structlog.contextvars.bind_contextvars(request_id=request_id)
+    bind_request_id(request_id)
     return request_id
 
 
 def _finish(response, request_id: str):
     response[REQUEST_ID_HEADER] = request_id
-    structlog.contextvars.unbind_contextvars("request_id")
+    unbind_request_id()
     return response
 
 

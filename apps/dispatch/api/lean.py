@@ -25,8 +25,15 @@ for its whole wait), URL resolution, DRF's negotiation and a pooled-connection r
   carries a challenge header and hints) and anything unusual about the request are handed to Django, as
   for the heartbeat.
 
-Responses carry the headers Django's security middleware would add. ``FOREST_LEAN_WIRE=0`` turns the
-routes off (everything goes to Django), as does a database other than PostgreSQL.
+What Django's middleware gives a request, the lean routes take from the same definitions
+(``MIDDLEWARE_COVERAGE`` says, per entry of ``settings.MIDDLEWARE``, how: applied or waived and why; a test
+fails when ``MIDDLEWARE`` gains an entry it does not name): the request id (``request_id_from``, bound to
+every log line, ``X-Request-ID`` on every answer and passed on to Django on a hand-over), the security
+headers (asked of Django's own middleware, ``security_headers``), the Host and HTTPS checks (Django's
+``validate_host``; anything Django would redirect or refuse is handed to it), the flag snapshot. The Grove
+credential is checked by ``apps.groves.services.grove_authenticate`` (and its SQL twin in the heartbeat
+statement). ``FOREST_LEAN_WIRE=0`` turns the routes off (everything goes to Django), as does a database other
+than PostgreSQL.
 Counted in ``forest_wire_lean_total{route,outcome}``.
 """
 from __future__ import annotations
@@ -48,9 +55,11 @@ from django.utils import timezone
 from prometheus_client import Counter
 from rest_framework.utils.encoders import JSONEncoder as DRFEncoder
 
+from apps.core import context
 from apps.core.body import read_json
 from apps.core.db import async_pool, released
 from apps.core.errors import ForestError
+from apps.core.middleware import bind_request_id, request_id_from, security_headers, unbind_request_id
 from apps.dispatch import rules, selectors, services
 from apps.dispatch.api.wire import changes_answer
 from apps.flags.selectors import pinned_snapshot
@@ -68,9 +77,33 @@ BATCHES = Counter("forest_wire_heartbeat_batches", "Heartbeat statements the lea
 # Rows per statement at most: a batch this size is a ~100 KB parameter and a few ms of PostgreSQL time,
 # past which a bigger batch only makes its first heartbeat wait longer.
 BATCH_MAX = 256
-# What SecurityMiddleware and XFrameOptionsMiddleware add to a Django JSON response.
-SECURITY_HEADERS = [(b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"),
-                    (b"referrer-policy", b"same-origin"), (b"cross-origin-opener-policy", b"same-origin")]
+# Every entry of settings.MIDDLEWARE and what the lean routes do about it (tests/dispatch/test_lean_middleware.py
+# fails when MIDDLEWARE gains an entry that is not named here).
+MIDDLEWARE_COVERAGE = {
+    "django_prometheus.middleware.PrometheusBeforeMiddleware":
+        "waived: the lean routes count themselves (forest_wire_lean_total); a hand-over is counted by Django",
+    "django.middleware.security.SecurityMiddleware":
+        "applied: security_headers() asks it for its headers; a request it would redirect goes to Django",
+    "apps.core.middleware.RequestMiddleware":
+        "applied: request_id_from/bind_request_id, X-Request-ID on every answer; the routes match UUIDs only, "
+        "so no path can hold the characters it refuses",
+    "apps.core.middleware.OutageMiddleware":
+        "applied: any failure is handed to Django, whose answer to an outage is the 503",
+    "django.contrib.sessions.middleware.SessionMiddleware": "waived: Groves send a bearer credential, no session",
+    "django.middleware.common.CommonMiddleware":
+        "applied: the Host check (Django's validate_host); the routes are exact, so no slash is appended",
+    "apps.core.middleware.ApiErrorShapeMiddleware":
+        "applied: a lean answer is a served body or a ForestError's shape; anything else goes to Django",
+    "django.middleware.csrf.CsrfViewMiddleware": "waived: bearer-authenticated wire API (csrf-exempt in Django too)",
+    "django.contrib.auth.middleware.AuthenticationMiddleware": "waived: Grove credentials are not users",
+    "apps.accounts.middleware.AuditMiddleware":
+        "waived: Grove wire calls write no staff audit rows on Django either (no user)",
+    "django.contrib.messages.middleware.MessageMiddleware": "waived: no messages on the API",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware": "applied: security_headers() asks it for its header",
+    "django_htmx.middleware.HtmxMiddleware": "waived: no HTMX on the wire",
+    "apps.flags.middleware.FlagSnapshotMiddleware": "applied: pinned_snapshot around each service call",
+    "django_prometheus.middleware.PrometheusAfterMiddleware": "waived: as PrometheusBeforeMiddleware",
+}
 
 
 def _header(scope, name: bytes) -> bytes | None:
@@ -80,20 +113,21 @@ def _header(scope, name: bytes) -> bytes | None:
     return None
 
 
+def _secure(scope) -> bool:
+    """``request.is_secure()`` as Django decides it (the scheme, or the trusted proxy's header)."""
+    proxy = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+    return scope.get("scheme") == "https" or (
+        proxy is not None and _header(scope, proxy[0].removeprefix("HTTP_").lower().replace("_", "-").encode())
+        == proxy[1].encode())
+
+
 def _plain_enough(scope) -> bool:
     """Django would answer this request itself (no redirect, no bad Host refusal)."""
     host = (_header(scope, b"host") or b"").decode("latin-1")
     domain, _port = split_domain_port(host)
     if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
         return False
-    if getattr(settings, "SECURE_SSL_REDIRECT", False):
-        proxy = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
-        secure = scope.get("scheme") == "https" or (
-            proxy is not None and _header(scope, proxy[0].removeprefix("HTTP_").lower().replace("_", "-").encode())
-            == proxy[1].encode())
-        if not secure:
-            return False
-    return True
+    return not (getattr(settings, "SECURE_SSL_REDIRECT", False) and not _secure(scope))
 
 
 def _bearer(scope) -> str | None:
@@ -109,12 +143,14 @@ def _json_datetime(value) -> str:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-async def _send_json(send, status: int, body: dict) -> None:
+async def _send_json(send, scope, status: int, body: dict) -> None:
     # DRF's encoder and settings (compact, UTF-8): the bytes Django's JSONRenderer would send.
     payload = json.dumps(body, cls=DRFEncoder, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
-                            *SECURITY_HEADERS]})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+               (b"x-request-id", context.request_id.get().encode())]
+    headers += [(name.lower().encode("latin-1"), value.encode("latin-1"))
+                for name, value in security_headers(secure=_secure(scope))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
 
 
@@ -146,12 +182,32 @@ class LeanWire:
         if scope["type"] == "http" and self._on():
             method, path = scope["method"], scope["path"]
             if method == "POST" and (match := HEARTBEAT.fullmatch(path)):
-                return await self.heartbeat(match["grove"], scope, receive, send)
-            if method == "GET" and (match := CHANGES.fullmatch(path)):
-                return await self.changes(match["grove"], scope, receive, send)
-            if method == "POST" and (match := JOB_CALL.fullmatch(path)):
-                return await self.job_call(match["call"], match["grove"], match["job"], scope, receive, send)
+                route = functools.partial(self.heartbeat, match["grove"])
+            elif method == "GET" and (match := CHANGES.fullmatch(path)):
+                route = functools.partial(self.changes, match["grove"])
+            elif method == "POST" and (match := JOB_CALL.fullmatch(path)):
+                route = functools.partial(self.job_call, match["call"], match["grove"], match["job"])
+            else:
+                return await self.app(scope, receive, send)
+            return await self._with_request_id(route, scope, receive, send)
         return await self.app(scope, receive, send)
+
+    @staticmethod
+    async def _with_request_id(route, scope, receive, send) -> None:
+        """RequestMiddleware's rule and context for a lean request; a hand-over carries the same id to Django
+        (as the request's own ``X-Request-ID``), so one request has one id in every log line and answer."""
+        offered = (_header(scope, b"x-request-id") or b"").decode("latin-1")
+        request_id = request_id_from(offered)
+        if request_id != offered:
+            scope = {**scope, "headers": [*(h for h in scope["headers"] if h[0] != b"x-request-id"),
+                                          (b"x-request-id", request_id.encode())]}
+        token = context.request_id.set(request_id)
+        bind_request_id(request_id)
+        try:
+            return await route(scope, receive, send)
+        finally:
+            unbind_request_id()
+            context.request_id.reset(token)
 
     @staticmethod
     async def _json_body(scope, receive, *, empty_ok: bool = False) -> tuple[list[dict], object]:
@@ -185,7 +241,7 @@ class LeanWire:
             row = grove_services.heartbeat_fast_row(grove_id=grove_id, presented=presented, body=parsed)
             if row is not None and await self._record(row):
                 LEAN.labels("heartbeat", "served").inc()
-                return await _send_json(send, 200, {"server_time": _json_datetime(timezone.now()),
+                return await _send_json(send, scope, 200, {"server_time": _json_datetime(timezone.now()),
                                                     "stale_after_s": settings.GROVE_STALE_AFTER_S})
         LEAN.labels("heartbeat", "django").inc()
         return await self.app(scope, _Replay(messages, receive), send)
@@ -206,7 +262,7 @@ class LeanWire:
                 grove = None
             if grove is not None:
                 LEAN.labels("changes", "served").inc()
-                return await _send_json(send, 200, await changes_answer(grove, wait, thread_sensitive=False))
+                return await _send_json(send, scope, 200, await changes_answer(grove, wait, thread_sensitive=False))
         LEAN.labels("changes", "django").inc()
         return await self.app(scope, receive, send)
 
@@ -220,13 +276,13 @@ class LeanWire:
                                              executor=_job_executor())(call, presented, grove_id, job_id, parsed)
             except ForestError as refused:  # rolled back: the body Django's exception handler gives it
                 LEAN.labels(call, "refused").inc()
-                return await _send_json(send, refused.status, refused.as_dict())
+                return await _send_json(send, scope, refused.status, refused.as_dict())
             except Exception:  # Django answers it (with its error shape), and logs what it meets
                 log.exception("lean %s failed; Django takes it", call)
                 answer = None
             if answer is not None:
                 LEAN.labels(call, "served").inc()
-                return await _send_json(send, 200, answer)
+                return await _send_json(send, scope, 200, answer)
         LEAN.labels(call, "django").inc()
         return await self.app(scope, _Replay(messages, receive), send)
 
