@@ -281,7 +281,3 @@ def resolve_index(index: Index, *, grove_platforms: list, fallback: list, grove:
                               "platform_source": source},
     )
 
-
-def platform_string(platform: Platform | None) -> str:
-    return "" if platform is None else str(platform)
-

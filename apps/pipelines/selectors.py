@@ -26,10 +26,6 @@ def run_get(*, run_id) -> PipelineRun:
     return run
 
 
-def run_nodes(*, run: PipelineRun) -> QuerySet[PipelineNode]:
-    return run.nodes.select_related("grove", "current_job").order_by("position")
-
-
 def runner_status() -> dict:
     """The runner pool that in-place waits occupy: its queue, its slots (settings) and how many steps wait
     in place now (more than ``slots``: the rest wait for a slot; their jobs run regardless)."""

@@ -25,8 +25,6 @@ from forest_agent.inventory.accelerators import AcceleratorItem
 from forest_agent.kube.render import GFD_MEMORY, GFD_PRESENT, GFD_PRODUCT, GPU_RESOURCE
 
 GFD_SHARING = "nvidia.com/gpu.sharing-strategy"
-GFD_MIG_STRATEGY = "nvidia.com/mig.strategy"
-GFD_REPLICAS = "nvidia.com/gpu.replicas"
 _MIB = 1024 * 1024
 
 Obj = dict[str, Any]
