@@ -21,6 +21,8 @@ streaming), configured from a real kubeconfig file. What is real and what is fak
   Succeeded/Failed with an exit code, as a real kubelet would report it, or marks them
   unschedulable / ImagePullBackOff / OOMKilled. Its automatic mode **runs the container's command as
   a local subprocess** (the image is not pulled; nothing is isolated) so the log and exit code are real.
+* Create (POST, 409 `AlreadyExists`) and replace (PUT) with **optimistic concurrency**: a replace whose
+  `metadata.resourceVersion` is not the stored one gets 409 `Conflict`, as leader election relies on.
 * No admission (Pod Security, RuntimeClass existence, resource quotas) and no authentication.
 """
 
@@ -56,6 +58,8 @@ RESOURCES = {
     ("/apis/batch/v1", "jobs"): "Job",
     ("/apis/apps/v1", "deployments"): "Deployment",
     ("/apis/networking.k8s.io/v1", "networkpolicies"): "NetworkPolicy",
+    ("/api/v1", "secrets"): "Secret",
+    ("/apis/coordination.k8s.io/v1", "leases"): "Lease",
 }
 API_VERSIONS = {
     "Pod": "v1",
@@ -65,6 +69,8 @@ API_VERSIONS = {
     "Job": "batch/v1",
     "Deployment": "apps/v1",
     "NetworkPolicy": "networking.k8s.io/v1",
+    "Secret": "v1",
+    "Lease": "coordination.k8s.io/v1",
 }
 CLUSTER_SCOPED = {"Node", "Namespace"}
 
@@ -623,6 +629,43 @@ def _handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
                 self._json(415, _status(415, "UnsupportedMediaType", f"the fake serves no {content_type}"))
                 return
             self._json(200, fake.put(kind, deep_merge(existing, body)))
+
+        def do_POST(self) -> None:
+            begun = self._begin("POST")
+            if begun is None:
+                return
+            (kind, namespace, name, _), _query, body = begun
+            name = (body or {}).get("metadata", {}).get("name")
+            if name is None or not isinstance(body, dict):
+                self._json(422, _status(422, "Invalid", "metadata.name is required"))
+                return
+            with fake.lock:
+                if fake.get(kind, namespace, name) is not None:
+                    self._json(409, _status(409, "AlreadyExists", f'{kind.lower()}s "{name}" already exists'))
+                    return
+                if kind not in CLUSTER_SCOPED:
+                    body["metadata"]["namespace"] = namespace
+                body["metadata"].pop("resourceVersion", None)
+                self._json(201, fake.put(kind, body))
+
+        def do_PUT(self) -> None:
+            begun = self._begin("PUT")
+            if begun is None:
+                return
+            (kind, namespace, name, _), _query, body = begun
+            with fake.lock:
+                existing = fake.get(kind, namespace, name or "")
+                if existing is None:
+                    self._json(404, _status(404, "NotFound", f'{kind.lower()}s "{name}" not found'))
+                    return
+                sent = str((body or {}).get("metadata", {}).get("resourceVersion") or "")
+                if sent and sent != existing["metadata"]["resourceVersion"]:
+                    message = f"{kind.lower()}s \"{name}\": the object has been modified"
+                    self._json(409, _status(409, "Conflict", message))
+                    return
+                if kind not in CLUSTER_SCOPED:
+                    body["metadata"]["namespace"] = namespace
+                self._json(200, fake.put(kind, body))
 
         def do_DELETE(self) -> None:
             begun = self._begin("DELETE")

@@ -99,6 +99,10 @@ def _call(what: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj
         raise ClusterError(f"{what}: {type(exc).__name__}: {exc}") from None
 
 
+# The same door for callers outside this module (leader election, the identity Secret).
+api_call = _call
+
+
 @dataclass(frozen=True)
 class Kind:
     """How to reach one resource kind through the typed client."""

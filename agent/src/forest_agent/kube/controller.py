@@ -22,6 +22,7 @@ import heapq
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +119,8 @@ class Controller(HostLoops):
         self._wake = threading.Condition()
         self._applied_once: set[tuple[str, str, str]] = set()
         self.recovered = threading.Event()
+        # Leader election's gate (kube/leader.py): checked before every claim, apply, report and delete.
+        self.may_act: Callable[[], bool] = lambda: True
 
     # -- the work queue -----------------------------------------------------------------------
     def enqueue(self, job_id: str, delay_s: float = 0.0) -> None:
@@ -238,6 +241,8 @@ class Controller(HostLoops):
 
     def _refuse(self, job_id: str, reason: str, message: str) -> None:
         """Claim a job this controller will not run and report it failed, so Host stops offering it."""
+        if not self.may_act():
+            return
         try:
             self.wire.claim(job_id)
             self.wire.report(
@@ -286,6 +291,8 @@ class Controller(HostLoops):
         return True
 
     def reconcile(self, job_id: str) -> None:
+        if not self.may_act():
+            return  # not the leader (any more): the next leader re-lists and resumes it
         with self._lock:
             tracked = self.tracked.get(job_id)
         if tracked is None:
@@ -392,6 +399,8 @@ class Controller(HostLoops):
 
     def cancel(self, job_id: str) -> None:
         """Host cancelled the job: delete its Job (Pods go with it: propagation) and acknowledge."""
+        if not self.may_act():
+            return
         cancelled = {"state": "cancelled", "reason": "cancelled", "log_tail": []}
         with self._lock:
             tracked = self.tracked.get(job_id)
@@ -466,6 +475,8 @@ class Controller(HostLoops):
         self.recovered.wait()
 
     def apply_changes(self, changes: Changes) -> None:
+        if not self.may_act():
+            return  # Host offers them again to whoever leads
         for job_id in changes.cancel:
             self._guarded(self.cancel, job_id)
         for raw in changes.jobs:
