@@ -129,6 +129,7 @@ class Request:
     query: dict[str, str]
     content_type: str
     body: Any = None
+    auth: str = ""  # the Authorization header: tells apart clients that use different kubeconfigs
 
 
 @dataclass
@@ -429,8 +430,9 @@ class FakeKube:
             self._server.shutdown()
             self._server.server_close()
 
-    def kubeconfig(self, directory: Path) -> Path:
+    def kubeconfig(self, directory: Path, token: str = "fake-token") -> Path:
         path = directory / "kubeconfig"
+        directory.mkdir(parents=True, exist_ok=True)
         path.write_text(
             json.dumps(
                 {
@@ -438,7 +440,7 @@ class FakeKube:
                     "kind": "Config",
                     "current-context": "fake",
                     "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-                    "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+                    "users": [{"name": "fake", "user": {"token": token}}],
                     "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
                 }
             )
@@ -505,7 +507,8 @@ def _handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
             body = self._body() if method in ("PATCH", "POST", "PUT", "DELETE") else None
             fake.requests.append(
-                Request(method, parts.path, query, self.headers.get("Content-Type", ""), body)
+                Request(method, parts.path, query, self.headers.get("Content-Type", ""), body,
+                        self.headers.get("Authorization", ""))
             )
             route = _route(parts.path)
             if route is None:
