@@ -237,6 +237,12 @@ def processes() -> Iterator[list[ControllerProcess]]:
         process.log.close()
 
 
+def _reported_mark(fake: FakeKube, job: dict[str, Any]) -> bool:
+    jobs = fake.list("Job", f"{names.LABEL_JOB_ID}={job['job_id']}")
+    marks = [(j["metadata"].get("annotations") or {}).get(names.ANNOTATION_REPORTED, "") for j in jobs]
+    return any(mark.startswith(job["job_id"]) for mark in marks)
+
+
 def _holder(fake: FakeKube) -> str:
     found = fake.get("Lease", NAMESPACE, LEASE)
     return ((found or {}).get("spec") or {}).get("holderIdentity") or ""
@@ -265,6 +271,9 @@ def test_two_controllers_one_leads_and_the_other_takes_over_when_it_is_killed(
         assert touched and all(path.endswith(f"/leases/{LEASE}") or path.endswith("/leases")
                                for path in touched), touched
 
+        # The controller reports, then marks the Job reported; a kill between the two makes the next leader
+        # report again, which Host takes as a no-op (docs/wire.md). Kill it after the mark.
+        host.wait_for(lambda: _reported_mark(fake, first), timeout=30, what="the reported mark")
         assert leader.stop(signal.SIGKILL) == -signal.SIGKILL  # killed: it cannot release the Lease
         new_holder = host.wait_for(lambda: (h := _holder(fake)) != holder and h, timeout=60,
                                    what="the follower taking the Lease over")

@@ -159,6 +159,13 @@ def build_parser() -> argparse.ArgumentParser:
     election.add_argument("--host", help="Host URL, to enroll into an empty identity Secret")
     election.add_argument("--name", help="Grove name, to enroll into an empty identity Secret")
     election.add_argument("--token-file", type=Path, help="file holding the one-time enrollment token")
+    placement.add_argument(
+        "--no-apply-namespaces",
+        dest="apply_namespaces",
+        action="store_false",
+        help="the untrusted namespace and its deny-all NetworkPolicy are installed by the Helm chart: "
+        "do not apply them (no cluster-scoped write permission needed)",
+    )
     timing = run.add_argument_group("timing")
     add_wire_timing(timing)
     timing.add_argument(
@@ -290,6 +297,7 @@ def _controller_config(args: argparse.Namespace) -> ControllerConfig:
         pending_grace_s=max(0.0, args.pending_grace),
         backoff_max_s=max(args.backoff_max, 1.0),
         workers=args.workers,
+        apply_namespaces=args.apply_namespaces,
     )
 
 

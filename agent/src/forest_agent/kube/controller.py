@@ -60,6 +60,15 @@ class ControllerConfig:
     backoff_max_s: float = 60.0
     log_tail_lines: int = observe.MAX_LOG_LINES
     workers: int = 4
+    # False when the Helm chart installs the untrusted Namespace and its deny-all NetworkPolicy: then the
+    # controller needs no cluster-scoped write permission (charts/forest-controller, docs/deploy.md).
+    apply_namespaces: bool = True
+
+    @property
+    def work_namespaces(self) -> tuple[str, ...]:
+        """Where this controller's Jobs and Deployments live: it lists and watches only these, so a
+        namespaced Role is enough."""
+        return tuple(dict.fromkeys((self.namespace, self.untrusted_namespace)))
 
 
 @dataclass
@@ -232,6 +241,8 @@ class Controller(HostLoops):
     def _apply(self, obj: dict[str, Any]) -> None:
         key = (obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
         if obj["kind"] in ("Namespace", "NetworkPolicy"):
+            if not self.config.apply_namespaces:
+                return  # installed by the chart
             if key in self._applied_once:
                 return  # shared by every untrusted job; applied once per controller process
             self.cluster.apply(obj)
@@ -415,9 +426,12 @@ class Controller(HostLoops):
                 self.cluster.delete("Job", tracked.name, tracked.namespace)
             # A Deployment is desired state: cancelling its rollout job ends the wait, not the service.
         else:
-            jobs, _ = self.cluster.list(
-                "Job", label_selector=f"{self.selector},{names.LABEL_JOB_ID}={job_id}"
-            )
+            selector = f"{self.selector},{names.LABEL_JOB_ID}={job_id}"
+            jobs = [
+                obj
+                for namespace in self.config.work_namespaces
+                for obj in self.cluster.list("Job", label_selector=selector, namespace=namespace)[0]
+            ]
             for obj in jobs:
                 self.cluster.delete("Job", obj["metadata"]["name"], obj["metadata"]["namespace"])
         log.info("job %s: cancelled by Host", job_id)
@@ -427,8 +441,8 @@ class Controller(HostLoops):
     def recover(self) -> int:
         """Re-list every object this Grove owns and resume each unreported job; returns how many."""
         count = 0
-        for kind in ("Job", "Deployment"):
-            items, _ = self.cluster.list(kind, label_selector=self.selector)
+        for kind, namespace in self._owned_scopes():
+            items, _ = self.cluster.list(kind, label_selector=self.selector, namespace=namespace)
             for obj in items:
                 meta = obj.get("metadata") or {}
                 job_id = (meta.get("labels") or {}).get(names.LABEL_JOB_ID)
@@ -489,11 +503,14 @@ class Controller(HostLoops):
             # Nothing was claimed; Host offers the job (or the cancellation) again on the next poll.
             log.warning("Kubernetes API error (%s); Host will offer it again", exc.message)
 
-    def _watch_loop(self, kind: str) -> None:
+    def _owned_scopes(self) -> list[tuple[str, str]]:
+        return [(kind, ns) for kind in ("Job", "Deployment") for ns in self.config.work_namespaces]
+
+    def _watch_loop(self, kind: str, namespace: str | None = None) -> None:
         backoff = Backoff(self.config.backoff_initial_s, self.config.backoff_max_s)
         while not self.stop_event.is_set():
             try:
-                items, version = self.cluster.list(kind, label_selector=self.selector)
+                items, version = self.cluster.list(kind, label_selector=self.selector, namespace=namespace)
                 for obj in items:
                     self._enqueue_owned(obj)
                 while not self.stop_event.is_set():
@@ -503,6 +520,7 @@ class Controller(HostLoops):
                         resource_version=version,
                         timeout_s=self.config.watch_timeout_s,
                         stopper=self.stop_event.is_set,
+                        namespace=namespace,
                     ):
                         version = (obj.get("metadata") or {}).get("resourceVersion") or version
                         self._enqueue_owned(obj)
@@ -541,9 +559,14 @@ class Controller(HostLoops):
             threading.Thread(target=self._worker_loop, name=f"worker-{n}", daemon=True)
             for n in range(max(1, self.config.workers))
         ]
+        # Pods are watched cluster-wide (read-only, the capacity report needs them anyway); Jobs and
+        # Deployments only in the work namespaces.
+        watches = [("Pod", None), *self._owned_scopes()]
         threads += [
-            threading.Thread(target=self._watch_loop, args=(kind,), name=f"watch-{kind}", daemon=True)
-            for kind in ("Job", "Pod", "Deployment")
+            threading.Thread(
+                target=self._watch_loop, args=(kind, ns), name=f"watch-{kind}-{ns or 'all'}", daemon=True
+            )
+            for kind, ns in watches
         ]
         for thread in threads:
             thread.start()
