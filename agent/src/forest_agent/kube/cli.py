@@ -46,6 +46,7 @@ log = logging.getLogger("forest_agent.kube.cli")
 STATE_DIR_ENV = "FOREST_CONTROLLER_STATE_DIR"
 TOKEN_ENV = "FOREST_CONTROLLER_ENROLL_TOKEN"
 POD_NAMESPACE_ENV = "POD_NAMESPACE"
+LOG_LEVEL_ENV = "FOREST_CONTROLLER_LOG_LEVEL"
 
 
 def default_state_dir() -> Path:
@@ -65,7 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"identity directory; default ${STATE_DIR_ENV} or {default_state_dir()}",
     )
-    common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    common.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=os.environ.get(LOG_LEVEL_ENV, "").lower() == "debug",
+        help=f"debug logging (also ${LOG_LEVEL_ENV}=debug: the chart sets it from controller.log_level)",
+    )
     kube = argparse.ArgumentParser(add_help=False)
     group = kube.add_argument_group("Kubernetes API")
     group.add_argument("--kubeconfig", help="kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
