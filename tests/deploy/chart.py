@@ -25,9 +25,6 @@ GROVE_MODULE = {
     "existingConfigMap": "forest-controller",
     "enrollmentSecret": "forest-controller-enrollment",
     "podAnnotations": {"forest.dev/config-sha256": "0" * 64},
-    "networkPolicy": {"apiServer": {"cidrs": ["10.20.0.10/32"], "ports": [6443]},
-                      "host": {"cidrs": [], "ports": [443]}, "dns": {"namespace": "kube-system", "ports": [53]},
-                      "enabled": True},
 }
 
 

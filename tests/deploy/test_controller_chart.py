@@ -214,8 +214,26 @@ def test_the_untrusted_namespace_and_policy_match_what_the_controller_renders():
 
 
 # -- NetworkPolicy -----------------------------------------------------------------------------------------
+def test_the_grove_module_passes_exactly_these_values():
+    """infra/modules/grove/controller.tf's release values have exactly the keys GROVE_MODULE renders with."""
+    from tests.infra.conftest import hcl_load, resources
+
+    release = resources(hcl_load(CONTROLLER_CHART.parents[1] / "infra/modules/grove/controller.tf"))
+    values = str(release["helm_release.controller"]["values"]).split("yamlencode(", 1)[1]
+    depth, top_level = 0, set()
+    for index, char in enumerate(values):
+        depth += (char in "{[(" and 1) or 0
+        depth -= (char in "}])" and 1) or 0
+        if depth == 1 and char in "{,":
+            key = re.match(r"[{,]\s*(\w+)\s*=", values[index:])
+            if key:
+                top_level.add(key.group(1))
+    assert top_level == set(GROVE_MODULE), values
+
+
 def test_the_controller_may_reach_dns_the_api_server_and_host_and_nothing_reaches_it():
-    policy = next(o for o in by_kind(render_objects(GROVE_MODULE), "NetworkPolicy")
+    narrowed = {**GROVE_MODULE, "networkPolicy": {"apiServer": {"cidrs": ["10.20.0.10/32"], "ports": [6443]}}}
+    policy = next(o for o in by_kind(render_objects(narrowed), "NetworkPolicy")
                   if o["metadata"]["namespace"] == NAMESPACE)
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert policy["spec"]["ingress"] == []
@@ -232,8 +250,7 @@ def test_the_controller_may_reach_dns_the_api_server_and_host_and_nothing_reache
     ({"replicaCount": 0}, "replicaCount"),
     ({"workNamespaces": {"create": True, "trusted": "Forest", "untrusted": "forest-untrusted"}}, "trusted"),
     ({"enrollmentToken": "short"}, "enrollmentToken"),
-    ({"networkPolicy": {**GROVE_MODULE["networkPolicy"], "host": {"cidrs": ["example.com"], "ports": [443]}}},
-     "cidrs"),
+    ({"networkPolicy": {"host": {"cidrs": ["example.com"], "ports": [443]}}}, "cidrs"),
 ])
 def test_values_schema_refuses_bad_values(bad, field):
     with helm.Chart.load(CONTROLLER_CHART) as chart, pytest.raises(helm.HelmError) as refused:
