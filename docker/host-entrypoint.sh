@@ -21,8 +21,8 @@ case "$role" in
     ;;
   beat)
     # Exactly one beat per deployment: it schedules the sweeps; two would double them.
-    exec celery -A forest_host beat --loglevel "${LOG_LEVEL:-INFO}" \
-      --schedule "${FOREST_VAR_DIR:-/var/lib/forest}/celerybeat-schedule" "$@"
+    # Its schedule file goes under FOREST_VAR_DIR (settings.CELERY_BEAT_SCHEDULE_FILENAME).
+    exec celery -A forest_host beat --loglevel "${LOG_LEVEL:-INFO}" "$@"
     ;;
   migrate)
     # A one-off job before new web/worker code starts (docs/deploy.md, Upgrades).
