@@ -656,6 +656,9 @@ def _handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
             if begun is None:
                 return
             (kind, namespace, name, _), _query, body = begun
+            if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict):
+                self._json(422, _status(422, "Invalid", "a replace needs the whole object"))
+                return
             with fake.lock:
                 existing = fake.get(kind, namespace, name or "")
                 if existing is None:

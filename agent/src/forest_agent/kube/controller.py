@@ -4,7 +4,8 @@ Threads (all stop on `stop_event`):
   heartbeat  Nodes + Pods -> capacity report, sent with version, change kinds and the log tail
   poll       long-polls Host's `changes`; new jobs are rendered, validated and applied *suspended*
              (the cluster itself is the journal), cancellations delete the Job with propagation
-  watch x3   Jobs, Pods, Deployments carrying this Grove's labels; each event queues its job id
+  watch      Pods (cluster-wide), Jobs and Deployments (each work namespace) carrying this Grove's
+             labels; each event queues its job id
   worker     reconciles one job id at a time: claim + unsuspend, translate status, report
 
 Reconcile compares what Kubernetes says with what was last reported, every time, so running it
@@ -277,8 +278,8 @@ class Controller(HostLoops):
             self.wire.claim(tracked.job_id)
         except WireError as exc:
             if exc.code == "already_claimed":
-                # Only this Grove can claim its jobs and one controller runs per Grove: we claimed it
-                # before a restart (or before the answer got lost).
+                # Only this Grove can claim its jobs and one controller acts per Grove (the state lock, or
+                # the leader Lease): we claimed it before a restart or a takeover (or the answer got lost).
                 log.info("job %s: already claimed by this Grove; resuming", tracked.job_id)
             elif exc.code in ("job_cancelled", "job_not_found"):
                 log.info("job %s: %s; deleting what was applied", tracked.job_id, exc.code)
