@@ -8,6 +8,7 @@ Errors print one line (`forest-controller: error: <code>: <sentence>`) and exit 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -315,7 +316,8 @@ def _secret_identity(
     store = SecretIdentity(api_client=cluster.api_client, name=args.identity_secret, namespace=namespace)
     identity = store.load()
     if identity is not None:
-        return identity
+        # The ConfigMap's host.url wins over the stored one, so a changed URL rolls out with the pods.
+        return dataclasses.replace(identity, host_url=args.host) if args.host else identity
     token = os.environ.get(TOKEN_ENV) or ""
     if args.token_file and args.token_file.is_file():
         token = args.token_file.read_text().strip() or token
