@@ -4,6 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+WHEELHOUSE := $(VENV)/wheelhouse
 
 # Embedded defaults for `make run`: DEBUG on, SQLite and a filesystem broker under var/ unless the
 # caller exports DATABASE_URL / CELERY_BROKER_URL (then PostgreSQL / Redis are used).
@@ -22,10 +23,13 @@ PYTEST_ARGS ?= -n 2
 help:  ## Show the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(STAMP): pyproject.toml $(wildcard agent/pyproject.toml)
+$(STAMP): pyproject.toml $(wildcard agent/pyproject.toml) docker/controller-requirements.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]' $(if $(wildcard agent/pyproject.toml),-e './agent[kubernetes]')
+	@# The controller image's pinned build tools, so tests/deploy/test_images.py can replay its install offline.
+	$(BIN)/python -m pip download --quiet --no-deps --dest $(WHEELHOUSE) \
+		$$(grep -E '^(setuptools|wheel)==' docker/controller-requirements.txt)
 	@touch $(STAMP)
 
 venv: $(STAMP)  ## Create .venv and install Host, the agent and the dev tools
@@ -37,8 +41,9 @@ run: $(STAMP)  ## Migrate, load the demo and serve Host (web :8000 + worker + be
 	@echo "Forest Host on http://127.0.0.1:8000/  (admin: /admin/, API schema: /api/schema/)"
 	$(RUN_ENV) $(BIN)/honcho start -f Procfile
 
-test: $(STAMP)  ## Architecture contracts, then the whole suite against real PostgreSQL and Redis
+test: $(STAMP)  ## Architecture contracts, the image linter, then the whole suite against real PostgreSQL and Redis
 	$(BIN)/lint-imports
+	$(BIN)/hadolint docker/host.Dockerfile docker/controller.Dockerfile
 	@scripts/services-up.sh
 	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
 

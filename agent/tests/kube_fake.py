@@ -21,6 +21,8 @@ streaming), configured from a real kubeconfig file. What is real and what is fak
   Succeeded/Failed with an exit code, as a real kubelet would report it, or marks them
   unschedulable / ImagePullBackOff / OOMKilled. Its automatic mode **runs the container's command as
   a local subprocess** (the image is not pulled; nothing is isolated) so the log and exit code are real.
+* Create (POST, 409 `AlreadyExists`) and replace (PUT) with **optimistic concurrency**: a replace whose
+  `metadata.resourceVersion` is not the stored one gets 409 `Conflict`, as leader election relies on.
 * No admission (Pod Security, RuntimeClass existence, resource quotas) and no authentication.
 """
 
@@ -56,6 +58,8 @@ RESOURCES = {
     ("/apis/batch/v1", "jobs"): "Job",
     ("/apis/apps/v1", "deployments"): "Deployment",
     ("/apis/networking.k8s.io/v1", "networkpolicies"): "NetworkPolicy",
+    ("/api/v1", "secrets"): "Secret",
+    ("/apis/coordination.k8s.io/v1", "leases"): "Lease",
 }
 API_VERSIONS = {
     "Pod": "v1",
@@ -65,6 +69,8 @@ API_VERSIONS = {
     "Job": "batch/v1",
     "Deployment": "apps/v1",
     "NetworkPolicy": "networking.k8s.io/v1",
+    "Secret": "v1",
+    "Lease": "coordination.k8s.io/v1",
 }
 CLUSTER_SCOPED = {"Node", "Namespace"}
 
@@ -123,6 +129,7 @@ class Request:
     query: dict[str, str]
     content_type: str
     body: Any = None
+    auth: str = ""  # the Authorization header: tells apart clients that use different kubeconfigs
 
 
 @dataclass
@@ -423,8 +430,9 @@ class FakeKube:
             self._server.shutdown()
             self._server.server_close()
 
-    def kubeconfig(self, directory: Path) -> Path:
+    def kubeconfig(self, directory: Path, token: str = "fake-token") -> Path:
         path = directory / "kubeconfig"
+        directory.mkdir(parents=True, exist_ok=True)
         path.write_text(
             json.dumps(
                 {
@@ -432,7 +440,7 @@ class FakeKube:
                     "kind": "Config",
                     "current-context": "fake",
                     "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-                    "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+                    "users": [{"name": "fake", "user": {"token": token}}],
                     "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
                 }
             )
@@ -499,7 +507,8 @@ def _handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
             body = self._body() if method in ("PATCH", "POST", "PUT", "DELETE") else None
             fake.requests.append(
-                Request(method, parts.path, query, self.headers.get("Content-Type", ""), body)
+                Request(method, parts.path, query, self.headers.get("Content-Type", ""), body,
+                        self.headers.get("Authorization", ""))
             )
             route = _route(parts.path)
             if route is None:
@@ -623,6 +632,46 @@ def _handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
                 self._json(415, _status(415, "UnsupportedMediaType", f"the fake serves no {content_type}"))
                 return
             self._json(200, fake.put(kind, deep_merge(existing, body)))
+
+        def do_POST(self) -> None:
+            begun = self._begin("POST")
+            if begun is None:
+                return
+            (kind, namespace, name, _), _query, body = begun
+            name = (body or {}).get("metadata", {}).get("name")
+            if name is None or not isinstance(body, dict):
+                self._json(422, _status(422, "Invalid", "metadata.name is required"))
+                return
+            with fake.lock:
+                if fake.get(kind, namespace, name) is not None:
+                    self._json(409, _status(409, "AlreadyExists", f'{kind.lower()}s "{name}" already exists'))
+                    return
+                if kind not in CLUSTER_SCOPED:
+                    body["metadata"]["namespace"] = namespace
+                body["metadata"].pop("resourceVersion", None)
+                self._json(201, fake.put(kind, body))
+
+        def do_PUT(self) -> None:
+            begun = self._begin("PUT")
+            if begun is None:
+                return
+            (kind, namespace, name, _), _query, body = begun
+            if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict):
+                self._json(422, _status(422, "Invalid", "a replace needs the whole object"))
+                return
+            with fake.lock:
+                existing = fake.get(kind, namespace, name or "")
+                if existing is None:
+                    self._json(404, _status(404, "NotFound", f'{kind.lower()}s "{name}" not found'))
+                    return
+                sent = str((body or {}).get("metadata", {}).get("resourceVersion") or "")
+                if sent and sent != existing["metadata"]["resourceVersion"]:
+                    message = f"{kind.lower()}s \"{name}\": the object has been modified"
+                    self._json(409, _status(409, "Conflict", message))
+                    return
+                if kind not in CLUSTER_SCOPED:
+                    body["metadata"]["namespace"] = namespace
+                self._json(200, fake.put(kind, body))
 
         def do_DELETE(self) -> None:
             begun = self._begin("DELETE")

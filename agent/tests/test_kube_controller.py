@@ -159,7 +159,13 @@ def test_apply_watch_and_success_report(harness: Harness, kubelet: Kubelet, fake
         what="the reported mark",
     )
     watches = [r for r in fake.requests_of("GET") if r.query.get("watch") == "true"]
-    assert {"/apis/batch/v1/jobs", "/api/v1/pods", "/apis/apps/v1/deployments"} <= {r.path for r in watches}
+    # Jobs and Deployments are watched only in the work namespaces (what a namespaced Role allows);
+    # Pods cluster-wide (read-only, the chart's ClusterRole), as the capacity report reads them anyway.
+    assert {
+        "/api/v1/pods",
+        *(f"/apis/{group}/namespaces/{ns}/{plural}" for ns in ("forest", "forest-untrusted")
+          for group, plural in (("batch/v1", "jobs"), ("apps/v1", "deployments"))),
+    } == {r.path for r in watches}
     assert all(r.query.get("timeoutSeconds") == "2" and r.query.get("labelSelector") for r in watches)
 
 

@@ -71,7 +71,9 @@ def write_standin(destination: Path) -> Path:
         local_values = locals_of(document)
         if local_values:
             lines.append("locals {")
-            lines += [f"  {name} = {expression(value)}" for name, value in local_values.items()]
+            # path.module still means the real module's folder (the in-repo chart is found from it).
+            lines += [f"  {name} = {expression(value)}".replace("${path.module}", str(GROVE))
+                      for name, value in local_values.items()]
             lines.append("}")
         for name, call in blocks(document, "module").items():
             lines.append(f'module "{name}" {{')

@@ -39,14 +39,16 @@ resource "kubernetes_secret_v1" "controller_enrollment" {
   }
 }
 
+# The chart is installed from this repository (charts/forest-controller), not from a chart registry: the
+# module and the chart it was tested with change together. module.config refuses a plan whose chart's
+# Chart.yaml version is not controller_chart_version, so a chart change is a reviewed version bump (and
+# the version change is what makes the helm provider upgrade the release).
 resource "helm_release" "controller" {
   count = local.create ? 1 : 0
 
-  name       = "forest-controller"
-  namespace  = kubernetes_namespace_v1.controller[0].metadata[0].name
-  repository = var.controller_chart_repository
-  chart      = "forest-controller"
-  version    = var.controller_chart_version
+  name      = "forest-controller"
+  namespace = kubernetes_namespace_v1.controller[0].metadata[0].name
+  chart     = module.config.controller_chart_path
 
   values = [yamlencode({
     image             = var.controller_image

@@ -11,6 +11,9 @@ locals {
   # The Image Factory's schematic without extensions; ordinary VMs need nothing else.
   vanilla_schematic_id = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
   talos_vm_image_url   = var.talos_vm_image_url != "" ? var.talos_vm_image_url : "https://${var.image_factory_host}/image/${local.vanilla_schematic_id}/${var.talos_version}/metal-amd64.qcow2"
+
+  # infra/modules/grove -> the repository root -> charts/forest-controller
+  controller_chart_path = var.controller_chart_path != "" ? var.controller_chart_path : abspath("${path.module}/../../../charts/forest-controller")
 }
 
 # Everything derived from inputs (controller ConfigMap, deploy trigger, GPU patches, GPU Operator values)
@@ -27,6 +30,8 @@ module "config" {
   nvidia_talos_schematic_id = var.nvidia_talos_schematic_id
   image_factory_host        = var.image_factory_host
   gpu_worker_count          = length(var.gpu_workers)
+  controller_chart_path     = local.controller_chart_path
+  controller_chart_version  = var.controller_chart_version
 }
 
 ################################################################################

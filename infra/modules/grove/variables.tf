@@ -166,19 +166,19 @@ variable "controller_namespace" {
   }
 }
 
-variable "controller_chart_repository" {
-  description = "Helm repository (https:// or oci://) holding the forest-controller chart."
+variable "controller_chart_path" {
+  description = "Directory of the forest-controller chart. Empty: charts/forest-controller of this repository, the chart this module is tested with."
   type        = string
-  default     = "oci://registry.invalid/forest/charts"
+  default     = ""
 
   validation {
-    condition     = can(regex("^(https|oci)://", var.controller_chart_repository))
-    error_message = "controller_chart_repository must start with https:// or oci://."
+    condition     = var.controller_chart_path == "" || can(regex("^[^\\s]+$", var.controller_chart_path))
+    error_message = "controller_chart_path must be empty (the chart in this repository) or a directory path without spaces."
   }
 }
 
 variable "controller_chart_version" {
-  description = "forest-controller chart version."
+  description = "forest-controller chart version this Grove expects; the plan fails unless the chart at controller_chart_path has exactly this version in its Chart.yaml."
   type        = string
   default     = "0.1.0"
 

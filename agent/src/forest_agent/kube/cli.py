@@ -8,9 +8,13 @@ Errors print one line (`forest-controller: error: <code>: <sentence>`) and exit 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import logging
 import os
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +33,8 @@ from forest_agent.errors import ConfigError
 from forest_agent.kube import inventory
 from forest_agent.kube.cluster import Cluster, ClusterError, api_client_from
 from forest_agent.kube.controller import VERSION, Controller, ControllerConfig
+from forest_agent.kube.identity import SecretIdentity
+from forest_agent.kube.leader import LeaderElector, LeaseSettings, default_identity, run_as_leader
 from forest_agent.kube.render import RenderConfig, render
 from forest_agent.kube.spec import parse_job
 from forest_agent.kube.validate import KUBERNETES_VERSION, validate_all
@@ -36,8 +42,12 @@ from forest_agent.logring import LogRing, Redactor
 from forest_agent.state import Identity, StateDir
 from forest_agent.wire.client import WireClient, api_base_url
 
+log = logging.getLogger("forest_agent.kube.cli")
+
 STATE_DIR_ENV = "FOREST_CONTROLLER_STATE_DIR"
 TOKEN_ENV = "FOREST_CONTROLLER_ENROLL_TOKEN"
+POD_NAMESPACE_ENV = "POD_NAMESPACE"
+LOG_LEVEL_ENV = "FOREST_CONTROLLER_LOG_LEVEL"
 
 
 def default_state_dir() -> Path:
@@ -57,7 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"identity directory; default ${STATE_DIR_ENV} or {default_state_dir()}",
     )
-    common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    common.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=os.environ.get(LOG_LEVEL_ENV, "").lower() == "debug",
+        help=f"debug logging (also ${LOG_LEVEL_ENV}=debug: the chart sets it from controller.log_level)",
+    )
     kube = argparse.ArgumentParser(add_help=False)
     group = kube.add_argument_group("Kubernetes API")
     group.add_argument("--kubeconfig", help="kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
@@ -118,6 +134,45 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="KEY",
         help="taint key GPU pods tolerate (repeatable; default nvidia.com/gpu)",
+    )
+    election = run.add_argument_group(
+        "leader election and in-cluster identity (the Helm chart sets these; docs/deploy.md)"
+    )
+    election.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="take a coordination.k8s.io Lease before claiming or applying anything; other replicas wait",
+    )
+    election.add_argument(
+        "--lease-name", default="forest-controller", help="Lease name (default forest-controller)"
+    )
+    election.add_argument(
+        "--lease-namespace",
+        default=None,
+        help=f"namespace of the Lease and the identity Secret (default ${POD_NAMESPACE_ENV})",
+    )
+    election.add_argument("--lease-duration", type=positive_int, default=15, metavar="SECONDS",
+                          help="how long a silent leader keeps the Lease (default 15)")
+    election.add_argument("--renew-deadline", type=positive_float, default=10.0, metavar="SECONDS",
+                          help="a leader that could not renew for this long stops acting (default 10)")
+    election.add_argument("--retry-period", type=positive_float, default=2.0, metavar="SECONDS",
+                          help="how often to renew, or to try to take the Lease (default 2)")
+    election.add_argument(
+        "--identity-secret",
+        default=None,
+        metavar="NAME",
+        help="keep the Grove identity in this Secret instead of the state directory; when it is empty the "
+        "leader enrolls with --host, --name and the token in --token-file (or $" + TOKEN_ENV + ")",
+    )
+    election.add_argument("--host", help="Host URL, to enroll into an empty identity Secret")
+    election.add_argument("--name", help="Grove name, to enroll into an empty identity Secret")
+    election.add_argument("--token-file", type=Path, help="file holding the one-time enrollment token")
+    placement.add_argument(
+        "--no-apply-namespaces",
+        dest="apply_namespaces",
+        action="store_false",
+        help="the untrusted namespace and its deny-all NetworkPolicy are installed by the Helm chart: "
+        "do not apply them (no cluster-scoped write permission needed)",
     )
     timing = run.add_argument_group("timing")
     add_wire_timing(timing)
@@ -187,6 +242,19 @@ def _cluster(args: argparse.Namespace) -> Cluster:
     )
 
 
+def _platforms(cluster: Cluster) -> list[str]:
+    """The platforms of the cluster's Nodes (kubernetes.io/os and /arch labels), first seen first."""
+    platforms: list[str] = []
+    nodes, _ = cluster.list("Node")
+    for node in nodes:
+        platform = inventory.node_platform(node)
+        if platform and platform not in platforms:
+            platforms.append(platform)
+    if not platforms:
+        raise ConfigError("the cluster has no Nodes with kubernetes.io/os and /arch; pass --platform")
+    return platforms
+
+
 def cmd_enroll(args: argparse.Namespace, redactor: Redactor) -> int:
     token = args.token or os.environ.get(TOKEN_ENV)
     if not token:
@@ -196,15 +264,7 @@ def cmd_enroll(args: argparse.Namespace, redactor: Redactor) -> int:
         api = api_base_url(args.host)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    platforms = list(args.platform)
-    if not platforms:
-        nodes, _ = _cluster(args).list("Node")
-        for node in nodes:
-            platform = inventory.node_platform(node)
-            if platform and platform not in platforms:
-                platforms.append(platform)
-        if not platforms:
-            raise ConfigError("the cluster has no Nodes with kubernetes.io/os and /arch; pass --platform")
+    platforms = list(args.platform) or _platforms(_cluster(args))
     state = _state(args)
     state.acquire_lock()
     try:
@@ -232,33 +292,102 @@ def cmd_enroll(args: argparse.Namespace, redactor: Redactor) -> int:
         state.release_lock()
 
 
-def cmd_run(args: argparse.Namespace, ring: LogRing) -> int:
-    state = _state(args)
-    state.acquire_lock()  # one controller per Grove: the claim logic relies on it
+def _controller_config(args: argparse.Namespace) -> ControllerConfig:
+    return ControllerConfig(
+        namespace=args.namespace,
+        untrusted_namespace=args.untrusted_namespace,
+        runtime_class=args.runtime_class,
+        gpu_taint_keys=tuple(args.gpu_taint or ("nvidia.com/gpu",)),
+        heartbeat_interval_s=args.heartbeat_interval,
+        poll_wait_s=args.poll_wait,
+        watch_timeout_s=args.watch_timeout,
+        resync_s=args.resync,
+        pending_grace_s=max(0.0, args.pending_grace),
+        backoff_max_s=max(args.backoff_max, 1.0),
+        workers=args.workers,
+        apply_namespaces=args.apply_namespaces,
+    )
+
+
+def _secret_identity(
+    args: argparse.Namespace, cluster: Cluster, namespace: str, redactor: Redactor
+) -> Identity:
+    """The identity from the Secret; while it is empty, enroll now (only a leader gets here) and store it."""
+    store = SecretIdentity(api_client=cluster.api_client, name=args.identity_secret, namespace=namespace)
+    identity = store.load()
+    if identity is not None:
+        # The ConfigMap's host.url wins over the stored one, so a changed URL rolls out with the pods.
+        return dataclasses.replace(identity, host_url=args.host) if args.host else identity
+    token = os.environ.get(TOKEN_ENV) or ""
+    if args.token_file and args.token_file.is_file():
+        token = args.token_file.read_text().strip() or token
+    if not (token and args.host and args.name):
+        raise ConfigError(f"Secret {namespace}/{args.identity_secret} holds no identity yet; enrolling needs "
+                          f"--host, --name and an enrollment token (--token-file or ${TOKEN_ENV})")
+    redactor.add([token])
     try:
-        identity = state.load_identity()
-        ring.redactor.add([identity.credential])
-        config = ControllerConfig(
-            namespace=args.namespace,
-            untrusted_namespace=args.untrusted_namespace,
-            runtime_class=args.runtime_class,
-            gpu_taint_keys=tuple(args.gpu_taint or ("nvidia.com/gpu",)),
-            heartbeat_interval_s=args.heartbeat_interval,
-            poll_wait_s=args.poll_wait,
-            watch_timeout_s=args.watch_timeout,
-            resync_s=args.resync,
-            pending_grace_s=max(0.0, args.pending_grace),
-            backoff_max_s=max(args.backoff_max, 1.0),
-            workers=args.workers,
+        api_base_url(args.host)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    platforms = _platforms(cluster)
+    log.info("enrolling %s (%s) with %s", args.name, ", ".join(platforms), args.host)
+    with WireClient(args.host) as wire:
+        answer = wire.enroll(token=token, name=args.name, platforms=platforms, version=VERSION,
+                             substrate="kubernetes")
+    identity = Identity(grove_id=answer["grove_id"], credential=answer["credential"], host_url=args.host,
+                        name=args.name)
+    store.save(identity)
+    log.info("enrolled as Grove %s; identity stored in Secret %s/%s", identity.grove_id, namespace,
+             args.identity_secret)
+    return identity
+
+
+def _run_controller(args: argparse.Namespace, ring: LogRing, cluster: Cluster, identity: Identity,
+                    stop: threading.Event, may_act: Callable[[], bool] | None = None) -> int:
+    ring.redactor.add([identity.credential])
+    wire = WireClient(identity.host_url, credential=identity.credential, grove_id=identity.grove_id)
+    controller = Controller(wire=wire, cluster=cluster, grove_id=identity.grove_id,
+                            config=_controller_config(args), ring=ring)
+    controller.stop_event = stop  # one stop for signals and for a lost lease
+    if may_act is not None:
+        controller.may_act = may_act
+    return controller.run()
+
+
+def cmd_run(args: argparse.Namespace, ring: LogRing) -> int:
+    stop = threading.Event()
+    stop_on_signals(stop)
+    if not args.leader_elect and not args.identity_secret:
+        state = _state(args)
+        state.acquire_lock()  # one controller per Grove without leader election: the claim logic relies on it
+        try:
+            return _run_controller(args, ring, _cluster(args), state.load_identity(), stop)
+        finally:
+            state.release_lock()
+    namespace = args.lease_namespace or os.environ.get(POD_NAMESPACE_ENV)
+    if not namespace:
+        raise ConfigError(
+            f"--leader-elect and --identity-secret need --lease-namespace or ${POD_NAMESPACE_ENV}"
         )
-        wire = WireClient(identity.host_url, credential=identity.credential, grove_id=identity.grove_id)
-        controller = Controller(
-            wire=wire, cluster=_cluster(args), grove_id=identity.grove_id, config=config, ring=ring
-        )
-        stop_on_signals(controller.stop_event)
-        return controller.run()
-    finally:
-        state.release_lock()
+    cluster = _cluster(args)
+
+    def lead(may_act: Callable[[], bool] | None) -> int:
+        identity = (_secret_identity(args, cluster, namespace, ring.redactor) if args.identity_secret
+                    else _state(args).load_identity())
+        return _run_controller(args, ring, cluster, identity, stop, may_act)
+
+    if not args.leader_elect:
+        return lead(None)
+    settings = LeaseSettings(
+        name=args.lease_name,
+        namespace=namespace,
+        identity=default_identity(),
+        lease_duration_s=args.lease_duration,
+        renew_deadline_s=args.renew_deadline,
+        retry_period_s=args.retry_period,
+    )
+    elector = LeaderElector(api_client=cluster.api_client, settings=settings)
+    return run_as_leader(elector, stop, lambda: lead(elector.is_leader))
 
 
 def cmd_render(args: argparse.Namespace) -> int:

@@ -99,6 +99,10 @@ def _call(what: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj
         raise ClusterError(f"{what}: {type(exc).__name__}: {exc}") from None
 
 
+# The same door for callers outside this module (leader election, the identity Secret).
+api_call = _call
+
+
 @dataclass(frozen=True)
 class Kind:
     """How to reach one resource kind through the typed client."""
@@ -209,14 +213,18 @@ class Cluster:
                 return None
             raise
 
-    def list(self, kind: str, *, label_selector: str | None = None) -> tuple[list[Obj], str]:
-        """All objects of a kind (every namespace) and the list's resourceVersion to watch from."""
+    def list(
+        self, kind: str, *, label_selector: str | None = None, namespace: str | None = None
+    ) -> tuple[list[Obj], str]:
+        """All objects of a kind (every namespace, or only `namespace`: what a namespaced Role may list)
+        and the list's resourceVersion to watch from."""
         spec = KINDS[kind]
-        method, _ = self._method("list", kind, all_namespaces=spec.namespaced)
+        method, _ = self._method("list", kind, all_namespaces=spec.namespaced and namespace is None)
         kwargs: dict[str, Any] = {"_request_timeout": self.request_timeout}
         if label_selector:
             kwargs["label_selector"] = label_selector
-        data = _call(f"list {kind}", method, **kwargs)
+        args = (namespace,) if namespace is not None and spec.namespaced else ()
+        data = _call(f"list {kind}", method, *args, **kwargs)
         return list(data.get("items") or []), str((data.get("metadata") or {}).get("resourceVersion") or "")
 
     def watch(
@@ -227,11 +235,13 @@ class Cluster:
         resource_version: str,
         timeout_s: int,
         stopper: Callable[[], bool],
+        namespace: str | None = None,
     ) -> Iterator[tuple[str, Obj]]:
         """Events after `resource_version` until the server ends the watch (`timeout_s`) or `stopper()`.
         A 410 Gone (history compacted) raises ClusterError with `gone` so the caller re-lists."""
         spec = KINDS[kind]
-        method, _ = self._method("list", kind, all_namespaces=spec.namespaced)
+        method, _ = self._method("list", kind, all_namespaces=spec.namespaced and namespace is None)
+        args = (namespace,) if namespace is not None and spec.namespaced else ()
         kwargs: dict[str, Any] = {
             "timeout_seconds": timeout_s,
             "_request_timeout": (CONNECT_TIMEOUT_S, timeout_s + 10),
@@ -243,7 +253,7 @@ class Cluster:
             kwargs["label_selector"] = label_selector
         w = watch.Watch()
         try:
-            for event in w.stream(method, **kwargs):
+            for event in w.stream(method, *args, **kwargs):
                 if stopper():
                     w.stop()
                     return

@@ -4,7 +4,8 @@ Threads (all stop on `stop_event`):
   heartbeat  Nodes + Pods -> capacity report, sent with version, change kinds and the log tail
   poll       long-polls Host's `changes`; new jobs are rendered, validated and applied *suspended*
              (the cluster itself is the journal), cancellations delete the Job with propagation
-  watch x3   Jobs, Pods, Deployments carrying this Grove's labels; each event queues its job id
+  watch      Pods (cluster-wide), Jobs and Deployments (each work namespace) carrying this Grove's
+             labels; each event queues its job id
   worker     reconciles one job id at a time: claim + unsuspend, translate status, report
 
 Reconcile compares what Kubernetes says with what was last reported, every time, so running it
@@ -22,6 +23,7 @@ import heapq
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +61,15 @@ class ControllerConfig:
     backoff_max_s: float = 60.0
     log_tail_lines: int = observe.MAX_LOG_LINES
     workers: int = 4
+    # False when the Helm chart installs the untrusted Namespace and its deny-all NetworkPolicy: then the
+    # controller needs no cluster-scoped write permission (charts/forest-controller, docs/deploy.md).
+    apply_namespaces: bool = True
+
+    @property
+    def work_namespaces(self) -> tuple[str, ...]:
+        """Where this controller's Jobs and Deployments live: it lists and watches only these, so a
+        namespaced Role is enough."""
+        return tuple(dict.fromkeys((self.namespace, self.untrusted_namespace)))
 
 
 @dataclass
@@ -118,6 +129,8 @@ class Controller(HostLoops):
         self._wake = threading.Condition()
         self._applied_once: set[tuple[str, str, str]] = set()
         self.recovered = threading.Event()
+        # Leader election's gate (kube/leader.py): checked before every claim, apply, report and delete.
+        self.may_act: Callable[[], bool] = lambda: True
 
     # -- the work queue -----------------------------------------------------------------------
     def enqueue(self, job_id: str, delay_s: float = 0.0) -> None:
@@ -229,6 +242,8 @@ class Controller(HostLoops):
     def _apply(self, obj: dict[str, Any]) -> None:
         key = (obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
         if obj["kind"] in ("Namespace", "NetworkPolicy"):
+            if not self.config.apply_namespaces:
+                return  # installed by the chart
             if key in self._applied_once:
                 return  # shared by every untrusted job; applied once per controller process
             self.cluster.apply(obj)
@@ -238,6 +253,8 @@ class Controller(HostLoops):
 
     def _refuse(self, job_id: str, reason: str, message: str) -> None:
         """Claim a job this controller will not run and report it failed, so Host stops offering it."""
+        if not self.may_act():
+            return
         try:
             self.wire.claim(job_id)
             self.wire.report(
@@ -261,8 +278,8 @@ class Controller(HostLoops):
             self.wire.claim(tracked.job_id)
         except WireError as exc:
             if exc.code == "already_claimed":
-                # Only this Grove can claim its jobs and one controller runs per Grove: we claimed it
-                # before a restart (or before the answer got lost).
+                # Only this Grove can claim its jobs and one controller acts per Grove (the state lock, or
+                # the leader Lease): we claimed it before a restart or a takeover (or the answer got lost).
                 log.info("job %s: already claimed by this Grove; resuming", tracked.job_id)
             elif exc.code in ("job_cancelled", "job_not_found"):
                 log.info("job %s: %s; deleting what was applied", tracked.job_id, exc.code)
@@ -286,6 +303,8 @@ class Controller(HostLoops):
         return True
 
     def reconcile(self, job_id: str) -> None:
+        if not self.may_act():
+            return  # not the leader (any more): the next leader re-lists and resumes it
         with self._lock:
             tracked = self.tracked.get(job_id)
         if tracked is None:
@@ -392,6 +411,8 @@ class Controller(HostLoops):
 
     def cancel(self, job_id: str) -> None:
         """Host cancelled the job: delete its Job (Pods go with it: propagation) and acknowledge."""
+        if not self.may_act():
+            return
         cancelled = {"state": "cancelled", "reason": "cancelled", "log_tail": []}
         with self._lock:
             tracked = self.tracked.get(job_id)
@@ -406,9 +427,12 @@ class Controller(HostLoops):
                 self.cluster.delete("Job", tracked.name, tracked.namespace)
             # A Deployment is desired state: cancelling its rollout job ends the wait, not the service.
         else:
-            jobs, _ = self.cluster.list(
-                "Job", label_selector=f"{self.selector},{names.LABEL_JOB_ID}={job_id}"
-            )
+            selector = f"{self.selector},{names.LABEL_JOB_ID}={job_id}"
+            jobs = [
+                obj
+                for namespace in self.config.work_namespaces
+                for obj in self.cluster.list("Job", label_selector=selector, namespace=namespace)[0]
+            ]
             for obj in jobs:
                 self.cluster.delete("Job", obj["metadata"]["name"], obj["metadata"]["namespace"])
         log.info("job %s: cancelled by Host", job_id)
@@ -418,8 +442,8 @@ class Controller(HostLoops):
     def recover(self) -> int:
         """Re-list every object this Grove owns and resume each unreported job; returns how many."""
         count = 0
-        for kind in ("Job", "Deployment"):
-            items, _ = self.cluster.list(kind, label_selector=self.selector)
+        for kind, namespace in self._owned_scopes():
+            items, _ = self.cluster.list(kind, label_selector=self.selector, namespace=namespace)
             for obj in items:
                 meta = obj.get("metadata") or {}
                 job_id = (meta.get("labels") or {}).get(names.LABEL_JOB_ID)
@@ -466,6 +490,8 @@ class Controller(HostLoops):
         self.recovered.wait()
 
     def apply_changes(self, changes: Changes) -> None:
+        if not self.may_act():
+            return  # Host offers them again to whoever leads
         for job_id in changes.cancel:
             self._guarded(self.cancel, job_id)
         for raw in changes.jobs:
@@ -478,11 +504,14 @@ class Controller(HostLoops):
             # Nothing was claimed; Host offers the job (or the cancellation) again on the next poll.
             log.warning("Kubernetes API error (%s); Host will offer it again", exc.message)
 
-    def _watch_loop(self, kind: str) -> None:
+    def _owned_scopes(self) -> list[tuple[str, str]]:
+        return [(kind, ns) for kind in ("Job", "Deployment") for ns in self.config.work_namespaces]
+
+    def _watch_loop(self, kind: str, namespace: str | None = None) -> None:
         backoff = Backoff(self.config.backoff_initial_s, self.config.backoff_max_s)
         while not self.stop_event.is_set():
             try:
-                items, version = self.cluster.list(kind, label_selector=self.selector)
+                items, version = self.cluster.list(kind, label_selector=self.selector, namespace=namespace)
                 for obj in items:
                     self._enqueue_owned(obj)
                 while not self.stop_event.is_set():
@@ -492,6 +521,7 @@ class Controller(HostLoops):
                         resource_version=version,
                         timeout_s=self.config.watch_timeout_s,
                         stopper=self.stop_event.is_set,
+                        namespace=namespace,
                     ):
                         version = (obj.get("metadata") or {}).get("resourceVersion") or version
                         self._enqueue_owned(obj)
@@ -530,9 +560,14 @@ class Controller(HostLoops):
             threading.Thread(target=self._worker_loop, name=f"worker-{n}", daemon=True)
             for n in range(max(1, self.config.workers))
         ]
+        # Pods are watched cluster-wide (read-only, the capacity report needs them anyway); Jobs and
+        # Deployments only in the work namespaces.
+        watches = [("Pod", None), *self._owned_scopes()]
         threads += [
-            threading.Thread(target=self._watch_loop, args=(kind,), name=f"watch-{kind}", daemon=True)
-            for kind in ("Job", "Pod", "Deployment")
+            threading.Thread(
+                target=self._watch_loop, args=(kind, ns), name=f"watch-{kind}-{ns or 'all'}", daemon=True
+            )
+            for kind, ns in watches
         ]
         for thread in threads:
             thread.start()

@@ -16,6 +16,11 @@ locals {
     "accelerators.resource_name" = "nvidia.com/gpu"
   } : {}
 
+  controller_chart_yaml    = "${var.controller_chart_path}/Chart.yaml"
+  controller_chart_found   = var.controller_chart_path != "" && fileexists(local.controller_chart_yaml)
+  controller_chart_name    = local.controller_chart_found ? try(tostring(yamldecode(file(local.controller_chart_yaml)).name), "") : ""
+  controller_chart_version = local.controller_chart_found ? try(tostring(yamldecode(file(local.controller_chart_yaml)).version), "") : ""
+
   controller_config         = merge(local.controller_config_base, local.controller_config_accelerators)
   controller_config_sha256  = sha256(jsonencode(local.controller_config))
   gpu_worker_installer_base = "${var.image_factory_host}/installer/${var.nvidia_talos_schematic_id}"

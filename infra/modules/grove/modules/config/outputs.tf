@@ -15,6 +15,26 @@ output "create_accelerators" {
   }
 }
 
+output "controller_chart_path" {
+  description = "Directory of the forest-controller chart, checked (unless empty): it holds a chart named forest-controller whose version is controller_chart_version."
+  value       = var.controller_chart_path
+
+  precondition {
+    condition     = var.controller_chart_path == "" || local.controller_chart_found
+    error_message = "controller_chart_path holds no Chart.yaml: point it at charts/forest-controller of this repository (or leave it empty in the Grove module)."
+  }
+
+  precondition {
+    condition     = var.controller_chart_path == "" || local.controller_chart_name == "forest-controller"
+    error_message = "The chart at controller_chart_path is not named forest-controller."
+  }
+
+  precondition {
+    condition     = var.controller_chart_path == "" || local.controller_chart_version == var.controller_chart_version
+    error_message = "infra.chart_version_mismatch: the forest-controller chart in this repository has version ${local.controller_chart_version} but controller_chart_version pins ${var.controller_chart_version}; bump one to match the other."
+  }
+}
+
 output "controller_config" {
   description = "forest-controller ConfigMap data."
   value       = local.controller_config

@@ -81,6 +81,28 @@ variable "image_factory_host" {
   }
 }
 
+variable "controller_chart_path" {
+  description = "Directory of the forest-controller chart the Grove installs."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = var.controller_chart_path == "" || can(regex("^[^\\s]+$", var.controller_chart_path))
+    error_message = "controller_chart_path must be a directory path without spaces (empty: no chart is checked)."
+  }
+}
+
+variable "controller_chart_version" {
+  description = "The chart version the Grove expects; must equal the version in the chart's Chart.yaml."
+  type        = string
+  default     = "0.1.0"
+
+  validation {
+    condition     = can(regex("^[0-9]+\\.[0-9]+\\.[0-9]+", var.controller_chart_version))
+    error_message = "controller_chart_version must be a semantic version, for example 0.1.0."
+  }
+}
+
 variable "gpu_worker_count" {
   description = "How many external GPU workers the Grove declares; only used to refuse GPU workers on a Grove without accelerators."
   type        = number

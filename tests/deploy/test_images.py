@@ -1,0 +1,215 @@
+"""The container build files (docker/*.Dockerfile): hadolint, pinned bases, non-root numeric users, no
+compilers in the final stage, health documented, pins current, and the builder stage's install steps
+**replayed** outside Docker.
+
+No Docker engine runs on these machines and base images cannot be pulled, so the replay runs the builder
+stage's own COPY, WORKDIR and RUN lines against a scratch root: container paths (/opt/venv, /app, /tmp,
+/src) map into it, `python -m venv` makes a real fresh virtual environment, and each `pip install` gets
+`--no-index` (nothing is downloaded at test time). The fresh environment sees this project's tested
+environment through a .pth file, so every pinned requirement must be *exactly* a tested version or pip
+fails; the controller's agent package is really built and installed into the fresh environment with the
+pinned build tools (from the wheelhouse `make venv` fills), and then runs from there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKER = REPO / "docker"
+HADOLINT = Path(sys.executable).with_name("hadolint")
+WHEELHOUSE = Path(sys.prefix) / "wheelhouse"
+DOCKERFILES = {"host": DOCKER / "host.Dockerfile", "controller": DOCKER / "controller.Dockerfile"}
+PINNED_BASE = re.compile(r"^[\w./-]+:[\w.-]+@sha256:[0-9a-f]{64}$")
+COMPILERS = re.compile(r"\b(gcc|g\+\+|clang|cc|make|build-essential|rustc|cargo|golang)\b")
+
+
+@dataclass
+class Stage:
+    base: str
+    name: str | None
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+
+def stages(path: Path) -> list[Stage]:
+    """FROM-separated stages as (INSTRUCTION, arguments), with line continuations joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", path.read_text())
+    found: list[Stage] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        instruction, _, rest = line.partition(" ")
+        instruction = instruction.upper()
+        if instruction == "FROM":
+            parts = rest.split()
+            found.append(Stage(parts[0], parts[2] if len(parts) > 2 and parts[1].upper() == "AS" else None))
+        else:
+            found[-1].instructions.append((instruction, " ".join(rest.split())))
+    return found
+
+
+@pytest.mark.parametrize("image", DOCKERFILES)
+def test_hadolint_is_clean(image):
+    result = subprocess.run([str(HADOLINT), "--config", str(REPO / ".hadolint.yaml"), str(DOCKERFILES[image])],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_really_lints(tmp_path):
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN apt-get install gcc\n")
+    result = subprocess.run([str(HADOLINT), str(bad)], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode != 0 and "DL3007" in result.stdout  # `latest` refused
+
+
+@pytest.mark.parametrize("image", DOCKERFILES)
+def test_every_base_image_is_pinned_by_version_and_digest(image):
+    names = set()
+    for stage in stages(DOCKERFILES[image]):
+        if stage.base not in names:
+            assert PINNED_BASE.match(stage.base), stage.base
+            assert ":latest@" not in stage.base
+        if stage.name:
+            names.add(stage.name)
+    assert len(stages(DOCKERFILES[image])) >= 2, "multi-stage"
+
+
+@pytest.mark.parametrize("image", DOCKERFILES)
+def test_the_final_stage_runs_as_a_numeric_non_root_user_without_compilers(image):
+    final = stages(DOCKERFILES[image])[-1]
+    users = [args for instruction, args in final.instructions if instruction == "USER"]
+    assert users and re.fullmatch(r"[1-9]\d*:[1-9]\d*", users[-1]), users
+    for instruction, args in final.instructions:
+        if instruction == "RUN":
+            assert "apt-get install" not in args and "apk add" not in args and not COMPILERS.search(args), args
+        if instruction == "COPY" and "--from=" in args:
+            assert args.split()[0].startswith("--from=builder")
+    healthchecks = [args for instruction, args in final.instructions if instruction == "HEALTHCHECK"]
+    assert healthchecks, "HEALTHCHECK is stated (NONE for a process without a probe, with the reason beside it)"
+    if image == "host":
+        assert "host-healthcheck.py" in healthchecks[0]
+        assert any(instruction == "EXPOSE" and args == "8000" for instruction, args in final.instructions)
+
+
+def test_the_host_image_starts_every_process_by_command():
+    entrypoint = (DOCKER / "host-entrypoint.sh").read_text()
+    for role in ("web", "worker", "beat", "runner", "migrate", "edge", "manage"):
+        assert re.search(rf"^\s+{role}\)", entrypoint, re.MULTILINE), role
+    for process in ("web", "worker", "beat", "runner"):  # the Procfile's processes, all of them
+        assert re.search(rf"^{process}:", (REPO / "Procfile").read_text(), re.MULTILINE)
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck:
+        subprocess.run([shellcheck, str(DOCKER / "host-entrypoint.sh")], check=True, timeout=60)
+    result = subprocess.run(["sh", str(DOCKER / "host-entrypoint.sh"), "nonsense"], capture_output=True, text=True,
+                            timeout=30, check=False)
+    assert result.returncode == 64 and "unknown process" in result.stderr
+
+
+def test_the_dockerignore_keeps_local_state_and_secrets_out():
+    ignore = (REPO / ".dockerignore").read_text().splitlines()
+    assert next(line for line in ignore if line and not line.startswith("#")) == "**"
+    allowed = [line[1:] for line in ignore if line.startswith("!")]
+    assert not [a for a in allowed if a.startswith((".venv", "var", ".git", "staticfiles"))]
+    for stage in stages(DOCKERFILES["host"]) + stages(DOCKERFILES["controller"]):
+        for instruction, args in stage.instructions:
+            if instruction == "COPY" and "--from=" not in args:
+                for source in args.split()[:-1]:
+                    assert any(source.rstrip("/") == a.rstrip("/") or a.startswith(source.rstrip("/") + "/")
+                               for a in allowed), f"{source} is copied but excluded by .dockerignore"
+
+
+def test_the_pinned_requirements_are_the_tested_versions():
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "image_requirements.py"), "--check"],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+# -- the builder stage's install steps, replayed -------------------------------------------------------------
+CONTAINER_ROOTS = ("/opt/venv", "/app", "/tmp/", "/src/")
+CLEAN_ENV = {"PATH": "/usr/bin:/bin"}  # not this process's PYTHONPATH: what runs must come from the fresh venv
+
+
+def _replay_builder(dockerfile: Path, root: Path) -> Path:
+    """Run the builder stage's COPY/WORKDIR/RUN under `root`; returns the fresh venv."""
+    def inside(path: str) -> str:
+        return str(root / path.lstrip("/")) + ("/" if path.endswith("/") else "")
+
+    container_path = re.compile("(?<![\\w/])(" + "|".join(map(re.escape, CONTAINER_ROOTS)) + ")")
+
+    def rewrite(command: str) -> str:
+        command = container_path.sub(lambda m: inside(m.group(0)), command)  # one pass: no path rewritten twice
+        return re.sub(r"\bpip install\b", f"pip install --no-index --find-links {WHEELHOUSE}", command)
+
+    venv = root / "opt" / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    purelib = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})["purelib"])
+    # The tested environment, visible after the fresh one's own site-packages.
+    (purelib / "_forest_tested.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    workdir = root
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(root),
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CONFIG_FILE": os.devnull}
+    builder = stages(dockerfile)[0]
+    assert builder.name == "builder"
+    for instruction, args in builder.instructions:
+        if instruction == "WORKDIR":
+            workdir = Path(inside(args))
+            workdir.mkdir(parents=True, exist_ok=True)
+        elif instruction == "ENV":
+            env.update(dict(pair.split("=", 1) for pair in shlex.split(args)))
+        elif instruction == "COPY":
+            *sources, destination = args.split()
+            target = Path(inside(destination)) if destination.startswith("/") else workdir / destination
+            for source in sources:
+                origin = REPO / source
+                into = target / origin.name if destination.endswith("/") else target
+                into.parent.mkdir(parents=True, exist_ok=True)
+                if origin.is_dir():
+                    shutil.copytree(origin, into, ignore=shutil.ignore_patterns("__pycache__", "tests", "*.egg-info",
+                                                                              ".terraform", "build"))
+                else:
+                    shutil.copy2(origin, into)
+        elif instruction == "RUN":
+            result = subprocess.run(["sh", "-c", rewrite(args)], cwd=workdir, env=env, capture_output=True,
+                                    text=True, timeout=600, check=False)
+            assert result.returncode == 0, f"RUN {args}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return venv
+
+
+def test_the_host_builder_installs_and_collects_static_offline(tmp_path):
+    venv = _replay_builder(DOCKERFILES["host"], tmp_path)
+    app = tmp_path / "app"
+    assert (app / "staticfiles" / "admin").is_dir(), "collectstatic ran in the builder"
+    assert (app / "docker" / "host-entrypoint.sh").is_file()
+    check = subprocess.run(
+        [str(venv / "bin" / "python"), "manage.py", "check", "--fail-level", "ERROR"], cwd=app,
+        env={**CLEAN_ENV, "SECRET_KEY": "check-only", "DEBUG": "0", "ALLOWED_HOSTS": "forest.example"},
+        capture_output=True, text=True, timeout=300, check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_the_controller_builder_builds_the_agent_offline_with_the_pinned_tools(tmp_path):
+    assert WHEELHOUSE.is_dir(), f"{WHEELHOUSE} is missing: `make venv` fetches the image's pinned build tools"
+    venv = _replay_builder(DOCKERFILES["controller"], tmp_path)
+    python = venv / "bin" / "python"
+    where = subprocess.run([str(python), "-c", "import forest_agent, kubernetes, kubernetes_validate, yaml; "
+                            "print(forest_agent.__file__)"], env=CLEAN_ENV, capture_output=True, text=True, timeout=120,
+                           check=True)
+    assert where.stdout.strip().startswith(str(venv)), "the agent was installed into the fresh environment"
+    version = subprocess.run([str(venv / "bin" / "forest-controller"), "--version"], env=CLEAN_ENV,
+                             capture_output=True, text=True, timeout=120, check=False)
+    assert version.returncode == 0 and version.stdout.startswith("forest-controller "), version.stderr
+    site = next(venv.glob("lib/python*/site-packages"))
+    tools = subprocess.run([str(python), "-m", "pip", "list", "--path", str(site)], capture_output=True, text=True,
+                           timeout=120, check=True).stdout
+    assert "setuptools" not in tools.split() and "wheel" not in tools.split(), "build tools removed after use"
