@@ -28,9 +28,9 @@ from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
 from apps.accelerators import rules as accelerator_rules
-from apps.accounts.selectors import acts_for_any_team, team_authorize, team_label, user_team_slugs, visible
 from apps.accelerators.choices import ClaimState
 from apps.accelerators.models import AcceleratorClaim, AcceleratorEntitlement, AcceleratorUsage
+from apps.accounts.selectors import acts_for_any_team, team_authorize, team_label, user_team_slugs, visible
 from apps.compute.models import ComputeJob
 from apps.core.errors import NotFound
 from apps.dispatch.models import GroveJob
@@ -120,7 +120,7 @@ def grove_detail(user, *, slug: str) -> GroveDetail | None:
 
 
 def _sees(user, team: str) -> bool:
-    return acts_for_any_team(user) or bool(team) and team in user_team_slugs(user)
+    return acts_for_any_team(user) or (bool(team) and team in user_team_slugs(user))
 
 
 def _running_here(user, grove: Grove) -> tuple[list[PipelineNode], int]:
@@ -318,8 +318,8 @@ def refused_placements(user, *, whole: bool = False) -> QuerySet[ExecutionPlacem
 
 def run_rows(user) -> QuerySet[PipelineRun]:
     """The runs ``user`` may see, newest first, with the list's columns."""
-    return visible(PipelineRun.objects, user).only("id", "kind", "status", "environment", "team", "reason", "created_at",
-                                    "finished_at").order_by("-created_at")
+    return visible(PipelineRun.objects, user).only("id", "kind", "status", "environment", "team", "reason",
+                                                   "created_at", "finished_at").order_by("-created_at")
 
 
 def run_node_counts(run_ids) -> dict:

@@ -197,8 +197,8 @@ def inventory_view(request: HttpRequest) -> HttpResponse:
 @observability_page
 def placement_list_view(request: HttpRequest) -> HttpResponse:
     return _table_page(request, queryset=selectors.placement_rows(request.user),
-                       filterset_class=ExecutionPlacementFilterSet, table_class=PlacementTable, template="staff/placements.html",
-                       describe=_describe_placements, export_name="placements")
+                       filterset_class=ExecutionPlacementFilterSet, table_class=PlacementTable,
+                       template="staff/placements.html", describe=_describe_placements, export_name="placements")
 
 
 @observability_page
@@ -218,8 +218,8 @@ def placement_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
 
 @observability_page
 def run_list_view(request: HttpRequest) -> HttpResponse:
-    return _table_page(request, queryset=selectors.run_rows(request.user), filterset_class=RunFilterSet, table_class=RunTable,
-                       template="staff/runs.html", describe=_describe_runs, export_name="runs")
+    return _table_page(request, queryset=selectors.run_rows(request.user), filterset_class=RunFilterSet,
+                       table_class=RunTable, template="staff/runs.html", describe=_describe_runs, export_name="runs")
 
 
 @observability_page
