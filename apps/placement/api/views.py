@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from apps.accounts.api.authentication import ApiTokenAuthentication
 from apps.accounts.api.permissions import requires
-from apps.accounts.selectors import team_authorize, team_for_write, visible
+from apps.accounts.selectors import authorize, team_authorize, team_for_write, visible
 from apps.core.api.serializers import ErrorSerializer
 from apps.core.errors import ForestError, ValidationFailed
 from apps.flags.selectors import is_enabled
@@ -118,6 +118,7 @@ class PlacementReplaceView(PlacementAPIView):
         body = s.ReplaceRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         placement = generics.get_object_or_404(ExecutionPlacement, pk=placement_id)
+        authorize(request.user, "placement.change_executionplacement", team=placement.team, what="this placement")
         result = services.placement_replace(placement=placement, actor=request.user,
                                             reason=body.validated_data["reason"],
                                             target=body.validated_data.get("target") or None)
