@@ -238,7 +238,9 @@ def _cancellable(user, run) -> bool:
 @observability_page
 @require_http_methods(["GET", "POST"])
 def run_cancel_view(request: HttpRequest, run_id) -> HttpResponse:
-    """GET: a confirmation page (works without JavaScript); POST: cancel, then back to the run."""
+    """GET: a confirmation page (works without JavaScript); POST: cancel, then back to the run. The
+    permission is asked first, as the API asks it, so a viewer hears ``permission_required`` whatever the run."""
+    authorize(request.user, "pipelines.change_pipelinerun")
     run = selectors.run_detail(request.user, run_id=run_id)[0]
     if request.method == "GET":
         # The confirmation page only for who may cancel: the service's own check, refusing with its code.
