@@ -1,5 +1,5 @@
 """The permission table of docs/permissions.md, enforced: this test reads the table from the document and,
-for every row (action × door) and every role, acts as a member of team ``red`` on team ``red``'s and team
+for every row (action x door) and every role, acts as a member of team ``red`` on team ``red``'s and team
 ``blue``'s work through that door — the API, the staff pages, their CSV export, the staff API, the admin
 site — and checks the answer: ``own`` (red allowed or listed, blue refused with 403 ``team_forbidden`` or
 absent), ``all`` (both), ``no`` (refused, nothing changed). A row without a probe here, or a probe without
@@ -137,8 +137,8 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("list runs", "api"): Probe("list", False, lambda c, e: _text(c.get(f"{V1}/pipelines/runs")), _run_marker),
     ("list runs", "staff page"): Probe("list", True, lambda c, e: _text(c.get(reverse("staff:run-list"))),
                                        _run_marker),
-    ("list runs", "staff csv"): Probe("list", True, lambda c, e: _text(c.get(reverse("staff:run-list") + "?_export=csv")),
-                                      _run_marker),
+    ("list runs", "staff csv"): Probe("list", True, lambda c, e: _text(
+        c.get(reverse("staff:run-list") + "?_export=csv")), _run_marker),
     ("list runs", "admin"): Probe("list", True, lambda c, e: _text(c.get(_admin("pipelines_pipelinerun_changelist"))),
                                   _run_marker),
     ("read run", "api"): Probe("one", False, lambda c, e, t: c.get(f"{V1}/pipelines/runs/{e[t]['run'].id}")),
@@ -184,8 +184,8 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("list running jobs of a Grove", "staff page"): Probe("list", True, _grove_pages, _run_marker),
     ("list compute jobs", "api"): Probe("list", False, lambda c, e: _text(c.get(f"{V1}/compute/jobs")),
                                         lambda e, t: str(e[t]["job"].id)),
-    ("list compute jobs", "admin"): Probe("list", True, lambda c, e: _text(c.get(_admin("compute_computejob_changelist"))),
-                                          lambda e, t: str(e[t]["job"].id)),
+    ("list compute jobs", "admin"): Probe("list", True, lambda c, e: _text(
+        c.get(_admin("compute_computejob_changelist"))), lambda e, t: str(e[t]["job"].id)),
     ("read compute job", "api"): Probe("one", False, lambda c, e, t: c.get(f"{V1}/compute/jobs/{e[t]['job'].id}")),
     ("read compute job", "admin"): Probe("one", True, lambda c, e, t: c.get(
         _admin("compute_computejob_change", e[t]["job"].id))),
