@@ -20,7 +20,7 @@ from apps.flags.services import flag_override_set
 from apps.pipelines.models import PipelineNode, PipelineRun
 from apps.pipelines.services import pipeline_node_execute
 from apps.placement.models import ExecutionPlacement
-from tests.estate import TEAMS, client_for
+from tests.estate import PREVIEW, TEAMS, client_for, run_body
 from tests.fingerprint import changed_tables, table_fingerprint
 
 pytestmark = pytest.mark.django_db
@@ -193,6 +193,10 @@ PROBES: dict[tuple[str, str], Probe] = {
         f"{V1}/compute/jobs/{e[t]['job_to_cancel'].id}/cancel"), done=_job_cancelled),
     ("list workloads", "api"): Probe("list", False, lambda c, e: _text(c.get(f"{V1}/workloads")),
                                      lambda e, t: f"web-{t}"),
+    ("preview a placement for a team", "api"): Probe("one", False, lambda c, e, t: c.post(
+        f"{V1}/placements/preview?team={t}", PREVIEW, format="json")),
+    ("plan a run for a team", "api"): Probe("one", False, lambda c, e, t: c.post(f"{V1}/plan", run_body(t),
+                                                                               format="json")),
     ("list workloads", "admin"): Probe("list", True, lambda c, e: _text(
         c.get(_admin("workloads_nativeworkload_changelist"))), lambda e, t: f"web-{t}"),
 }

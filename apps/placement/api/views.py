@@ -54,6 +54,8 @@ class PlacementPreviewView(PlacementAPIView):
         requirement = ExecutionRequirement.from_json(request.data)
         environment = request.query_params.get("environment") or None
         team = request.query_params.get("team") or None
+        if team is not None:  # a preview for a team reads its flags and accelerator budget: members only
+            team_authorize(request.user, team, what="a preview for this team")
         enforced = is_enabled(COMPATIBILITY_FLAG, environment=environment, team=team)
         # The admission dispatch runs (compatibility, resources, accelerators after Host's claims, policy).
         decision = services.placement_preview(requirement=requirement, environment=environment, team=team)
