@@ -15,12 +15,17 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from apps.accelerators.models import AcceleratorEntitlement
+from apps.accounts.models import ApiToken
 from apps.compute.models import ComputeJob
+from apps.flags.models import FlagOverride
 from apps.flags.services import flag_override_set
+from apps.groves.models import Grove, GroveCredential
 from apps.pipelines.models import PipelineNode, PipelineRun
 from apps.pipelines.services import pipeline_node_execute
 from apps.placement.models import ExecutionPlacement
 from tests.estate import PREVIEW, TEAMS, client_for, run_body
+from tests.factories import UserFactory, api_token_for
 from tests.fingerprint import changed_tables, table_fingerprint
 
 pytestmark = pytest.mark.django_db
@@ -60,6 +65,10 @@ def doors(estate, settings):
         for node in PipelineNode.objects.filter(run=estate[team]["run"], status="queued"):
             pipeline_node_execute(node_id=node.pk)
         ExecutionPlacement.objects.filter(pk=estate[team]["placement"].pk).update(would_refuse=True)
+    # Admin-only objects each probe acts on (a token and a Grove credential per team's column).
+    for team, grove in zip(TEAMS, ("kube", "mac"), strict=True):
+        estate[team]["token"] = api_token_for(UserFactory(username=f"holder-{team}"), name=f"door-{team}")
+        estate[team]["credential"] = GroveCredential.objects.get(grove=Grove.objects.get(slug=grove))
     return estate
 
 
@@ -133,6 +142,30 @@ def _admin(name: str, *args) -> str:
     return reverse(f"admin:{name}", args=args)
 
 
+FLAG_TOGGLED = {"red": "host.deploy.forest_compatibility", "blue": "host.deploy.forest_compute_jobs"}
+
+
+def _action(changelist: str, action: str, pk, **extra):
+    return lambda c, e, t: c.post(_admin(changelist), {"action": action, "_selected_action": [pk(e, t)],
+                                                       "index": 0, **extra})
+
+
+def _flag_on(e, t):
+    return FlagOverride.objects.filter(flag_id=FLAG_TOGGLED[t], scope="global", enabled=False).exists()
+
+
+def _entitled(e, t):
+    return AcceleratorEntitlement.objects.filter(team=t, note="door test").exists()
+
+
+def _token_revoked(e, t):
+    return ApiToken.objects.get(key_id=e[t]["token"].partition("_")[2].partition(".")[0]).revoked_at is not None
+
+
+def _credential_revoked(e, t):
+    return GroveCredential.objects.get(pk=e[t]["credential"].pk).revoked_at is not None
+
+
 PROBES: dict[tuple[str, str], Probe] = {
     ("list runs", "api"): Probe("list", False, lambda c, e: _text(c.get(f"{V1}/pipelines/runs")), _run_marker),
     ("list runs", "staff page"): Probe("list", True, lambda c, e: _text(c.get(reverse("staff:run-list"))),
@@ -197,6 +230,18 @@ PROBES: dict[tuple[str, str], Probe] = {
         f"{V1}/placements/preview?team={t}", PREVIEW, format="json")),
     ("plan a run for a team", "api"): Probe("one", False, lambda c, e, t: c.post(f"{V1}/plan", run_body(t),
                                                                                format="json")),
+    ("toggle a flag", "admin"): Probe("one", True, _action("flags_flag_changelist", "turn_off",
+                                                          lambda e, t: FLAG_TOGGLED[t], reason="door test"),
+                                      done=_flag_on),
+    ("add an accelerator entitlement", "admin"): Probe("one", True, lambda c, e, t: c.post(
+        _admin("accelerators_acceleratorentitlement_add"), {"team": t, "api": "cuda", "vendor": "", "period": "month",
+                                                            "max_concurrent": "1", "note": "door test"}),
+        done=_entitled),
+    ("revoke an API token", "admin"): Probe("one", True, _action(
+        "accounts_apitoken_changelist", "revoke", lambda e, t: ApiToken.objects.get(
+            key_id=e[t]["token"].partition("_")[2].partition(".")[0]).pk), done=_token_revoked),
+    ("revoke a Grove credential", "admin"): Probe("one", True, _action(
+        "groves_grovecredential_changelist", "revoke", lambda e, t: e[t]["credential"].pk), done=_credential_revoked),
     ("list workloads", "admin"): Probe("list", True, lambda c, e: _text(
         c.get(_admin("workloads_nativeworkload_changelist"))), lambda e, t: f"web-{t}"),
 }
