@@ -288,9 +288,9 @@ def main() -> None:
     for days in (14, 90):
         until = timezone.now()
         since = until - timedelta(days=days)
-        with_rollup = timed(lambda s=since, u=until: selectors.refusal_report(since=s, until=u), args.repeat)
+        with_rollup = timed(lambda s=since, u=until: selectors.refusal_report(user, since=s, until=u), args.repeat)
         with mock.patch.object(selectors, "rollup_covers", return_value=None):
-            raw = timed(lambda s=since, u=until: selectors.refusal_report(since=s, until=u), args.repeat)
+            raw = timed(lambda s=since, u=until: selectors.refusal_report(user, since=s, until=u), args.repeat)
         print(f"report counts over {days} days: rollup p50/p95 {with_rollup[0]:.1f}/{with_rollup[1]:.1f} ms, "
               f"from placements {raw[0]:.1f}/{raw[1]:.1f} ms ({raw[0] / with_rollup[0]:.1f}x)")
     print("\nfloors (bare SELECT ... LIMIT 50, p50/p95 ms): "

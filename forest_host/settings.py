@@ -297,6 +297,12 @@ FOREST_CAS_BACKEND = os.environ.get("FOREST_CAS_BACKEND", "filesystem")
 FOREST_CAS_S3_BUCKET = os.environ.get("FOREST_CAS_S3_BUCKET", "forest-artifacts")
 FOREST_CAS_S3_REGION = os.environ.get("FOREST_CAS_S3_REGION", "us-east-1")
 FOREST_CAS_S3_ENDPOINT_URL = os.environ.get("FOREST_CAS_S3_ENDPOINT_URL", "")  # MinIO/RGW; empty: AWS
+# Host's own services as URLs: an outbound fetch named by a request (an image import) never connects to
+# one of these, whatever address it has (apps/core/egress.py). Extra ones (a metadata proxy, a sidecar):
+# FOREST_OWN_SERVICE_URLS, comma-separated.
+FOREST_OWN_SERVICE_URLS = [url for url in (
+    os.environ.get("DATABASE_URL", ""), CELERY_BROKER_URL, REDIS_URL, FOREST_PUBLIC_URL, FOREST_CAS_S3_ENDPOINT_URL,
+    *env_list("FOREST_OWN_SERVICE_URLS")) if url]
 FOREST_CAS_S3_PREFIX = os.environ.get("FOREST_CAS_S3_PREFIX", "")
 FOREST_CAS_S3_ACCESS_KEY_ID = os.environ.get("FOREST_CAS_S3_ACCESS_KEY_ID", "")
 FOREST_CAS_S3_SECRET_ACCESS_KEY = os.environ.get("FOREST_CAS_S3_SECRET_ACCESS_KEY", "")
@@ -307,6 +313,10 @@ FOREST_CAS_GC_GRACE_S = float(os.environ.get("FOREST_CAS_GC_GRACE_S", str(24 * 3
 # and the platforms an index is resolved for when the destination Grove reports no usable platform.
 FOREST_OCI_TIMEOUT_S = float(os.environ.get("FOREST_OCI_TIMEOUT_S", "10"))
 FOREST_OCI_INSECURE_REGISTRIES = env_list("FOREST_OCI_INSECURE_REGISTRIES")
+# TLS registries on private (or loopback, link-local) addresses Host may fetch from, as host:port. Any
+# other registry must resolve only to public addresses that are none of Host's own services (SSRF guard,
+# apps/core/egress.py); a registry named in either list is the operator's choice and is not checked.
+FOREST_OCI_PRIVATE_REGISTRIES = env_list("FOREST_OCI_PRIVATE_REGISTRIES")
 FOREST_OCI_FALLBACK_PLATFORMS = env_list("FOREST_OCI_FALLBACK_PLATFORMS", "linux/amd64")
 PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS = env_list("PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS")
 # A node's tail runs in its job's terminal report when cheap (apps/pipelines/services/resume.py); off, or

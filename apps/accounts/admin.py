@@ -6,10 +6,42 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
+from django.core.exceptions import PermissionDenied, ValidationError
 
 from apps.accounts import services
 from apps.accounts.choices import AuditVia
 from apps.accounts.models import ApiToken, AuditEvent, Team
+from apps.accounts.selectors import team_authorize, visible
+from apps.core.errors import Forbidden
+
+
+class TeamScopedAdmin(admin.ModelAdmin):
+    """An admin of team-owned work: the change list, search and every object page hold only what the
+    user may see (``visible``, the API's rule); opening another team's object by its URL is 403
+    ``team_forbidden``, as the API and the staff pages answer it. ``team_field`` is the lookup of the
+    owning team (``"team"``, or ``"workload__team"`` for a row owned through its parent)."""
+
+    team_field = "team"
+
+    def get_queryset(self, request):
+        return visible(super().get_queryset(request), request.user, team_field=self.team_field)
+
+    def get_object(self, request, object_id, from_field=None):
+        obj = super().get_object(request, object_id, from_field)
+        if obj is not None:
+            return obj
+        field = self.model._meta.pk if from_field is None else self.model._meta.get_field(from_field)
+        try:
+            team = (self.model._default_manager.filter(**{field.name: field.to_python(object_id)})
+                    .values_list(self.team_field, flat=True).first())
+        except (ValidationError, ValueError):
+            return None
+        if team is not None:
+            try:
+                team_authorize(request.user, team, what=f"this {self.model._meta.verbose_name}")
+            except Forbidden as refused:
+                raise PermissionDenied(f"{refused.detail} [{refused.code}]") from None
+        return None
 
 
 class AuditedAdmin(admin.ModelAdmin):
@@ -96,7 +128,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False  # revoke instead: the row keeps the audit trail's token reference meaningful
 
-    @admin.action(description="Revoke the selected tokens")
+    @admin.action(description="Revoke the selected tokens", permissions=["change"])
     def revoke(self, request, queryset):
         for token in queryset:
             services.api_token_revoke(token=token, reason=f"revoked in admin by {request.user.get_username()}",

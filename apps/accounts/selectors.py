@@ -12,8 +12,11 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from apps.accounts.models import ApiToken, AuditEvent, Team
-from apps.accounts.roles import ANY_TEAM
-from apps.core.errors import Forbidden, ValidationFailed
+from apps.accounts.roles import ANY_TEAM, roles_granting
+from apps.core.errors import Forbidden, NotAuthenticated, ValidationFailed
+
+# How a list shows work of teams the reader does not belong to when it may only count it.
+OTHER_TEAMS = "(other teams)"
 
 
 def user_team_slugs(user) -> list[str]:
@@ -45,6 +48,44 @@ def team_authorize(user, team: str, *, what: str = "this") -> None:
         raise Forbidden("team_forbidden", f"{what[:1].upper()}{what[1:]} belongs to {owner}, and you are not "
                         "a member; a staff admin can add you to the team.", field="team",
                         extra={"team": team})
+
+
+def permission_refusal(permission: str) -> Forbidden:
+    """403 ``permission_required`` naming the permission and the roles that grant it."""
+    granted_by = roles_granting(permission)
+    roles = f" (role: {' or '.join(granted_by)})" if granted_by else ""
+    return Forbidden("permission_required", f"This needs the permission '{permission}'{roles}.",
+                     extra={"permission": permission})
+
+
+def authorize(user, permission: str, *, team: str | None = None, what: str = "this") -> None:
+    """The one check of an action on team-owned work, whatever door it came through (API, staff page,
+    admin action, command): the role's permission (403 ``permission_required``), then, when the work has
+    an owner (``team`` not None; "" is team-less work), the team rule (403 ``team_forbidden``)."""
+    if not getattr(user, "is_authenticated", False) or not getattr(user, "pk", None):
+        raise NotAuthenticated("not_authenticated", "Sign in, or send 'Authorization: Token <key>'.")
+    if not user.is_active or not user.has_perm(permission):
+        raise permission_refusal(permission)
+    if team is not None:
+        team_authorize(user, team, what=what)
+
+
+def may(user, permission: str, *, team: str | None = None) -> bool:
+    """Whether ``authorize`` would let ``user`` act (for showing or hiding a button; the action itself
+    still calls ``authorize``)."""
+    try:
+        authorize(user, permission, team=team)
+    except (Forbidden, NotAuthenticated):
+        return False
+    return True
+
+
+def team_label(user, team: str) -> str:
+    """A team's name as ``user`` may read it in an aggregate: their own teams (or every team, for a role
+    that spans all) by name, any other as ``OTHER_TEAMS``."""
+    if acts_for_any_team(user) or (team and team in user_team_slugs(user)):
+        return team or "(no team)"
+    return OTHER_TEAMS
 
 
 def team_for_write(user, requested) -> str:

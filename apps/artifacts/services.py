@@ -242,8 +242,11 @@ def grove_blob_read(*, grove, digest: str) -> Artifact:
 # --- OCI images ----------------------------------------------------------------------------------------
 
 def registry_client() -> RegistryClient:
+    """A client for one import (its deadline is the import's), aimed only where the egress rules allow."""
     return RegistryClient(timeout_s=settings.FOREST_OCI_TIMEOUT_S,
-                          insecure_registries=frozenset(settings.FOREST_OCI_INSECURE_REGISTRIES))
+                          insecure_registries=frozenset(settings.FOREST_OCI_INSECURE_REGISTRIES),
+                          private_registries=frozenset(settings.FOREST_OCI_PRIVATE_REGISTRIES),
+                          own_services=settings.FOREST_OWN_SERVICE_URLS)
 
 
 @dataclass

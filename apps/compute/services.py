@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from apps.accounts.selectors import authorize
 from apps.compute import rules
 from apps.compute.models import ComputeJob
-from apps.compute.selectors import compute_enabled_or_refuse
+from apps.compute.selectors import compute_enabled_or_refuse, compute_job_get
 from apps.pipelines import services as pipelines
 
 
@@ -28,3 +29,11 @@ def compute_job_cancel(*, job: ComputeJob) -> ComputeJob:
     pipelines.pipeline_run_cancel(run_id=job.run_id, reason="cancelled")
     job.run.refresh_from_db()
     return job
+
+
+def compute_job_cancel_as(*, actor, job_id) -> ComputeJob:
+    """``compute_job_cancel`` for a person, from any door: 404 ``compute_job_not_found`` first, then
+    ``compute.change_computejob`` and the job's team (403 ``permission_required`` / ``team_forbidden``)."""
+    job = compute_job_get(job_id=job_id)
+    authorize(actor, "compute.change_computejob", team=job.team, what="this compute job")
+    return compute_job_cancel(job=job)

@@ -41,17 +41,17 @@ def _toggle(modeladmin, request, queryset, enabled: bool | None) -> None:
     modeladmin.message_user(request, f"Updated {queryset.count()} flag(s); the change is audited.")
 
 
-@admin.action(description="Turn on (global override)")
+@admin.action(description="Turn on (global override)", permissions=["change"])
 def turn_on(modeladmin, request, queryset):
     _toggle(modeladmin, request, queryset, True)
 
 
-@admin.action(description="Turn off (global override)")
+@admin.action(description="Turn off (global override)", permissions=["change"])
 def turn_off(modeladmin, request, queryset):
     _toggle(modeladmin, request, queryset, False)
 
 
-@admin.action(description="Reset to default (remove global override)")
+@admin.action(description="Reset to default (remove global override)", permissions=["change"])
 def reset_default(modeladmin, request, queryset):
     _toggle(modeladmin, request, queryset, None)
 

@@ -2,6 +2,8 @@
 from django import forms
 from django.contrib import admin, messages
 
+from apps.accounts.choices import AuditVia
+from apps.accounts.services import audit_record
 from apps.core import formatting
 from apps.groves import services
 from apps.groves.choices import Role, Substrate
@@ -133,11 +135,15 @@ class EnrollmentTokenAdmin(admin.ModelAdmin):
         return obj is None
 
 
-@admin.action(description="Revoke selected credentials")
+@admin.action(description="Revoke selected credentials", permissions=["change"])
 def revoke(modeladmin, request, queryset):
     for credential in queryset.filter(revoked_at__isnull=True):
         services.grove_credential_revoke(credential=credential,
                                          reason=f"revoked in admin by {request.user.get_username()}")
+        # The key id names the credential; its secret is never stored, so never recorded.
+        audit_record(actor=request.user, via=AuditVia.ADMIN, action="grovecredential.revoke",
+                     target_type="groves.grovecredential", target_id=credential.key_id,
+                     detail={"grove": credential.grove.slug})
     modeladmin.message_user(request, "Revoked; the Grove must enroll again.")
 
 

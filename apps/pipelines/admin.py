@@ -1,6 +1,7 @@
 """Pipelines in admin: read-mostly views of runs, nodes and the outbox (services make every change)."""
 from django.contrib import admin
 
+from apps.accounts.admin import TeamScopedAdmin
 from apps.pipelines.models import PipelineNode, PipelineNodeEvent, PipelineOutbox, PipelineRun
 
 
@@ -17,7 +18,7 @@ class NodeInline(admin.TabularInline):
 
 
 @admin.register(PipelineRun)
-class PipelineRunAdmin(admin.ModelAdmin):
+class PipelineRunAdmin(TeamScopedAdmin):
     list_display = ("id", "kind", "status", "environment", "created_at", "finished_at")
     list_filter = ("kind", "status")
     search_fields = ("id", "environment", "build_id")

@@ -6,6 +6,13 @@ stored as *refused* (enforced, with incompatibilities) is picked up by the same 
 exist. Its counts read the daily rollup (``models.RefusalRollup``) for the whole days it covers and the
 placements for the rest of the window; its list of subjects pages over the placements themselves. Nodes
 that failed at dispatch with a refusal code are the other record of refusals today.
+
+Every read of team-owned work here takes the acting user first (``user``) and narrows by the user's teams
+unless the role spans all teams (``apps.accounts.selectors.visible``): runs, nodes, placements, compute
+jobs, workloads and the refusal report's subjects. One object of another team is refused as the API
+refuses it (403 ``team_forbidden``). Aggregates (a Grove's running jobs, the refusal report, per-team
+use) count other teams' work without naming it (``team_label``). The staff pages, their CSV exports and
+the staff API call only these; nothing under ``apps/staff`` reads a team-owned model without the actor.
 """
 from __future__ import annotations
 
@@ -23,6 +30,9 @@ from django.utils import timezone
 from apps.accelerators import rules as accelerator_rules
 from apps.accelerators.choices import ClaimState
 from apps.accelerators.models import AcceleratorClaim, AcceleratorEntitlement, AcceleratorUsage
+from apps.accounts.selectors import acts_for_any_team, team_authorize, team_label, user_team_slugs, visible
+from apps.compute.models import ComputeJob
+from apps.core.errors import NotFound
 from apps.dispatch.models import GroveJob
 from apps.dispatch.vocabulary import JobStatus
 from apps.groves.models import AcceleratorInventoryItem, CapacityReport, Grove, PlacementUnit
@@ -30,6 +40,7 @@ from apps.pipelines.models import PipelineNode, PipelineRun
 from apps.pipelines.vocabulary import NodeStatus
 from apps.placement.models import ExecutionPlacement
 from apps.staff.models import Grain, RefusalRollup, RollupWatermark
+from apps.workloads.models import NativeWorkload
 from apps.workloads.selectors import generations_latest_for_grove
 
 # Why a node failed at dispatch when placement or admission refused it (pipelines records exc.code).
@@ -74,18 +85,23 @@ class GroveDetail:
     generations: list
     running_jobs: list
     placements_total: int
+    # Live jobs here of teams the reader does not belong to: a count, never their names.
+    running_elsewhere: int = 0
 
     @property
     def placements_capped(self) -> bool:
         return self.placements_total >= PLACEMENTS_COUNTED
 
 
-def grove_detail(*, slug: str) -> GroveDetail | None:
+def grove_detail(user, *, slug: str) -> GroveDetail | None:
+    """A Grove (not team-owned: every reader sees it) with the work on it that ``user`` may see; other
+    teams' running jobs and placements are counted, not listed."""
     grove = Grove.objects.filter(slug=slug).first()
     if grove is None:
         return None
     units = list(grove.placement_units.all())
     slots = _slots_by_inventory(units)
+    running, elsewhere = _running_here(user, grove)
     devices = [
         {"item": item, "allocatable": slots[item.inventory_id][0], "free": slots[item.inventory_id][1]}
         for item in grove.accelerators.all()
@@ -95,21 +111,33 @@ def grove_detail(*, slug: str) -> GroveDetail | None:
         reports=list(grove.reports.only("grove_id", "received_at", "version", "digest")[:10]),
         units=units,
         devices=devices,
-        generations=list(generations_latest_for_grove(grove)) if grove.substrate == "native" else [],
-        running_jobs=_running_here(grove),
+        generations=[g for g in (generations_latest_for_grove(grove) if grove.substrate == "native" else [])
+                     if _sees(user, g.workload.team)],
+        running_jobs=running,
+        running_elsewhere=elsewhere,
         placements_total=ExecutionPlacement.objects.filter(grove=grove).values("id")[:PLACEMENTS_COUNTED].count(),
     )
 
 
-def _running_here(grove: Grove) -> list[PipelineNode]:
-    """The nodes whose current job is live on this Grove, newest job first. The Grove's live jobs are read
-    first (a partial index, staff migration 0004), then their nodes by id: as one join the planner may
-    start from the node table (300,000 rows at the quality bar) when it misjudges the jobs."""
+def _sees(user, team: str) -> bool:
+    return acts_for_any_team(user) or (bool(team) and team in user_team_slugs(user))
+
+
+def _running_here(user, grove: Grove) -> tuple[list[PipelineNode], int]:
+    """(the nodes of ``user``'s teams whose current job is live on this Grove, newest job first; how many
+    other live jobs there are). The Grove's live jobs are read first (a partial index, staff migration
+    0004), then their nodes by id: as one join the planner may start from the node table (300,000 rows at
+    the quality bar) when it misjudges the jobs."""
     jobs = list(GroveJob.objects.filter(grove=grove, status__in=LIVE_JOBS).order_by("-created_at")
                 .values_list("id", flat=True)[:50])
     nodes = {node.current_job_id: node for node in PipelineNode.objects.filter(current_job_id__in=jobs)
              .select_related("run", "current_job")}
-    return [nodes[job] for job in jobs if job in nodes]
+    mine = [nodes[job] for job in jobs if job in nodes and _sees(user, nodes[job].run.team)]
+    return mine, len(jobs) - len(mine)
+
+
+def grove_recent_placements(user, *, grove: Grove, limit: int = 20) -> list[ExecutionPlacement]:
+    return list(placement_rows(user).filter(grove=grove)[:limit])
 
 
 def _slots_by_inventory(units) -> dict[str, list[int]]:
@@ -196,12 +224,13 @@ class TeamUse:
         return min(1.0, self.used_s / budget)
 
 
-def team_usage(*, now: datetime | None = None) -> list[TeamUse]:
-    """Per entitlement: accelerators in use now, accelerator-seconds used this period, refusals this
-    period. Four grouped queries whatever the number of teams; pending (not yet accrued) time of active
-    claims is counted as the budget check counts it."""
+def team_usage(user, *, now: datetime | None = None) -> list[TeamUse]:
+    """Per entitlement of ``user``'s teams (every team's for a role that spans all): accelerators in use
+    now, accelerator-seconds used this period, refusals this period. Four grouped queries whatever the
+    number of teams; pending (not yet accrued) time of active claims is counted as the budget check
+    counts it."""
     now = now or timezone.now()
-    entitlements = list(AcceleratorEntitlement.objects.all())
+    entitlements = list(visible(AcceleratorEntitlement.objects.all(), user))
     if not entitlements:
         return []
     earliest = min(accelerator_rules.period_start(now, e.period) for e in entitlements)
@@ -232,11 +261,12 @@ def team_usage(*, now: datetime | None = None) -> list[TeamUse]:
 
 # --- placements -----------------------------------------------------------------------------------
 
-def placement_rows(*, whole: bool = False) -> QuerySet[ExecutionPlacement]:
-    """Placements newest first. For the pages: the list's columns and, of the decision, only its
-    ``incompatibilities`` (the decision's candidate list and the requirement are the large JSON of a row,
-    one entry per Grove considered). ``whole``: every column, for the API, which returns whole rows."""
-    rows = ExecutionPlacement.objects.order_by("-created_at", "-id")
+def placement_rows(user, *, whole: bool = False) -> QuerySet[ExecutionPlacement]:
+    """The placements ``user`` may see, newest first. For the pages: the list's columns and, of the
+    decision, only its ``incompatibilities`` (the decision's candidate list and the requirement are the
+    large JSON of a row, one entry per Grove considered). ``whole``: every column, for the API, which
+    returns whole rows."""
+    rows = visible(ExecutionPlacement.objects.order_by("-created_at", "-id"), user)
     if whole:
         return rows
     return rows.only("id", "subject_type", "subject_id", "grove_id", "grove_slug", "selected_platform", "chooser",
@@ -271,15 +301,25 @@ def placement_node(placement: ExecutionPlacement) -> PipelineNode | None:
             .filter(pk=int(placement.subject_id)).first())
 
 
-def refused_placements(*, whole: bool = False) -> QuerySet[ExecutionPlacement]:
-    return placement_rows(whole=whole).filter(REFUSED)
+def placement_get(user, *, pk) -> ExecutionPlacement:
+    """One placement: 404 ``placement_not_found``, or 403 ``team_forbidden`` when ``user`` is not in its team."""
+    placement = ExecutionPlacement.objects.select_related("grove").filter(pk=pk).first()
+    if placement is None:
+        raise NotFound("placement_not_found", f"No placement {pk}.")
+    team_authorize(user, placement.team, what="this placement")
+    return placement
+
+
+def refused_placements(user, *, whole: bool = False) -> QuerySet[ExecutionPlacement]:
+    return placement_rows(user, whole=whole).filter(REFUSED)
 
 
 # --- runs -------------------------------------------------------------------------------------------
 
-def run_rows() -> QuerySet[PipelineRun]:
-    return PipelineRun.objects.only("id", "kind", "status", "environment", "team", "reason", "created_at",
-                                    "finished_at").order_by("-created_at")
+def run_rows(user) -> QuerySet[PipelineRun]:
+    """The runs ``user`` may see, newest first, with the list's columns."""
+    return visible(PipelineRun.objects, user).only("id", "kind", "status", "environment", "team", "reason",
+                                                   "created_at", "finished_at").order_by("-created_at")
 
 
 def run_node_counts(run_ids) -> dict:
@@ -292,15 +332,39 @@ def run_node_counts(run_ids) -> dict:
     return {row["run_id"]: row for row in rows}
 
 
-def run_detail(*, run_id) -> tuple[PipelineRun, list[PipelineNode], dict[str, ExecutionPlacement]] | None:
+def run_detail(user, *, run_id) -> tuple[PipelineRun, list[PipelineNode], dict[str, ExecutionPlacement]]:
+    """A run with its nodes and their placements: 404 ``run_not_found``, or 403 ``team_forbidden`` when
+    ``user`` is not in the run's team."""
     run = PipelineRun.objects.filter(pk=run_id).first()
     if run is None:
-        return None
+        raise NotFound("run_not_found", f"No pipeline run '{run_id}'.")
+    team_authorize(user, run.team, what="this run")
     nodes = list(run.nodes.select_related("grove", "current_job", "seeded_from_run").order_by("position"))
     placements = {p.subject_id: p for p in ExecutionPlacement.objects.filter(
         subject_type="pipeline_node", subject_id__in=[str(n.pk) for n in nodes]).only(
         "id", "subject_id", "grove_slug", "selected_platform", "would_refuse", "chooser")}
     return run, nodes, placements
+
+
+# --- compute jobs and workloads (for pages that list them) ---------------------------------------------
+
+def compute_job_rows(user) -> QuerySet[ComputeJob]:
+    """The compute jobs ``user`` may see, newest first."""
+    return visible(ComputeJob.objects.select_related("run"), user).order_by("-created_at")
+
+
+def compute_job_detail(user, *, job_id) -> ComputeJob:
+    """One compute job: 404 ``compute_job_not_found``, or 403 ``team_forbidden``."""
+    job = ComputeJob.objects.select_related("run").filter(pk=job_id).first()
+    if job is None:
+        raise NotFound("compute_job_not_found", f"No compute job '{job_id}'.")
+    team_authorize(user, job.team, what="this compute job")
+    return job
+
+
+def workload_rows(user) -> QuerySet[NativeWorkload]:
+    """The native workloads ``user`` may see."""
+    return visible(NativeWorkload.objects.select_related("grove"), user).order_by("slug")
 
 
 # --- the "would have refused" report ----------------------------------------------------------------
@@ -405,13 +469,15 @@ def _counts(window: _Window, *, key: str, limit: int | None = None) -> list[tupl
         return [(k, int(n)) for k, n in cursor.fetchall()]
 
 
-def refusal_report(*, since: datetime, until: datetime, limit: int = 20) -> RefusalReport:
+def refusal_report(user, *, since: datetime, until: datetime, limit: int = 20) -> RefusalReport:
     """Counts of refused / would-refuse placements in [since, until): whole days the rollup covers come from
-    the rollup, the rest from the placements (so the figures are exact whether or not the rollup ran)."""
+    the rollup, the rest from the placements (so the figures are exact whether or not the rollup ran).
+    Fleet-wide counts (a decision aid for the whole fleet); teams ``user`` is not in are summed under
+    ``OTHER_TEAMS``, never named."""
     window = _split(since, until)
     total = sum(n for _k, n in _counts(window, key="total"))
     by_grove = _counts(window, key="grove_slug", limit=limit)
-    by_team = [(team or "(no team)", n) for team, n in _counts(window, key="team", limit=limit)]
+    by_team = _by_label(user, _counts(window, key="team"))[:limit]
     counts = {(d if isinstance(d, date) else date.fromisoformat(str(d)[:10])): n
               for d, n in _counts(window, key="day")}
     last_day = (until - timedelta(microseconds=1)).date()  # ``until`` is exclusive
@@ -424,6 +490,13 @@ def refusal_report(*, since: datetime, until: datetime, limit: int = 20) -> Refu
     return RefusalReport(since=since, until=until, total=total,
                          by_code=_counts(window, key="code", limit=limit),
                          by_grove=by_grove, by_team=by_team, trend=trend, node_refusals=nodes)
+
+
+def _by_label(user, counts: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    summed: dict[str, int] = defaultdict(int)
+    for team, n in counts:
+        summed[team_label(user, team or "")] += n
+    return sorted(summed.items(), key=lambda item: (-item[1], item[0]))
 
 
 def refusal_codes(*, since: datetime, until: datetime, limit: int = 50) -> list[tuple[str, int]]:

@@ -3,7 +3,10 @@ full page, only the results for an htmx request (filters, sorting and paging swa
 the URL, so every view is a shareable link), or CSV with ``?_export=csv``.
 
 Access: a staff login with a role (``apps.core.permissions.is_staff_user``: viewer and up) and the
-observability flag on.
+observability flag on. What a page shows is what the acting user may see (``apps.staff.selectors``, each
+taking the user first); an action calls the same actor-checked service as the API
+(``pipeline_run_cancel_as``) and writes the same audit event. A refusal is the API's coded refusal,
+rendered (403 ``team_forbidden`` / ``permission_required``, 404 ``run_not_found``); nothing changes.
 """
 from __future__ import annotations
 
@@ -27,15 +30,18 @@ from django.views.decorators.http import require_http_methods
 from django_tables2 import RequestConfig
 from django_tables2.paginators import LazyPaginator
 
+from apps.accounts.choices import AuditVia
+from apps.accounts.selectors import authorize, may
+from apps.accounts.services import audit_record
+from apps.core.csvsafe import csv_row
 from apps.core.errors import ForestError
 from apps.core.permissions import StaffAccess, is_staff_user, staff_access
 from apps.flags.registry import FLAGS
 from apps.flags.selectors import is_enabled
 from apps.groves.filtersets import GroveFilterSet
 from apps.pipelines.filtersets import RunFilterSet
-from apps.pipelines.services import pipeline_run_cancel
+from apps.pipelines.services import pipeline_run_cancel_as
 from apps.placement.filtersets import ExecutionPlacementFilterSet
-from apps.placement.models import ExecutionPlacement
 from apps.placement.selectors import placement_decision
 from apps.staff import capabilities, charts, selectors
 from apps.staff.metrics import forest_registry
@@ -66,7 +72,10 @@ def observability_page(view):
             raise PermissionDenied("This staff account holds no role that reads Groves (viewer and up).")
         if not is_enabled(FLAG):
             return render(request, "staff/feature_off.html", {"flag": FLAG}, status=404)
-        return view(request, *args, **kwargs)
+        try:
+            return view(request, *args, **kwargs)
+        except ForestError as refused:  # the API's refusal, as a page: same status, code and sentence
+            return render(request, "staff/refused.html", {"error": refused}, status=refused.status)
 
     return wrapper
 
@@ -139,7 +148,8 @@ def _csv(table, name: str, describe=None) -> StreamingHttpResponse:
             return value
 
     writer = csv.writer(Echo())
-    response = StreamingHttpResponse((writer.writerow(row) for row in table.as_values()), content_type="text/csv")
+    response = StreamingHttpResponse((writer.writerow(csv_row(row)) for row in table.as_values()),
+                                     content_type="text/csv")
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     response["Content-Disposition"] = f'attachment; filename="forest-{name}-{stamp}.csv"'
     return response
@@ -163,10 +173,10 @@ def grove_list_view(request: HttpRequest) -> HttpResponse:
 
 @observability_page
 def grove_detail_view(request: HttpRequest, slug: str) -> HttpResponse:
-    detail = selectors.grove_detail(slug=slug)
+    detail = selectors.grove_detail(request.user, slug=slug)
     if detail is None:
         raise Http404(f"No Grove '{slug}'.")
-    recent = list(selectors.placement_rows().filter(grove=detail.grove)[:20])
+    recent = selectors.grove_recent_placements(request.user, grove=detail.grove)
     table = PlacementTable(recent, subjects=selectors.subjects_describe(recent), orderable=False)
     return render(request, "staff/grove_detail.html", {"detail": detail, "grove": detail.grove,
                                                        "placements_table": table})
@@ -177,7 +187,7 @@ def grove_detail_view(request: HttpRequest, slug: str) -> HttpResponse:
 @observability_page
 def inventory_view(request: HttpRequest) -> HttpResponse:
     groups = selectors.inventory_groups()
-    teams = selectors.team_usage()
+    teams = selectors.team_usage(request.user)
     rows = [(use, mark_safe(charts.bar_fraction_svg(use.budget_fraction))) for use in teams]
     return render(request, "staff/inventory.html", {"groups": groups, "teams": rows})
 
@@ -186,16 +196,14 @@ def inventory_view(request: HttpRequest) -> HttpResponse:
 
 @observability_page
 def placement_list_view(request: HttpRequest) -> HttpResponse:
-    return _table_page(request, queryset=selectors.placement_rows(), filterset_class=ExecutionPlacementFilterSet,
-                       table_class=PlacementTable, template="staff/placements.html",
-                       describe=_describe_placements, export_name="placements")
+    return _table_page(request, queryset=selectors.placement_rows(request.user),
+                       filterset_class=ExecutionPlacementFilterSet, table_class=PlacementTable,
+                       template="staff/placements.html", describe=_describe_placements, export_name="placements")
 
 
 @observability_page
 def placement_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
-    placement = ExecutionPlacement.objects.select_related("grove").filter(pk=pk).first()
-    if placement is None:
-        raise Http404(f"No placement {pk}.")
+    placement = selectors.placement_get(request.user, pk=pk)
     node = selectors.placement_node(placement)
     requirement = placement.requirement or {}
     platform = (requirement.get("compatibility") or {}).get("platform") or {}
@@ -210,38 +218,42 @@ def placement_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
 
 @observability_page
 def run_list_view(request: HttpRequest) -> HttpResponse:
-    return _table_page(request, queryset=selectors.run_rows(), filterset_class=RunFilterSet, table_class=RunTable,
-                       template="staff/runs.html", describe=_describe_runs, export_name="runs")
+    return _table_page(request, queryset=selectors.run_rows(request.user), filterset_class=RunFilterSet,
+                       table_class=RunTable, template="staff/runs.html", describe=_describe_runs, export_name="runs")
 
 
 @observability_page
 def run_detail_view(request: HttpRequest, run_id) -> HttpResponse:
-    found = selectors.run_detail(run_id=run_id)
-    if found is None:
-        raise Http404(f"No run {run_id}.")
-    run, nodes, placements = found
+    run, nodes, placements = selectors.run_detail(request.user, run_id=run_id)
     rows = [(node, placements.get(str(node.pk))) for node in nodes]
     return render(request, "staff/run_detail.html", {"run": run, "rows": rows,
-                                                     "cancellable": run.status in ("pending", "running")})
+                                                     "cancellable": _cancellable(request.user, run)})
+
+
+def _cancellable(user, run) -> bool:
+    # The button shows only where the action would be allowed; posting anyway is refused by the service.
+    return run.status in ("pending", "running") and may(user, "pipelines.change_pipelinerun", team=run.team)
 
 
 @observability_page
 @require_http_methods(["GET", "POST"])
 def run_cancel_view(request: HttpRequest, run_id) -> HttpResponse:
-    """GET: a confirmation page (works without JavaScript); POST: cancel, then back to the run."""
-    found = selectors.run_detail(run_id=run_id)
-    if found is None:
-        raise Http404(f"No run {run_id}.")
-    run = found[0]
+    """GET: a confirmation page (works without JavaScript); POST: cancel, then back to the run. The
+    permission is asked first, as the API asks it, so a viewer hears ``permission_required`` whatever the run."""
+    authorize(request.user, "pipelines.change_pipelinerun")
+    run = selectors.run_detail(request.user, run_id=run_id)[0]
     if request.method == "GET":
+        # The confirmation page only for who may cancel: the service's own check, refusing with its code.
+        authorize(request.user, "pipelines.change_pipelinerun", team=run.team, what="this run")
         return render(request, "staff/run_cancel.html", {"run": run})
     reason = (request.POST.get("reason") or "").strip() or f"cancelled by {request.user.get_username()} (staff page)"
-    try:
-        pipeline_run_cancel(run_id=run.id, reason=reason[:64])
-    except ForestError as exc:
-        messages.error(request, f"{exc.detail} [{exc.code}]")
-    else:
-        messages.success(request, f"Run {run.id} cancelled: its live Grove jobs were asked to stop.")
+    # Refusals (permission, team) propagate to ``observability_page`` as 403 pages: nothing changed.
+    cancelled = pipeline_run_cancel_as(actor=request.user, run_id=run.id, reason=reason[:64])
+    # The API's audit event for the same action (the middleware writes it for /api/ calls only).
+    audit_record(actor=request.user, via=AuditVia.PAGE, action="pipeline-run-cancel", target_type="pipeline-run",
+                 target_id=run.id, team=run.team, detail={"method": "POST", "path": request.path,
+                                                          "status": cancelled.status, "reason": reason[:64]})
+    messages.success(request, f"Run {run.id} cancelled: its live Grove jobs were asked to stop.")
     return redirect("staff:run-detail", run_id=run.id)
 
 
@@ -283,8 +295,8 @@ def refusal_report_view(request: HttpRequest) -> HttpResponse:
     if errors:
         return render(request, "staff/refusals.html", {"errors": errors, "since": request.GET.get("since", ""),
                                                        "until": request.GET.get("until", "")}, status=400)
-    report = selectors.refusal_report(since=since, until=until)
-    listing = selectors.refused_placements().filter(created_at__gte=since, created_at__lt=until)
+    report = selectors.refusal_report(request.user, since=since, until=until)
+    listing = selectors.refused_placements(request.user).filter(created_at__gte=since, created_at__lt=until)
     if request.GET.get("_export") == "csv":
         return _csv(PlacementTable(list(listing[:EXPORT_MAX_ROWS])), "refusals", _describe_placements)
     page_error = _too_deep(request)

@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from apps.accounts.admin import TeamScopedAdmin
 from apps.workloads.models import NativeWorkload, WorkloadGeneration, WorkloadSecret
 
 
@@ -15,7 +16,7 @@ class GenerationInline(admin.TabularInline):
 
 
 @admin.register(NativeWorkload)
-class NativeWorkloadAdmin(admin.ModelAdmin):
+class NativeWorkloadAdmin(TeamScopedAdmin):
     list_display = ("slug", "environment", "team", "grove", "updated_at")
     search_fields = ("slug",)
     readonly_fields = [f.name for f in NativeWorkload._meta.fields]
@@ -26,7 +27,8 @@ class NativeWorkloadAdmin(admin.ModelAdmin):
 
 
 @admin.register(WorkloadGeneration)
-class WorkloadGenerationAdmin(admin.ModelAdmin):
+class WorkloadGenerationAdmin(TeamScopedAdmin):
+    team_field = "workload__team"
     list_display = ("workload", "number", "grove", "state", "live", "restarts", "reason", "observed_at")
     list_filter = ("state", "grove")
     readonly_fields = [f.name for f in WorkloadGeneration._meta.fields]

@@ -25,6 +25,13 @@ def _today():
     TODAY = timezone.now().astimezone(UTC).date()
 
 
+@pytest.fixture(autouse=True)
+def _admin(django_user_model):
+    """The report as a staff admin reads it: every team by name."""
+    global ADMIN
+    ADMIN = django_user_model.objects.create_superuser("rollup-admin")
+
+
 def _placement(n: int, *, day_ago: int, codes=(), would_refuse=None, enforced=False, grove="g-a", team="ml",
                hour: int = 12) -> ExecutionPlacement:
     would_refuse = bool(codes) and not enforced if would_refuse is None else would_refuse
@@ -88,7 +95,7 @@ def _rollup() -> Counter:
 
 
 def _report_figures(since, until) -> tuple:
-    report = selectors.refusal_report(since=since, until=until)
+    report = selectors.refusal_report(ADMIN, since=since, until=until)
     return report.total, report.by_code, report.by_grove, report.by_team, report.trend
 
 
@@ -153,13 +160,13 @@ def test_the_report_reads_the_rollup_for_covered_days_and_placements_for_the_res
     # Today is not covered yet: a refusal made after the run is counted from the placements.
     _placement(300, day_ago=0, codes=("accelerator_api_mismatch",), grove="g-new", team="new", hour=0)
     since = datetime.combine(TODAY - timedelta(days=4), time.min, tzinfo=UTC)
-    report = selectors.refusal_report(since=since, until=timezone.now() + timedelta(minutes=1))
+    report = selectors.refusal_report(ADMIN, since=since, until=timezone.now() + timedelta(minutes=1))
     assert dict(report.trend)[covered] == 1000 and report.by_grove[0][0] == "g-b" and report.by_grove[0][1] > 1000
     assert dict(report.by_code)["substrate_mismatch"] == 500 + 4  # the doctored day, plus four days of one each
     assert ("g-new", 1) in report.by_grove and ("new", 1) in report.by_team
     assert dict(report.by_code)["accelerator_api_mismatch"] == 1
     # A window that starts mid-day reads that partial day from the placements (the doctored day is excluded).
-    later = selectors.refusal_report(since=datetime.combine(covered, time(13), tzinfo=UTC),
+    later = selectors.refusal_report(ADMIN, since=datetime.combine(covered, time(13), tzinfo=UTC),
                                      until=datetime.combine(covered + timedelta(days=1), time.min, tzinfo=UTC))
     assert later.total == 0
 

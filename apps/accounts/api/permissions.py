@@ -4,17 +4,12 @@ from __future__ import annotations
 
 from rest_framework.permissions import BasePermission
 
-from apps.accounts.roles import roles_granting
+from apps.accounts.selectors import permission_refusal
 from apps.core.errors import Forbidden, NotAuthenticated
 
+__all__ = ["SIGN_IN", "Requires", "permission_refusal", "requires"]
+
 SIGN_IN = "Use 'Authorization: Token <key>' (manage.py api_token create USER --name CLIENT) or a staff session."
-
-
-def permission_refusal(permission: str) -> Forbidden:
-    granted_by = roles_granting(permission)
-    roles = f" (role: {' or '.join(granted_by)})" if granted_by else ""
-    return Forbidden("permission_required", f"This needs the permission '{permission}'{roles}.",
-                     extra={"permission": permission})
 
 
 class Requires(BasePermission):

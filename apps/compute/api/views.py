@@ -53,9 +53,7 @@ class ComputeJobCancelView(APIView):
                    summary="Cancel a compute job: its run and its Grove jobs")
     def post(self, request, job_id):
         selectors.compute_enabled_or_refuse()
-        job = selectors.compute_job_get(job_id=job_id)
-        team_authorize(request.user, job.team, what="this compute job")
-        job = services.compute_job_cancel(job=job)
+        job = services.compute_job_cancel_as(actor=request.user, job_id=job_id)
         return Response(selectors.compute_job_view(job))
 
 

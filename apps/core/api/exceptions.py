@@ -55,6 +55,14 @@ def validation_code(drf_code: str) -> str:
     return _RENAMED.get(drf_code, drf_code)
 
 
+# Scheme words an Authorization header may start with (the IANA registry's, and ours): only these are
+# ever echoed back. Anything else in first place is most likely the credential itself, sent without a
+# scheme word, and is never repeated (a response is logged, cached and shown by clients).
+KNOWN_SCHEMES = frozenset({"basic", "bearer", "digest", "dpop", "gnap", "hoba", "mutual", "negotiate", "ntlm",
+                           "oauth", "privatetoken", "scram-sha-1", "scram-sha-256", "vapid", "token",
+                           "aws4-hmac-sha256", "apikey", "api-key", "jwt"})
+
+
 def _scheme_hint(context) -> str:
     """When the caller sent credentials in a scheme this view does not take, say which one it takes."""
     request, view = context.get("request"), context.get("view")
@@ -63,13 +71,15 @@ def _scheme_hint(context) -> str:
     header = get_authorization_header(request).split()
     if not header:
         return ""
-    sent = header[0].decode(errors="replace")
+    word = header[0].decode(errors="replace")
     accepted = [challenge.split()[0] for auth in view.get_authenticators()
                 if (challenge := auth.authenticate_header(request))]
-    if not accepted or sent.lower() in {scheme.lower() for scheme in accepted}:
+    if not accepted or word.lower() in {scheme.lower() for scheme in accepted}:
         return ""
     wanted = " or ".join(f"'Authorization: {scheme} <...>'" for scheme in accepted)
-    return f" You sent a '{sent}' credential; this endpoint takes {wanted}."
+    if word.lower() not in KNOWN_SCHEMES:
+        return f" You sent a credential without a scheme word this endpoint knows; it takes {wanted}."
+    return f" You sent a '{word}' credential; this endpoint takes {wanted}."
 
 
 def forest_exception_handler(exc, context):

@@ -55,6 +55,5 @@ class RunCancelView(APIView):
     @extend_schema(request=None, responses={200: s.RunDetailSerializer, **ERRORS}, tags=["pipelines"],
                    summary="Cancel a run and its own Grove jobs")
     def post(self, request, run_id):
-        team_authorize(request.user, selectors.run_get(run_id=run_id).team, what="this run")
-        run = services.pipeline_run_cancel(run_id=run_id, reason="cancelled")
+        run = services.pipeline_run_cancel_as(actor=request.user, run_id=run_id, reason="cancelled")
         return Response(s.RunDetailSerializer(run).data)

@@ -11,13 +11,14 @@ from apps.pipelines.services.dispatching import pipeline_node_execute, pipeline_
 from apps.pipelines.services.outbox import send_to_runner
 from apps.pipelines.services.planning import PlannedNode, pipeline_plan
 from apps.pipelines.services.resume import on_job_ended, pipeline_node_resume
-from apps.pipelines.services.runs import pipeline_run_cancel, pipeline_run_create, run_advance
+from apps.pipelines.services.runs import pipeline_run_cancel, pipeline_run_cancel_as, pipeline_run_create, run_advance
 from apps.pipelines.services.sweep import pipeline_sweep
 from apps.pipelines.services.transitions import node_transition, run_transition
 
 __all__ = [
     "PlannedNode", "admission_wake", "node_transition", "node_wait_expire", "on_job_ended",
     "pipeline_node_execute", "pipeline_node_resume", "pipeline_node_wait_in_place", "pipeline_plan",
-    "pipeline_run_cancel", "pipeline_run_create", "pipeline_sweep", "run_advance", "run_transition",
+    "pipeline_run_cancel", "pipeline_run_cancel_as", "pipeline_run_create", "pipeline_sweep", "run_advance",
+    "run_transition",
     "send_to_runner",
 ]

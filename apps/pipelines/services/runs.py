@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
+from apps.accounts.selectors import authorize
 from apps.core.errors import NotFound
 from apps.dispatch.models import GroveJob
 from apps.dispatch.services import job_end_by_host
@@ -17,6 +18,7 @@ from apps.dispatch.states import JOB_LIVE
 from apps.dispatch.vocabulary import JobStatus
 from apps.pipelines import rules
 from apps.pipelines.models import PipelineGraph, PipelineNode, PipelineNodeEvent, PipelineOutbox, PipelineRun
+from apps.pipelines.selectors import run_get
 from apps.pipelines.services.outbox import send_after_commit
 from apps.pipelines.services.planning import dedup_source, pipeline_plan
 from apps.pipelines.services.transitions import node_transition, run_transition
@@ -120,6 +122,15 @@ def _place_ready(run: PipelineRun, nodes: list[PipelineNode]) -> None:
                                target=node.spec.get("grove") or None, team=run.team or None,
                                environment=run.environment or None)
                      for node in nodes[first:first + MAX_BATCH_SIZE]])
+
+
+def pipeline_run_cancel_as(*, actor, run_id, reason: str = "cancelled") -> PipelineRun:
+    """``pipeline_run_cancel`` for a person, from any door (API, staff page, CLI, MCP): the run must exist
+    (404 ``run_not_found``), the actor must hold ``pipelines.change_pipelinerun`` and belong to the run's
+    team (403 ``permission_required`` / ``team_forbidden``). Checked before anything is locked or written."""
+    run = run_get(run_id=run_id)
+    authorize(actor, "pipelines.change_pipelinerun", team=run.team, what="this run")
+    return pipeline_run_cancel(run_id=run.id, reason=reason)
 
 
 def pipeline_run_cancel(*, run_id, reason: str = "cancelled") -> PipelineRun:

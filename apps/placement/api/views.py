@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from apps.accounts.api.authentication import ApiTokenAuthentication
 from apps.accounts.api.permissions import requires
-from apps.accounts.selectors import team_authorize, team_for_write, visible
+from apps.accounts.selectors import authorize, team_authorize, team_for_write, visible
 from apps.core.api.serializers import ErrorSerializer
 from apps.core.errors import ForestError, ValidationFailed
 from apps.flags.selectors import is_enabled
@@ -54,6 +54,8 @@ class PlacementPreviewView(PlacementAPIView):
         requirement = ExecutionRequirement.from_json(request.data)
         environment = request.query_params.get("environment") or None
         team = request.query_params.get("team") or None
+        if team is not None:  # a preview for a team reads its flags and accelerator budget: members only
+            team_authorize(request.user, team, what="a preview for this team")
         enforced = is_enabled(COMPATIBILITY_FLAG, environment=environment, team=team)
         # The admission dispatch runs (compatibility, resources, accelerators after Host's claims, policy).
         decision = services.placement_preview(requirement=requirement, environment=environment, team=team)
@@ -118,6 +120,7 @@ class PlacementReplaceView(PlacementAPIView):
         body = s.ReplaceRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         placement = generics.get_object_or_404(ExecutionPlacement, pk=placement_id)
+        authorize(request.user, "placement.change_executionplacement", team=placement.team, what="this placement")
         result = services.placement_replace(placement=placement, actor=request.user,
                                             reason=body.validated_data["reason"],
                                             target=body.validated_data.get("target") or None)

@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from apps.accounts.api.authentication import ApiTokenAuthentication
 from apps.accounts.api.permissions import requires
+from apps.accounts.selectors import body_with_team
 from apps.compute import rules as compute_rules
 from apps.compute.selectors import compute_enabled_or_refuse
 from apps.core.api.serializers import ErrorSerializer
@@ -68,4 +69,5 @@ class PlanView(APIView):
                    responses={200: OpenApiTypes.OBJECT, **{c: OpenApiResponse(ErrorSerializer) for c in (400, 401)}},
                    summary="Preview a run or compute job: each node's Grove, platform and reasons; nothing stored")
     def post(self, request):
-        return Response(plan_preview(request.data))
+        # The team rule of a submit: a plan for another team would read its flags and accelerator budget.
+        return Response(plan_preview(body_with_team(request.user, request.data)))

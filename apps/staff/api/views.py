@@ -2,7 +2,9 @@
 
 Behind the same two gates as the pages: a staff user (``apps.core.permissions.IsStaff``; a DRF token or
 a staff session) and ``host.staff.execution_observability`` (off → 404 ``feature_disabled``). Lists use
-the pages' filtersets, so a filter means the same thing on every surface.
+the pages' filtersets, so a filter means the same thing on every surface, and the pages' actor-scoped
+selectors, so a reader sees here exactly what the pages show them (their teams' work; counts only of
+other teams').
 """
 from __future__ import annotations
 
@@ -82,7 +84,9 @@ class StaffPlacementListView(generics.ListAPIView):
 
     def get_queryset(self):
         refused = self.request.query_params.get("refused", "").lower() in {"true", "1", "yes"}
-        return selectors.refused_placements(whole=True) if refused else selectors.placement_rows(whole=True)
+        user = self.request.user
+        return (selectors.refused_placements(user, whole=True) if refused
+                else selectors.placement_rows(user, whole=True))
 
     def get_serializer(self, *args, **kwargs):
         if args:
@@ -109,7 +113,7 @@ class StaffInventoryView(StaffAPIView):
                   "max_concurrent": u.entitlement.max_concurrent, "concurrent": u.concurrent,
                   "budget_accelerator_seconds": u.entitlement.budget_accelerator_seconds,
                   "used_accelerator_seconds": round(u.used_s, 3), "period": u.entitlement.period,
-                  "refusals": u.refusals} for u in selectors.team_usage()]
+                  "refusals": u.refusals} for u in selectors.team_usage(request.user)]
         return Response({"accelerators": groups, "teams": teams})
 
 
@@ -147,7 +151,7 @@ class StaffRefusalReportView(StaffAPIView):
             raise ValidationFailed("invalid_window", "since must be before until.", field="since")
         if until - since > timedelta(days=REPORT_MAX_DAYS):
             raise ValidationFailed("invalid_window", f"The window is at most {REPORT_MAX_DAYS} days.", field="since")
-        report = selectors.refusal_report(since=since, until=until)
+        report = selectors.refusal_report(request.user, since=since, until=until)
         return Response({
             "since": since, "until": until, "total": report.total,
             "by_code": [{"code": c, "count": n} for c, n in report.by_code],
