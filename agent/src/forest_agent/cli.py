@@ -256,6 +256,8 @@ def _config(args: argparse.Namespace) -> AgentConfig:
         raise ConfigError(f"--nginx-config {args.nginx_config} is not a file")
     if args.nginx_conf_dir is None and (args.nginx_config or args.nginx_prefix):
         raise ConfigError("--nginx-config/--nginx-prefix need --nginx-conf-dir")
+    if args.mesh_address and args.mesh_interface:
+        raise ConfigError("give --mesh-address or --mesh-interface, not both")
     if args.proxy_port is not None and not (args.mesh_address or args.mesh_interface):
         raise ConfigError("--proxy-port needs --mesh-address or --mesh-interface")
     if args.proxy_port is not None and args.mesh_address and not (args.mesh_allow or args.edge_address):
