@@ -371,9 +371,9 @@ class IngressRouteTable(StaffTable):
 
     value_upstream = render_upstream
 
-    def render_state(self, value):
-        badge = {"serving": "good", "failed": "bad"}.get(value, "warn")
-        return mark_safe(f'<span class="badge {badge}">{esc(value)}</span>')
+    def render_state(self, record):
+        badge = {"serving": "good", "failed": "bad"}.get(record.state, "warn")
+        return mark_safe(f'<span class="badge {badge}">{esc(record.state)}</span>')
 
-    def value_state(self, value):
-        return value
+    def value_state(self, record):
+        return record.state
