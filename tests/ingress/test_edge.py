@@ -1,0 +1,134 @@
+"""The edge against Debian's real nginx (unprivileged, non-daemon, its own prefix) with certificates from a
+test CA: one broken route never holds back the others, a changed route whose new form nginx refuses keeps
+serving its previous form, the flag off renders nothing, and ``manage.py forest_edge --once`` reports it.
+
+The upstream is a loopback "mesh" address with a plain HTTP server standing in for the agent's proxy
+(tests/e2e/test_native_ingress.py runs the real agent and its nginx)."""
+from __future__ import annotations
+
+import http.server
+import ssl
+import threading
+
+import httpx
+import pytest
+from django.core.management import CommandError, call_command
+
+from apps.flags.services import flag_override_set
+from apps.ingress import services
+from apps.ingress.models import IngressRoute
+from tests.e2e.test_native_workload import free_port
+from tests.ingress.conftest import FLAG
+from tests.ingress.nginx import NginxProcess
+from tests.ingress.tls import CertificateAuthority
+from tests.pipelines.conftest import wait_for
+
+pytestmark = pytest.mark.django_db
+MESH = "127.0.0.34"
+
+
+class _Proxy(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = f"{self.headers['Host']} {self.headers['X-Forwarded-Proto']}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def edge(settings, tmp_path):
+    ca = CertificateAuthority(tmp_path / "tls")
+    for name in ("shop.apps.example.com", "blog.apps.example.com"):
+        ca.issue(name, tmp_path / "tls" / f"{name}.crt", tmp_path / "tls" / f"{name}.key")
+    proxy = http.server.ThreadingHTTPServer((MESH, 0), _Proxy)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    https = free_port()
+    settings.FOREST_MESH_NETWORKS = ["127.0.0.32/28"]
+    settings.FOREST_EDGE_CERT_PATH = str(tmp_path / "tls" / "{hostname}.crt")
+    settings.FOREST_EDGE_KEY_PATH = str(tmp_path / "tls" / "{hostname}.key")
+    settings.FOREST_EDGE_HTTPS_LISTEN, settings.FOREST_EDGE_HTTPS_PORT = f"127.0.0.1:{https}", https
+    settings.FOREST_EDGE_HTTP_LISTEN = f"127.0.0.1:{free_port()}"
+    nginx = NginxProcess(tmp_path / "edge").start()
+    settings.FOREST_EDGE_CONF_DIR = nginx.conf_dir
+    settings.FOREST_EDGE_NGINX_CONFIG, settings.FOREST_EDGE_NGINX_PREFIX = str(nginx.main), str(nginx.root)
+    yield {"nginx": nginx, "ca": str(ca.pem), "https": https, "tls": tmp_path / "tls",
+           "proxy_port": proxy.server_address[1]}
+    nginx.stop()
+    proxy.shutdown()
+
+
+def _get(env, hostname: str) -> str | None:
+    # To 127.0.0.1 with the public name as SNI and Host (curl's --resolve), verified against the test CA.
+    try:
+        with httpx.Client(verify=ssl.create_default_context(cafile=env["ca"]), timeout=5) as client:
+            response = client.request("GET", f"https://127.0.0.1:{env['https']}/", headers={"Host": hostname},
+                                      extensions={"sni_hostname": hostname})
+    except httpx.HTTPError:
+        return None
+    return response.text if response.status_code == 200 else None
+
+
+def _grove(mesh_grove, env):
+    from apps.groves.models import Grove
+
+    grove = mesh_grove(address=MESH)
+    Grove.objects.filter(pk=grove.pk).update(mesh_proxy_port=env["proxy_port"])
+    return grove
+
+
+def test_one_broken_route_never_holds_back_the_others(edge, mesh_grove, live_workload, ingress_on):
+    grove = _grove(mesh_grove, edge)
+    live_workload("shop", grove, ["shop.apps.example.com"])
+    assert services.edge_pass().serving == ["shop.apps.example.com"]
+    wait_for(lambda: _get(edge, "shop.apps.example.com") == "shop.apps.example.com https", what="shop via the edge")
+    (edge["tls"] / "blog.apps.example.com.crt").unlink()
+    live_workload("blog", grove, ["blog.apps.example.com", "news.apps.example.com"])
+    result = services.edge_pass()
+    # news has no certificate either: both of blog's names fail on their own, shop keeps serving.
+    assert result.serving == ["shop.apps.example.com"]
+    assert sorted(result.failed) == ["blog.apps.example.com", "news.apps.example.com"]
+    states = dict(IngressRoute.objects.values_list("hostname", "state"))
+    assert states == {"shop.apps.example.com": "serving", "blog.apps.example.com": "failed",
+                      "news.apps.example.com": "failed"}
+    assert "cannot load certificate" in IngressRoute.objects.get(hostname="news.apps.example.com").last_error
+    assert _get(edge, "shop.apps.example.com") == "shop.apps.example.com https"
+    conf = (edge["nginx"].conf_dir / services.EDGE_FILE).read_text()
+    assert "blog.apps.example.com" not in conf
+
+
+def test_a_changed_route_that_nginx_refuses_keeps_its_previous_form(edge, mesh_grove, live_workload, ingress_on,
+                                                                    settings):
+    grove = _grove(mesh_grove, edge)
+    live_workload("shop", grove, ["shop.apps.example.com"])
+    services.edge_pass()
+    before = (edge["nginx"].conf_dir / services.EDGE_FILE).read_text()
+    settings.FOREST_EDGE_CERT_PATH = str(edge["tls"] / "missing-{hostname}.crt")
+    result = services.edge_pass()
+    assert result.serving == [] and list(result.failed) == ["shop.apps.example.com"]
+    assert (edge["nginx"].conf_dir / services.EDGE_FILE).read_text() == before
+    assert IngressRoute.objects.get().state == "failed"
+    assert _get(edge, "shop.apps.example.com") == "shop.apps.example.com https"
+
+
+def test_the_flag_off_renders_nothing_and_the_command_reports(edge, mesh_grove, live_workload, capsys):
+    grove = _grove(mesh_grove, edge)
+    flag_override_set(name=FLAG, enabled=True, reason="test")
+    live_workload("shop", grove, ["shop.apps.example.com"])
+    live_workload("blog", grove, ["blog.apps.example.com"])
+    (edge["tls"] / "blog.apps.example.com.key").write_text("not a key\n")
+    with pytest.raises(CommandError, match="1 route"):
+        call_command("forest_edge", "--once")
+    out = capsys.readouterr().out
+    assert "serving  shop.apps.example.com" in out and "failed   blog.apps.example.com" in out
+    flag_override_set(name=FLAG, enabled=False, reason="test")
+    call_command("forest_edge", "--once")
+    out = capsys.readouterr().out
+    assert "host.deploy.native_ingress is off" in out
+    conf = (edge["nginx"].conf_dir / services.EDGE_FILE).read_text()
+    assert "forest-section" not in conf and "shop.apps.example.com" not in conf
+    assert not IngressRoute.objects.exists()
+    wait_for(lambda: _get(edge, "shop.apps.example.com") is None, what="the edge to drop the name")
