@@ -148,7 +148,7 @@ def test_a_host_name_belongs_to_one_workload(staff_client, bundle, native_grove,
     # Re-applying keeps the name; dropping it frees it for another workload.
     services.native_workload_apply(body=_spec(bundle))
     services.native_workload_apply(body=_ingress(hostnames=["www.apps.example.com"])(_spec(bundle)))
-    _, generation = services.native_workload_apply(body=_ingress(hostnames=["web.apps.example.com"])(
+    services.native_workload_apply(body=_ingress(hostnames=["web.apps.example.com"])(
         _spec(bundle, slug="other")))
     assert IngressHostname.objects.get(hostname="web.apps.example.com").workload.slug == "other"
 
