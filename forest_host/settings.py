@@ -294,14 +294,17 @@ FOREST_EDGE_CONF_DIR = Path(os.environ.get("FOREST_EDGE_CONF_DIR", VAR_DIR / "ed
 FOREST_EDGE_NGINX_BINARY = os.environ.get("FOREST_EDGE_NGINX_BINARY", "nginx")
 FOREST_EDGE_NGINX_CONFIG = os.environ.get("FOREST_EDGE_NGINX_CONFIG", "")  # -c; empty: nginx's default
 FOREST_EDGE_NGINX_PREFIX = os.environ.get("FOREST_EDGE_NGINX_PREFIX", "")  # -p; empty: nginx's default
-# TLS per host name: a path template with {hostname}, or one wildcard certificate for every name.
-FOREST_EDGE_CERT_PATH = os.environ.get("FOREST_EDGE_CERT_PATH", "/etc/forest/tls/{hostname}/fullchain.pem")
-FOREST_EDGE_KEY_PATH = os.environ.get("FOREST_EDGE_KEY_PATH", "/etc/forest/tls/{hostname}/privkey.pem")
+# TLS per host name: a path template with {hostname}, or one wildcard certificate for every name. make run
+# (DEBUG) keeps its certificates under var/ (manage.py forest_edge --dev-cert NAME) and listens unprivileged.
+_EDGE_TLS = str(VAR_DIR.resolve() / "edge" / "tls") if DEBUG else "/etc/forest/tls"
+FOREST_EDGE_CERT_PATH = os.environ.get("FOREST_EDGE_CERT_PATH", _EDGE_TLS + "/{hostname}/fullchain.pem")
+FOREST_EDGE_KEY_PATH = os.environ.get("FOREST_EDGE_KEY_PATH", _EDGE_TLS + "/{hostname}/privkey.pem")
 FOREST_EDGE_WILDCARD_CERT = os.environ.get("FOREST_EDGE_WILDCARD_CERT", "")
 FOREST_EDGE_WILDCARD_KEY = os.environ.get("FOREST_EDGE_WILDCARD_KEY", "")
-FOREST_EDGE_HTTP_LISTEN = os.environ.get("FOREST_EDGE_HTTP_LISTEN", "80")
-FOREST_EDGE_HTTPS_LISTEN = os.environ.get("FOREST_EDGE_HTTPS_LISTEN", "443")
-FOREST_EDGE_HTTPS_PORT = int(os.environ.get("FOREST_EDGE_HTTPS_PORT", "443"))  # the public port redirects name
+FOREST_EDGE_HTTP_LISTEN = os.environ.get("FOREST_EDGE_HTTP_LISTEN", "127.0.0.1:8081" if DEBUG else "80")
+FOREST_EDGE_HTTPS_LISTEN = os.environ.get("FOREST_EDGE_HTTPS_LISTEN", "127.0.0.1:8443" if DEBUG else "443")
+# The public HTTPS port (what the HTTP -> HTTPS redirect names).
+FOREST_EDGE_HTTPS_PORT = int(os.environ.get("FOREST_EDGE_HTTPS_PORT", "8443" if DEBUG else "443"))
 FOREST_EDGE_HSTS_MAX_AGE_S = int(os.environ.get("FOREST_EDGE_HSTS_MAX_AGE_S", "31536000"))
 FOREST_EDGE_MAX_BODY = os.environ.get("FOREST_EDGE_MAX_BODY", "10m")
 FOREST_EDGE_CONNECT_TIMEOUT_S = int(os.environ.get("FOREST_EDGE_CONNECT_TIMEOUT_S", "5"))

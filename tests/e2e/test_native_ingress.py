@@ -19,13 +19,13 @@ from apps.accounts.models import AuditEvent
 from apps.flags.services import flag_override_set
 from apps.groves.models import Grove
 from apps.ingress import services as ingress
+from apps.ingress.devtls import CertificateAuthority
 from apps.ingress.models import IngressRoute
 from apps.ingress.selectors import ingress_status
 from apps.workloads import services
 from apps.workloads.models import NativeWorkload, WorkloadGeneration
 from tests.e2e.test_native_workload import _bundle, _state, free_port, signing_key  # noqa: F401
 from tests.ingress.nginx import NginxProcess
-from tests.ingress.tls import CertificateAuthority
 from tests.pipelines.conftest import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e, pytest.mark.slow]

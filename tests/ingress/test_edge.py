@@ -16,11 +16,11 @@ from django.core.management import CommandError, call_command
 
 from apps.flags.services import flag_override_set
 from apps.ingress import services
+from apps.ingress.devtls import CertificateAuthority
 from apps.ingress.models import IngressRoute
 from tests.e2e.test_native_workload import free_port
 from tests.ingress.conftest import FLAG
 from tests.ingress.nginx import NginxProcess
-from tests.ingress.tls import CertificateAuthority
 from tests.pipelines.conftest import wait_for
 
 pytestmark = pytest.mark.django_db

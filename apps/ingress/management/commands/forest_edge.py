@@ -15,13 +15,15 @@ import logging
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from forest_agent.nginx import NginxCommand, NginxConfigFiles, write_atomic
+from forest_agent.nginx import NginxCommand, NginxConfigFiles, render_edge_header, write_atomic
 
-from apps.ingress import selectors, services
+from apps.ingress import rules, selectors, services
+from apps.ingress.devtls import CertificateAuthority
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +51,15 @@ class Command(BaseCommand):
                                  "var/edge) once host.deploy.native_ingress is on")
         parser.add_argument("--interval", type=float, default=settings.FOREST_EDGE_INTERVAL_S,
                             help="seconds between passes (default FOREST_EDGE_INTERVAL_S)")
+        parser.add_argument("--dev-cert", metavar="HOSTNAME", action="append", default=[],
+                            help="DEBUG only: issue a certificate for HOSTNAME from a new local CA (written to "
+                                 "FOREST_EDGE_CERT_PATH/KEY_PATH, the CA beside the edge's files) and exit")
 
     def handle(self, *args, **options):
         conf_dir = Path(settings.FOREST_EDGE_CONF_DIR)
         conf_dir.mkdir(parents=True, exist_ok=True)
+        if options["dev_cert"]:
+            return self._dev_certs(options["dev_cert"], conf_dir.parent)
         if options["once"]:
             return self._report(services.edge_pass())
         stop = threading.Event()
@@ -91,14 +98,35 @@ class Command(BaseCommand):
         main = serve_main_config(prefix, conf_dir.resolve())
         command = NginxCommand(binary=settings.FOREST_EDGE_NGINX_BINARY, main_config=main, prefix=prefix)
         files = NginxConfigFiles(conf_dir, command)
+        edge_file = conf_dir / services.EDGE_FILE
+        if not edge_file.exists():  # listening (and answering 404/421) from the start, before any route
+            write_atomic(edge_file, render_edge_header(services.edge_settings()))
+        (prefix / "nginx.pid").unlink(missing_ok=True)
         try:
             child = subprocess.Popen(command.argv("-g", "daemon off;"))
         except OSError as exc:
             log.error("cannot start the edge's nginx (%s): %s", settings.FOREST_EDGE_NGINX_BINARY, exc)
             return None, files
+        # Reloads signal the pid nginx writes once it is up; the first render waits for it.
+        deadline = time.monotonic() + 30
+        while not (prefix / "nginx.pid").exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         self.stderr.write(f"edge nginx serving {settings.FOREST_EDGE_HTTPS_LISTEN} (TLS) and "
                           f"{settings.FOREST_EDGE_HTTP_LISTEN}, prefix {prefix}")
         return child, files
+
+    def _dev_certs(self, hostnames: list[str], directory: Path) -> None:
+        if not settings.DEBUG:
+            raise CommandError("--dev-cert is for make run (DEBUG): production certificates come from an ACME "
+                               "client or the operator, at FOREST_EDGE_CERT_PATH")
+        authority = CertificateAuthority(directory.resolve() / "dev-ca")
+        for hostname in hostnames:
+            cert, key = rules.certificate_paths(
+                hostname, cert_template=settings.FOREST_EDGE_CERT_PATH, key_template=settings.FOREST_EDGE_KEY_PATH,
+                wildcard_cert="", wildcard_key="")
+            authority.issue(hostname, Path(cert), Path(key))
+            self.stdout.write(f"{hostname}: {cert}")
+        self.stdout.write(f"trust it with: curl --cacert {authority.pem} ...")
 
     def _report(self, result: services.EdgePassResult):
         for hostname in result.serving:

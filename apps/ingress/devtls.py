@@ -1,5 +1,6 @@
-"""A test certificate authority and server certificates, made in the test with `cryptography` (nothing is
-downloaded or read from the machine's trust store)."""
+"""A local certificate authority and server certificates made with `cryptography`: for `make run`
+(`manage.py forest_edge --dev-cert NAME`, DEBUG only), the tests and the bench. Never for production,
+where the edge reads certificates an ACME client or the operator put at `FOREST_EDGE_CERT_PATH`."""
 from __future__ import annotations
 
 import datetime
@@ -19,6 +20,8 @@ def _pem_key(key) -> bytes:
 
 @dataclass
 class CertificateAuthority:
+    """A CA whose certificate is written to ``directory/ca.pem`` (its key stays in memory)."""
+
     directory: Path
 
     def __post_init__(self) -> None:
@@ -29,7 +32,7 @@ class CertificateAuthority:
         self.cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
                      .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
                      .not_valid_before(now - datetime.timedelta(minutes=5))
-                     .not_valid_after(now + datetime.timedelta(days=1))
+                     .not_valid_after(now + datetime.timedelta(days=30))
                      .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
                      .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
                                                   content_commitment=False, key_encipherment=False,
@@ -48,7 +51,7 @@ class CertificateAuthority:
                 .issuer_name(self.cert.subject).public_key(key.public_key())
                 .serial_number(x509.random_serial_number())
                 .not_valid_before(now - datetime.timedelta(minutes=5))
-                .not_valid_after(now + datetime.timedelta(days=1))
+                .not_valid_after(now + datetime.timedelta(days=30))
                 .add_extension(x509.SubjectAlternativeName([x509.DNSName(hostname)]), critical=False)
                 .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                 .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
