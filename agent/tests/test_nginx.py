@@ -3,9 +3,12 @@ a high port of a loopback address standing in for the mesh address. Needs the `n
 
 from __future__ import annotations
 
+import http.server
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -207,3 +210,41 @@ def test_injection_attempts_are_refused_before_rendering(ingress: Ingress) -> No
 def test_a_hostile_hop_is_refused(listen: str, allow: tuple[str, ...]) -> None:
     with pytest.raises(IngressRefused):
         MeshHop(listen=listen, allow=allow)
+
+
+class _Upgrading(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        assert self.headers.get("Upgrade") == "websocket", dict(self.headers)
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.end_headers()
+        self.wfile.flush()
+        self.connection.sendall(self.connection.recv(64))
+        self.close_connection = True
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_websocket_upgrades_pass_the_mesh_hop(nginx: Nginx) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Upgrading)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    listen = free_port()
+    manager = NginxProxyManager(nginx.conf_dir, nginx.command, hop=hop(listen))
+    manager.apply("chat", Ingress(hostnames=("chat.example.com",), port=server.server_address[1]))
+    deadline = time.monotonic() + 10
+    while True:
+        with socket.create_connection((MESH, listen), timeout=5) as conn:
+            conn.sendall(b"GET /ws HTTP/1.1\r\nHost: chat.example.com\r\nUpgrade: websocket\r\n"
+                         b"Connection: Upgrade\r\n\r\n")
+            head = conn.recv(1024)
+            if head.startswith(b"HTTP/1.1 101"):
+                conn.sendall(b"hello over the mesh")
+                assert conn.recv(64) == b"hello over the mesh"
+                break
+        assert time.monotonic() < deadline, head
+        time.sleep(0.05)
+    server.shutdown()

@@ -7,6 +7,7 @@ The upstream is a loopback "mesh" address with a plain HTTP server standing in f
 from __future__ import annotations
 
 import http.server
+import socket
 import ssl
 import threading
 
@@ -28,7 +29,20 @@ MESH = "127.0.0.34"
 
 
 class _Proxy(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
     def do_GET(self):
+        if (self.headers.get("Upgrade") == "websocket"
+                and "upgrade" in self.headers.get("Connection", "").lower()):
+            # The upgrade reached us: switch, then echo raw bytes both ways (a tunnel, as a WebSocket is).
+            self.send_response(101)
+            self.send_header("Upgrade", "websocket")
+            self.send_header("Connection", "Upgrade")
+            self.end_headers()
+            self.wfile.flush()
+            self.connection.sendall(self.connection.recv(64))
+            self.close_connection = True
+            return
         body = f"{self.headers['Host']} {self.headers['X-Forwarded-Proto']}".encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -70,6 +84,34 @@ def _get(env, hostname: str) -> str | None:
     except httpx.HTTPError:
         return None
     return response.text if response.status_code == 200 else None
+
+
+def _tls(env, hostname: str):
+    raw = socket.create_connection(("127.0.0.1", env["https"]), timeout=10)
+    return ssl.create_default_context(cafile=env["ca"]).wrap_socket(raw, server_hostname=hostname)
+
+
+def test_websockets_upgrade_and_the_body_limit_holds(edge, mesh_grove, live_workload, ingress_on, settings):
+    settings.FOREST_EDGE_MAX_BODY = "1k"
+    grove = _grove(mesh_grove, edge)
+    live_workload("shop", grove, ["shop.apps.example.com"])
+    services.edge_pass()
+    wait_for(lambda: _get(edge, "shop.apps.example.com"), what="shop via the edge")
+    with _tls(edge, "shop.apps.example.com") as conn:
+        conn.sendall(b"GET /socket HTTP/1.1\r\nHost: shop.apps.example.com\r\nUpgrade: websocket\r\n"
+                     b"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                     b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += conn.recv(1024)
+        assert head.startswith(b"HTTP/1.1 101"), head
+        conn.sendall(b"ping through both directions")
+        assert conn.recv(64) == b"ping through both directions"
+    with httpx.Client(verify=ssl.create_default_context(cafile=edge["ca"]), timeout=5) as client:
+        too_big = client.request("POST", f"https://127.0.0.1:{edge['https']}/", content=b"x" * 4096,
+                                 headers={"Host": "shop.apps.example.com"},
+                                 extensions={"sni_hostname": "shop.apps.example.com"})
+    assert too_big.status_code == 413
 
 
 def _grove(mesh_grove, env):
