@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ('groves', '0004_i25_grove_mesh'),
+        ('groves', '0001_initial'),
     ]
 
     operations = [
