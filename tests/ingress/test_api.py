@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import anyio
 import pytest
 from rest_framework.test import APIClient
 from typer.testing import CliRunner
@@ -13,6 +14,7 @@ from apps.ingress import services
 from apps.ingress.models import IngressRoute
 from apps.ingress.selectors import routes_desired
 from forest_cli.main import app
+from forest_cli.mcp_server import build_server
 from tests.factories import UserFactory, api_token_for, grant
 from tests.staff.conftest import observability_on  # noqa: F401
 
@@ -91,3 +93,8 @@ def test_the_cli_lists_the_routes(live_server, staff_user, routes):
                                catch_exceptions=False)
     # The table folds long cells to the terminal's width: look for words that fit in a narrow column.
     assert table.exit_code == 0 and "pending" in table.output and "failed" in table.output, table.output
+    # The MCP tool answers the same (the server in this process, over the same API).
+    server = build_server(host=live_server.url, token=token)
+    answer = anyio.run(lambda: server.call_tool("ingress_routes", {"state": "pending"}))
+    assert "shop.apps.example.com" in json.dumps(answer, default=str)
+    assert "blog.apps.example.com" not in json.dumps(answer, default=str)
