@@ -174,3 +174,53 @@ def test_the_flag_off_renders_nothing_and_the_command_reports(edge, mesh_grove, 
     assert "forest-section" not in conf and "shop.apps.example.com" not in conf
     assert not IngressRoute.objects.exists()
     wait_for(lambda: _get(edge, "shop.apps.example.com") is None, what="the edge to drop the name")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_serve_starts_its_nginx_once_the_flag_is_on_and_stops_it_with_itself(tmp_path):
+    """``manage.py forest_edge --serve`` as ``make run`` starts it: a child process on this test's database;
+    its private nginx (own prefix, non-daemon) answers only after the flag is turned on, and goes with it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from django.db import connection
+
+    from apps.ingress.selectors import ingress_status
+
+    http = free_port()
+    database = connection.settings_dict
+    env = {**os.environ, "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/"
+                                         f"{database['NAME']}",
+           "FOREST_VAR_DIR": str(tmp_path / "var"), "FLAGS_CACHE_TTL_S": "0", "DEBUG": "0",
+           "SECRET_KEY": "edge-serve-test", "FOREST_EDGE_HTTP_LISTEN": f"127.0.0.1:{http}",
+           "FOREST_EDGE_HTTPS_LISTEN": f"127.0.0.1:{free_port()}", "FOREST_EDGE_CONF_DIR": str(tmp_path / "conf.d")}
+    log = tmp_path / "edge.log"
+    with open(log, "w") as sink:
+        edge = subprocess.Popen([sys.executable, "manage.py", "forest_edge", "--serve", "--interval", "0.2"],
+                                env=env, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        assert ingress_status()["enabled"] is False
+        wait_for(lambda: "edge waiting: host.deploy.native_ingress is off" in log.read_text() or edge.poll(),
+                 timeout=60, what="the edge to say it waits for the flag")
+        assert not (tmp_path / "var" / "edge" / "nginx.pid").exists()  # no nginx while the flag is off
+        flag_override_set(name=FLAG, enabled=True, reason="test")
+        wait_for(lambda: (_status(f"http://127.0.0.1:{http}/") == 404) or edge.poll() is not None,
+                 timeout=60, what="the edge's nginx to answer once the flag is on")
+        assert edge.poll() is None
+        assert (tmp_path / "var" / "edge" / "nginx.pid").exists()
+    finally:
+        edge.send_signal(signal.SIGTERM)
+        edge.wait(timeout=60)
+    output = log.read_text()
+    assert edge.returncode == 0, output
+    assert "edge nginx serving" in output
+    wait_for(lambda: _status(f"http://127.0.0.1:{http}/") is None, what="the edge's nginx to stop with it")
+
+
+def _status(url: str) -> int | None:
+    try:
+        return httpx.get(url, timeout=2).status_code
+    except httpx.HTTPError:
+        return None

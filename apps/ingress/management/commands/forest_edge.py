@@ -67,6 +67,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         child: subprocess.Popen | None = None
         files = services.edge_files()
+        self._said_waiting = False
         try:
             while not stop.is_set():
                 if options["serve"]:
@@ -92,7 +93,11 @@ class Command(BaseCommand):
             return child, files
         if child is not None:
             log.error("edge nginx exited (%s); starting it again", child.returncode)
-        if not selectors.ingress_status()["enabled"]:
+        status = selectors.ingress_status()
+        if not status["enabled"]:
+            if not self._said_waiting:
+                self.stderr.write(f"edge waiting: {status['reason']}")
+                self._said_waiting = True
             return None, files
         prefix = Path(settings.FOREST_EDGE_NGINX_PREFIX or settings.VAR_DIR / "edge").resolve()
         main = serve_main_config(prefix, conf_dir.resolve())
