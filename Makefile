@@ -9,6 +9,9 @@ WHEELHOUSE := $(VENV)/wheelhouse
 # Embedded defaults for `make run`: DEBUG on, SQLite and a filesystem broker under var/ unless the
 # caller exports DATABASE_URL / CELERY_BROKER_URL (then PostgreSQL / Redis are used).
 RUN_ENV := DEBUG=$${DEBUG:-1}
+# Native ingress on one machine: the local agent's mesh proxy is on loopback, public names under forest.localhost.
+RUN_ENV += FOREST_MESH_NETWORKS=$${FOREST_MESH_NETWORKS:-127.0.0.0/8} \
+	FOREST_INGRESS_DOMAINS=$${FOREST_INGRESS_DOMAINS:-forest.localhost}
 
 # `make test` always uses real PostgreSQL and Redis on 127.0.0.1 (started by scripts/services-up.sh).
 TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/forest} \

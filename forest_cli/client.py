@@ -116,6 +116,9 @@ class ForestClient:
     def refusals(self, *, since: str | None = None, until: str | None = None) -> dict:
         return self.request("GET", "/staff/refusals", params=_params(since=since, until=until))
 
+    def ingress_routes(self, *, state: str | None = None) -> dict:
+        return self.request("GET", "/ingress/routes", params=_params(state=state))
+
     def plan(self, body: dict) -> dict:
         return self.request("POST", "/plan", json=body)
 

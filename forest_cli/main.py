@@ -404,6 +404,27 @@ def groves_list(
     out.print(table)
 
 
+@app.command("ingress")
+def ingress(ctx: typer.Context,
+            state: Annotated[str | None, typer.Option(help="serving | pending | failed")] = None) -> None:
+    """Native ingress routes: host name, workload, Grove, mesh upstream, state and nginx's last error."""
+    body = _call(ctx, lambda c: c.ingress_routes(state=state))
+    if ctx.obj["json"]:
+        _print_json(body)
+        return
+    if not body["enabled"]:
+        out.print(f"[yellow]{body['reason']}[/yellow]")
+    table = Table("host name", "workload", "grove", "mesh upstream", "state", "since", "last error")
+    colours = {"serving": "green", "failed": "red"}
+    for route in body["results"]:
+        colour = colours.get(route["state"], "yellow")
+        table.add_row(f"{route['hostname']}{route['path_prefix'] if route['path_prefix'] != '/' else ''}",
+                      route["workload"], route["grove"] or "-", route["upstream"],
+                      f"[{colour}]{route['state']}[/{colour}]", _age(route["state_changed_at"]),
+                      route["last_error"] or "-")
+    out.print(table)
+
+
 @app.command("inventory")
 def inventory(ctx: typer.Context) -> None:
     """Accelerators across Groves by api/vendor/model, and each team's use this period (staff)."""

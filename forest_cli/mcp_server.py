@@ -169,6 +169,12 @@ def build_server(*, host: str | None, token: str | None) -> MCPServer:
         """The "would have refused" report: counts by code, Grove and team, and the daily trend (staff)."""
         return call(lambda c: c.refusals(since=since, until=until))
 
+    @server.tool()
+    def ingress_routes(state: Literal["serving", "pending", "failed"] | None = None) -> dict:
+        """Native ingress routes (host name, workload, Grove, mesh upstream, state, nginx's last error), with
+        whether host.deploy.native_ingress is on and, when off, why nothing is rendered."""
+        return call(lambda c: c.ingress_routes(state=state))
+
     return server
 
 

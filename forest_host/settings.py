@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "apps.artifacts",
     "apps.dispatch",
     "apps.workloads",
+    "apps.ingress",
     "apps.pipelines",
     "apps.compute",
     "apps.infra",
@@ -287,6 +288,33 @@ PLACEMENT_FLEET_REFRESH_S = float(os.environ.get("PLACEMENT_FLEET_REFRESH_S", FL
 # The lean ASGI routes for heartbeat and changes (apps/dispatch/api/lean.py); off sends them through Django.
 FOREST_LEAN_WIRE = env_bool("FOREST_LEAN_WIRE", True)
 FOREST_NATIVE_WORKLOAD_DISPATCH = env_bool("FOREST_NATIVE_WORKLOAD_DISPATCH", False)
+# Native ingress (host.deploy.native_ingress): the mesh networks a native Grove's reported address must be
+# in, the public domains workload host names must be under, and the edge (manage.py forest_edge).
+FOREST_MESH_NETWORKS = env_list("FOREST_MESH_NETWORKS", "10.0.0.0/8,100.64.0.0/10,fd00::/8")
+FOREST_INGRESS_DOMAINS = env_list("FOREST_INGRESS_DOMAINS")
+FOREST_INGRESS_ALLOW_WILDCARDS = env_bool("FOREST_INGRESS_ALLOW_WILDCARDS", False)
+FOREST_EDGE_CONF_DIR = Path(os.environ.get("FOREST_EDGE_CONF_DIR", VAR_DIR / "edge" / "conf.d"))
+FOREST_EDGE_NGINX_BINARY = os.environ.get("FOREST_EDGE_NGINX_BINARY", "nginx")
+FOREST_EDGE_NGINX_CONFIG = os.environ.get("FOREST_EDGE_NGINX_CONFIG", "")  # -c; empty: nginx's default
+FOREST_EDGE_NGINX_PREFIX = os.environ.get("FOREST_EDGE_NGINX_PREFIX", "")  # -p; empty: nginx's default
+# TLS per host name: a path template with {hostname}, or one wildcard certificate for every name. make run
+# (DEBUG) keeps its certificates under var/ (manage.py forest_edge --dev-cert NAME) and listens unprivileged.
+_EDGE_TLS = str(VAR_DIR.resolve() / "edge" / "tls") if DEBUG else "/etc/forest/tls"
+FOREST_EDGE_CERT_PATH = os.environ.get("FOREST_EDGE_CERT_PATH", _EDGE_TLS + "/{hostname}/fullchain.pem")
+FOREST_EDGE_KEY_PATH = os.environ.get("FOREST_EDGE_KEY_PATH", _EDGE_TLS + "/{hostname}/privkey.pem")
+FOREST_EDGE_WILDCARD_CERT = os.environ.get("FOREST_EDGE_WILDCARD_CERT", "")
+FOREST_EDGE_WILDCARD_KEY = os.environ.get("FOREST_EDGE_WILDCARD_KEY", "")
+FOREST_EDGE_HTTP_LISTEN = os.environ.get("FOREST_EDGE_HTTP_LISTEN", "127.0.0.1:8081" if DEBUG else "80")
+FOREST_EDGE_HTTPS_LISTEN = os.environ.get("FOREST_EDGE_HTTPS_LISTEN", "127.0.0.1:8443" if DEBUG else "443")
+# The public HTTPS port (what the HTTP -> HTTPS redirect names).
+FOREST_EDGE_HTTPS_PORT = int(os.environ.get("FOREST_EDGE_HTTPS_PORT", "8443" if DEBUG else "443"))
+FOREST_EDGE_HSTS_MAX_AGE_S = int(os.environ.get("FOREST_EDGE_HSTS_MAX_AGE_S", "31536000"))
+FOREST_EDGE_MAX_BODY = os.environ.get("FOREST_EDGE_MAX_BODY", "10m")
+FOREST_EDGE_CONNECT_TIMEOUT_S = int(os.environ.get("FOREST_EDGE_CONNECT_TIMEOUT_S", "5"))
+FOREST_EDGE_READ_TIMEOUT_S = int(os.environ.get("FOREST_EDGE_READ_TIMEOUT_S", "60"))
+FOREST_EDGE_SEND_TIMEOUT_S = int(os.environ.get("FOREST_EDGE_SEND_TIMEOUT_S", "60"))
+FOREST_EDGE_PROXY_BIND = os.environ.get("FOREST_EDGE_PROXY_BIND", "")  # the edge's own mesh address, if any
+FOREST_EDGE_INTERVAL_S = float(os.environ.get("FOREST_EDGE_INTERVAL_S", "5"))
 # Where agents reach Host (bundle URLs in workload generations are built on it).
 FOREST_PUBLIC_URL = os.environ.get("FOREST_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
 FOREST_CAS_ROOT = Path(os.environ.get("FOREST_CAS_ROOT", VAR_DIR / "cas"))

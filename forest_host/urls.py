@@ -12,6 +12,7 @@ api_v1 = [
     path("", include("apps.placement.api.urls")),
     path("", include("apps.artifacts.api.urls")),
     path("", include("apps.workloads.api.urls")),
+    path("", include("apps.ingress.api.urls")),
     path("", include("apps.pipelines.api.urls")),
     path("", include("apps.compute.api.urls")),
     path("", include("apps.staff.api.urls")),

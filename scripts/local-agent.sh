@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # `make run`'s local native Grove: enroll this machine once (state in var/agent), then run forest-agent
 # with native jobs on. Waits for Host's web process first; honcho stops it with the rest on Ctrl-C.
+# Where nginx is installed, the agent's ingress hop runs too: a private nginx (prefix var/agent-nginx,
+# non-daemon) on the loopback "mesh" address FOREST_LOCAL_MESH_ADDRESS:FOREST_LOCAL_PROXY_PORT (default
+# 127.0.0.1:8480), reported to Host in every heartbeat. FOREST_LOCAL_AGENT_TRUSTED_KEY=ID=PATH turns on
+# native workloads (bundles signed by that key).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HOST_URL=${FOREST_LOCAL_HOST_URL:-http://127.0.0.1:8000}
@@ -21,4 +25,37 @@ if ! ls "$STATE"/identity* >/dev/null 2>&1; then
           --expires-in 600 --note "make run: local agent" 2>/dev/null | tail -n 1)
   .venv/bin/forest-agent enroll --host "$HOST_URL" --token "$token" --name "local-$(hostname)" --state-dir "$STATE"
 fi
-exec .venv/bin/forest-agent run --state-dir "$STATE" --enable-native-jobs --heartbeat-interval 10
+args=(run --state-dir "$STATE" --enable-native-jobs --heartbeat-interval 10)
+if [ -n "${FOREST_LOCAL_AGENT_TRUSTED_KEY:-}" ]; then
+  args+=(--enable-native-workloads --trusted-key "$FOREST_LOCAL_AGENT_TRUSTED_KEY")
+fi
+NGINX=$(command -v nginx || { test -x /usr/sbin/nginx && echo /usr/sbin/nginx; } || true)
+if [ -z "$NGINX" ]; then
+  echo "local agent: nginx not installed, so no ingress hop (native workloads run without ingress)" >&2
+  exec .venv/bin/forest-agent "${args[@]}"
+fi
+ROOT="$(pwd)/var/agent-nginx"
+mkdir -p "$ROOT/conf.d" "$ROOT/logs"
+cat > "$ROOT/nginx.conf" <<CONF
+pid $ROOT/nginx.pid;
+error_log $ROOT/logs/error.log;
+worker_processes 1;
+events { worker_connections 256; }
+http {
+    access_log off;
+$(for kind in client_body proxy fastcgi uwsgi scgi; do echo "    ${kind}_temp_path $ROOT/$kind;"; done)
+    include $ROOT/conf.d/*.conf;
+}
+CONF
+"$NGINX" -p "$ROOT" -c "$ROOT/nginx.conf" -g 'daemon off;' &
+nginx_pid=$!
+args+=(--nginx-conf-dir "$ROOT/conf.d" --nginx-binary "$NGINX" --nginx-config "$ROOT/nginx.conf" --nginx-prefix "$ROOT"
+       --mesh-address "${FOREST_LOCAL_MESH_ADDRESS:-127.0.0.1}" --proxy-port "${FOREST_LOCAL_PROXY_PORT:-8480}"
+       --mesh-allow 127.0.0.0/8)
+.venv/bin/forest-agent "${args[@]}" &
+agent_pid=$!
+trap 'kill -TERM "$agent_pid" 2>/dev/null; wait "$agent_pid"; kill -TERM "$nginx_pid" 2>/dev/null' TERM INT
+wait "$agent_pid"
+status=$?
+kill -TERM "$nginx_pid" 2>/dev/null || true
+exit "$status"

@@ -21,6 +21,7 @@ _READ = frozenset({
     "compute.view_computejob",
     "workloads.view_nativeworkload",
     "artifacts.view_artifact",
+    "ingress.view_ingressroute",
 })
 _SUBMIT = frozenset({
     "compute.add_computejob",
@@ -32,6 +33,7 @@ _SUBMIT = frozenset({
 _OPERATE = frozenset({
     "workloads.add_nativeworkload",
     "workloads.change_nativeworkload",
+    "workloads.delete_nativeworkload",
     "workloads.add_workloadsecret",
     "workloads.change_workloadsecret",
     "artifacts.add_artifact",  # upload bundles

@@ -73,7 +73,8 @@ FLAGS: dict[str, FlagDefinition] = {
             NATIVE_INGRESS,
             False,
             "internal",
-            "Expose native workloads through the agent's nginx proxy.",
+            "Expose native workloads publicly: Host's nginx edge terminates TLS and sends plain HTTP over the "
+            "mesh to the agent's proxy (manage.py forest_edge).",
         ),
         FlagDefinition(
             STAFF_OBSERVABILITY,

@@ -38,6 +38,10 @@ class Grove(models.Model):
     free_digest = models.CharField(max_length=64, blank=True, default="")
     capacity_reported_at = models.DateTimeField(null=True, blank=True)
     log_tail = models.JSONField(default=list, blank=True)
+    # Native ingress: where Host's edge reaches this Grove's ingress proxy over the mesh (plain HTTP),
+    # as its latest heartbeat reported them; null when it reports none. Written with liveness, unindexed.
+    mesh_address = models.GenericIPAddressField(null=True, blank=True)
+    mesh_proxy_port = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     enabled = models.BooleanField(default=True, help_text="A disabled Grove is never chosen for new work.")
     # Placement's fleet snapshot reloads Groves changed since its watermark. On PostgreSQL a trigger

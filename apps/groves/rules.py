@@ -6,7 +6,9 @@ is written, so a bad report leaves the stored state untouched.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from apps.core import validation as v
@@ -132,10 +134,29 @@ def capacity(value: Any, field: str = "capacity") -> dict:
     return {"placement_units": units, "accelerators": accelerators}
 
 
-def heartbeat(body: Any, *, substrate: str | None) -> dict:
+def mesh(value: Any, *, networks: Sequence[str], field: str = "mesh") -> dict | None:
+    """A native Grove's mesh address and ingress proxy port: an IP literal (never a name, which the edge
+    would have to resolve) inside one of the configured mesh networks (``FOREST_MESH_NETWORKS``)."""
+    if value is None:
+        return None
+    value = v.obj(value, field, allowed={"address", "proxy_port"}, required={"address", "proxy_port"})
+    literal = v.string(value["address"], f"{field}.address", max_length=45)
+    try:
+        address = ipaddress.ip_address(literal)
+    except ValueError:
+        raise v.fail("mesh_address_invalid", f"'{literal}' is not an IP address; the mesh address is an IP "
+                     "literal, never a host name.", f"{field}.address") from None
+    if not any(address in ipaddress.ip_network(network, strict=False) for network in networks):
+        raise v.fail("mesh_address_outside_range", f"{address} is outside the mesh networks this Host accepts "
+                     f"({', '.join(networks) or 'none configured: FOREST_MESH_NETWORKS'}).", f"{field}.address")
+    port = v.integer(value["proxy_port"], f"{field}.proxy_port", minimum=1, maximum=65535)
+    return {"address": str(address), "proxy_port": port}
+
+
+def heartbeat(body: Any, *, substrate: str | None, mesh_networks: Sequence[str] = ()) -> dict:
     """Validate a heartbeat. ``substrate=None`` skips the substrate checks: only for the unchanged-report
     fast path, where a matching digest proves the same lists already passed them for this Grove."""
-    body = v.obj(body, "", allowed={"version", "change_kinds", "isolation", "capacity", "log_tail"},
+    body = v.obj(body, "", allowed={"version", "change_kinds", "isolation", "capacity", "log_tail", "mesh"},
                  required={"version", "change_kinds", "capacity"})
     change_kinds = v.choices_list(body["change_kinds"], "change_kinds", choices=list(ChangeKind))
     isolation = v.choices_list(body.get("isolation", []), "isolation", choices=list(IsolationMode))
@@ -148,8 +169,11 @@ def heartbeat(body: Any, *, substrate: str | None) -> dict:
         if IsolationMode.HOST_PROCESS in isolation and substrate != Substrate.NATIVE:
             raise v.fail("isolation_not_for_substrate", "Only a native Grove offers host_process isolation.",
                          "isolation")
+        if body.get("mesh") is not None and substrate != Substrate.NATIVE:
+            raise v.fail("mesh_not_for_substrate", "Only a native Grove reports a mesh address.", "mesh")
     log_tail = v.lines(body.get("log_tail", []), "log_tail", max_items=MAX_LOG_LINES, max_length=MAX_LOG_LINE)
     return {
+        "mesh": mesh(body.get("mesh"), networks=mesh_networks),
         "version": v.string(body["version"], "version", max_length=100, allow_empty=True),
         "change_kinds": change_kinds,
         "isolation": isolation,

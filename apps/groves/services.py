@@ -186,7 +186,9 @@ def _capacity_replace(grove: Grove, capacity: dict) -> None:
 
 
 def _liveness_fields(data: dict, now) -> dict:
-    fields = {"last_heartbeat_at": now, "version": data["version"], "stale_since": None}
+    mesh = data["mesh"] or {}
+    fields = {"last_heartbeat_at": now, "version": data["version"], "stale_since": None,
+              "mesh_address": mesh.get("address"), "mesh_proxy_port": mesh.get("proxy_port")}
     if data["log_tail"]:
         fields["log_tail"] = data["log_tail"][-settings.GROVE_LOG_TAIL_LINES:]
     return fields
@@ -206,7 +208,8 @@ def _liveness_fields(data: dict, now) -> dict:
 HEARTBEAT_SQL = """
 WITH input AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(grove uuid, key_id text, secret_hash text,
-        at timestamptz, version text, log_tail jsonb, shape text, free text, capacity jsonb, units jsonb)
+        at timestamptz, version text, log_tail jsonb, shape text, free text, capacity jsonb, units jsonb,
+        mesh_address inet, mesh_proxy_port integer)
 ), authed AS (
     -- One unique-index lookup per row (OFFSET 0 keeps it a per-row lookup: as an EXISTS, PostgreSQL
     -- turns the check into a hash of every credential, a scan of the whole table per batch).
@@ -216,14 +219,18 @@ WITH input AS (
     WHERE i.key_id IS NULL OR (c.grove_id = i.grove AND c.secret_hash = i.secret_hash)
 ), live AS (
     UPDATE groves_grove g SET last_heartbeat_at = a.at, version = a.version, stale_since = NULL,
-                              log_tail = COALESCE(a.log_tail, g.log_tail)
+                              log_tail = COALESCE(a.log_tail, g.log_tail),
+                              mesh_address = a.mesh_address, mesh_proxy_port = a.mesh_proxy_port
     FROM authed a WHERE g.id = a.grove AND g.capacity_digest = a.shape AND g.free_digest = a.free
+        AND (a.mesh_address IS NULL OR g.substrate = 'native')
     RETURNING g.id
 ), moved AS (
     UPDATE groves_grove g SET last_heartbeat_at = a.at, version = a.version, stale_since = NULL,
                               log_tail = COALESCE(a.log_tail, g.log_tail), capacity = a.capacity,
-                              free_digest = a.free, capacity_reported_at = a.at
+                              free_digest = a.free, capacity_reported_at = a.at,
+                              mesh_address = a.mesh_address, mesh_proxy_port = a.mesh_proxy_port
     FROM authed a WHERE g.id = a.grove AND g.capacity_digest = a.shape AND g.free_digest <> a.free
+        AND (a.mesh_address IS NULL OR g.substrate = 'native')
     RETURNING g.id, a.units
 ), units AS (
     UPDATE groves_placementunit u SET cpu_milli_free = f.cpu, memory_bytes_free = f.memory,
@@ -243,10 +250,12 @@ def heartbeat_row(*, grove_id, data: dict, now, credential: tuple[str, str] | No
     tail = data["log_tail"][-settings.GROVE_LOG_TAIL_LINES:] if data["log_tail"] else None
     units = [{"unit_id": u["id"], "cpu": u["cpu_milli"]["free"], "memory": u["memory_bytes"]["free"],
               "accelerators": u["accelerators"]} for u in data["capacity"]["placement_units"]]
+    mesh = data["mesh"] or {}
     return {"grove": str(grove_id), "key_id": credential[0] if credential else None,
             "secret_hash": secrets.hash_secret(credential[1]) if credential else None, "at": now.isoformat(),
             "version": data["version"], "log_tail": tail, "shape": shape, "free": free,
-            "capacity": data["capacity"], "units": units}
+            "capacity": data["capacity"], "units": units, "mesh_address": mesh.get("address"),
+            "mesh_proxy_port": mesh.get("proxy_port")}
 
 
 def heartbeat_rows_params(rows: list[dict]) -> dict:
@@ -272,12 +281,15 @@ def heartbeat_rows_run(rows: list[dict]) -> dict[str, bool]:
 def _heartbeat_row_orm(row: dict) -> bool | None:
     """``HEARTBEAT_SQL`` for one row through the ORM: None (not written), False (live) or True (moved)."""
     grove = Grove.objects.filter(pk=row["grove"], capacity_digest=row["shape"])
+    if row["mesh_address"] is not None:
+        grove = grove.filter(substrate=Substrate.NATIVE)
     if row["key_id"] is not None:
         grove = grove.filter(Exists(GroveCredential.objects.filter(
             grove_id=OuterRef("pk"), key_id=row["key_id"], secret_hash=row["secret_hash"],
             revoked_at__isnull=True)))
     at = datetime.fromisoformat(row["at"])
-    liveness = {"last_heartbeat_at": at, "version": row["version"], "stale_since": None}
+    liveness = {"last_heartbeat_at": at, "version": row["version"], "stale_since": None,
+                "mesh_address": row["mesh_address"], "mesh_proxy_port": row["mesh_proxy_port"]}
     if row["log_tail"] is not None:
         liveness["log_tail"] = row["log_tail"]
     if grove.filter(free_digest=row["free"]).update(**liveness):
@@ -298,7 +310,7 @@ def heartbeat_fast_row(*, grove_id, presented: str, body) -> dict | None:
     if parts is None:
         return None
     try:
-        data = rules.heartbeat(body, substrate=None)
+        data = rules.heartbeat(body, substrate=None, mesh_networks=settings.FOREST_MESH_NETWORKS)
     except ValidationFailed:
         return None
     return heartbeat_row(grove_id=grove_id, data=data, now=timezone.now(), credential=parts)
@@ -325,7 +337,7 @@ def grove_heartbeat_record(*, grove: Grove, body: dict) -> Grove:
     moved); units, inventory, indexed capabilities and a history row are rewritten only when the shape
     changes.
     """
-    data = rules.heartbeat(body, substrate=grove.substrate)
+    data = rules.heartbeat(body, substrate=grove.substrate, mesh_networks=settings.FOREST_MESH_NETWORKS)
     shape, free = rules.capacity_digests(data["capacity"], data["change_kinds"], data["isolation"])
     now = timezone.now()
     liveness = _liveness_fields(data, now)

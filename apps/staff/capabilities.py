@@ -47,8 +47,9 @@ CAPABILITIES: tuple[Capability, ...] = (
     Capability("Native workloads (signed bundles, probes, restarts)", TESTED,
                "tests/e2e/test_native_workload.py; Host side needs FOREST_NATIVE_WORKLOAD_DISPATCH",
                setting="FOREST_NATIVE_WORKLOAD_DISPATCH"),
-    Capability("Native ingress through the agent's nginx", GATED,
-               "agent/tests/test_nginx.py, tests/e2e/test_native_workload.py (Debian's nginx)",
+    Capability("Native ingress: public TLS at Host's nginx edge, plain HTTP over the mesh to the agent's proxy",
+               GATED, "tests/e2e/test_native_ingress.py (both hops on Debian's real nginx, real agent, TLS from a "
+               "test CA, loopback mesh), tests/ingress, agent/tests/test_nginx.py",
                flag="host.deploy.native_ingress"),
     Capability("Staff observability pages and staff read API", GATED,
                "tests/staff (views, API, query counts), tests/e2e/test_staff_browser.py (Chromium)",

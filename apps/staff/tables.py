@@ -26,6 +26,7 @@ from django.utils.safestring import SafeData, SafeString, mark_safe
 
 from apps.core import formatting
 from apps.groves.models import Grove
+from apps.ingress.models import IngressRoute
 from apps.pipelines.models import PipelineRun
 from apps.placement.models import ExecutionPlacement
 
@@ -131,6 +132,7 @@ class GroveTable(StaffTable):
     cpu = tables.Column(verbose_name="CPU free / alloc", empty_values=(), orderable=False)
     memory = tables.Column(verbose_name="Memory free / alloc", empty_values=(), orderable=False)
     accelerators = tables.Column(verbose_name="Accelerators", empty_values=(), orderable=False)
+    mesh = tables.Column(verbose_name="Mesh", empty_values=(), orderable=False)
     last_heartbeat_at = tables.Column(verbose_name="Last report")
 
     class Meta:
@@ -149,6 +151,13 @@ class GroveTable(StaffTable):
         return ", ".join(value)
 
     render_platforms = render_change_kinds = render_roles
+
+    def render_mesh(self, record):
+        if not record.mesh_address:
+            return "—"
+        return f"{record.mesh_address}:{record.mesh_proxy_port}"
+
+    value_mesh = render_mesh
 
     def _units(self, record):
         # Three cells read the prefetched units; building the related manager each time is not free.
@@ -332,3 +341,39 @@ class RunTable(StaffTable):
 
     def value_finished_at(self, value):
         return value.isoformat() if value else ""
+
+
+class IngressRouteTable(StaffTable):
+    hostname = tables.Column(verbose_name="Host name")
+    path_prefix = tables.Column(verbose_name="Path")
+    workload_slug = tables.Column(verbose_name="Workload")
+    grove = tables.Column(verbose_name="Grove", accessor="grove__slug")
+    upstream = tables.Column(verbose_name="Mesh upstream", empty_values=(), orderable=False)
+    state = tables.Column()
+    last_error = tables.Column(verbose_name="Last error", orderable=False)
+    state_changed_at = tables.Column(verbose_name="Since")
+
+    class Meta:
+        model = IngressRoute
+        fields = ("hostname", "path_prefix", "workload_slug", "grove", "upstream", "state", "last_error",
+                  "state_changed_at")
+        attrs = {"id": "ingress-routes-table"}
+        empty_text = "No route: no live native workload with an ingress host name on a fresh Grove."
+
+    def render_grove(self, value):
+        return mark_safe(_link(url_for("staff:grove-detail", "slug", value), value)) if value else "—"
+
+    def value_grove(self, value):
+        return value or ""
+
+    def render_upstream(self, record):
+        return record.upstream
+
+    value_upstream = render_upstream
+
+    def render_state(self, record):
+        badge = {"serving": "good", "failed": "bad"}.get(record.state, "warn")
+        return mark_safe(f'<span class="badge {badge}">{esc(record.state)}</span>')
+
+    def value_state(self, record):
+        return record.state

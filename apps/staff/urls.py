@@ -15,5 +15,6 @@ urlpatterns = [
     path("runs/<uuid:run_id>/", views.run_detail_view, name="run-detail"),
     path("runs/<uuid:run_id>/cancel/", views.run_cancel_view, name="run-cancel"),
     path("refusals/", views.refusal_report_view, name="refusals"),
+    path("ingress/", views.ingress_route_list_view, name="ingress-route-list"),
     path("status/", views.status_view, name="status"),
 ]

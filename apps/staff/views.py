@@ -39,13 +39,15 @@ from apps.core.permissions import StaffAccess, is_staff_user, staff_access
 from apps.flags.registry import FLAGS
 from apps.flags.selectors import is_enabled
 from apps.groves.filtersets import GroveFilterSet
+from apps.ingress.filtersets import IngressRouteFilterSet
+from apps.ingress.selectors import ingress_status, routes_visible
 from apps.pipelines.filtersets import RunFilterSet
 from apps.pipelines.services import pipeline_run_cancel_as
 from apps.placement.filtersets import ExecutionPlacementFilterSet
 from apps.placement.selectors import placement_decision
 from apps.staff import capabilities, charts, selectors
 from apps.staff.metrics import forest_registry
-from apps.staff.tables import GroveTable, PlacementTable, RunTable
+from apps.staff.tables import GroveTable, IngressRouteTable, PlacementTable, RunTable
 
 FLAG = "host.staff.execution_observability"
 PER_PAGE_CHOICES = (25, 50, 100, 250)
@@ -180,6 +182,17 @@ def grove_detail_view(request: HttpRequest, slug: str) -> HttpResponse:
     table = PlacementTable(recent, subjects=selectors.subjects_describe(recent), orderable=False)
     return render(request, "staff/grove_detail.html", {"detail": detail, "grove": detail.grove,
                                                        "placements_table": table})
+
+
+# --- native ingress ----------------------------------------------------------------------------------
+
+@observability_page
+def ingress_route_list_view(request: HttpRequest) -> HttpResponse:
+    """The edge's routes the acting user may see, with each one's state and nginx's last error."""
+    return _table_page(request, queryset=routes_visible(request.user).order_by("hostname"),
+                       filterset_class=IngressRouteFilterSet, table_class=IngressRouteTable,
+                       template="staff/ingress.html", export_name="ingress-routes",
+                       extra={"ingress": ingress_status()})
 
 
 # --- accelerator inventory --------------------------------------------------------------------------

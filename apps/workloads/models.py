@@ -77,3 +77,17 @@ class WorkloadGeneration(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workload.slug}#{self.number}"
+
+
+class IngressHostname(models.Model):
+    """A public host name a native workload claims for ingress: one workload per name (the unique
+    constraint is the last word when two applies race; the service answers ``409 ingress_host_taken``)."""
+
+    hostname = models.CharField(max_length=253, unique=True)
+    workload = models.ForeignKey(NativeWorkload, on_delete=models.CASCADE, related_name="ingress_hostnames")
+
+    class Meta:
+        ordering = ["hostname"]
+
+    def __str__(self) -> str:
+        return self.hostname

@@ -3,9 +3,9 @@ validation of agent status reports. Pure: no Django."""
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from apps.core import validation as v
@@ -63,31 +63,53 @@ def _probe(value: Any, field: str) -> dict:
     return probe
 
 
-def _ingress(value: Any, field: str, ports: set[int]) -> dict | None:
+PATH_PREFIX_RE = re.compile(r"^/([A-Za-z0-9._~-]+/)*$")
+MAX_INGRESS_HOSTNAMES = 16
+
+
+def ingress_hostname(value: Any, field: str, *, domains: Sequence[str], allow_wildcards: bool) -> str:
+    """A public host name for native ingress: a DNS name under one of ``domains`` (the Host's public
+    domains, ``FOREST_INGRESS_DOMAINS``); ``*.`` only when ``allow_wildcards``."""
+    name = v.string(value, field, max_length=253).lower().rstrip(".")
+    wildcard = name.startswith("*.")
+    base = name[2:] if wildcard else name
+    if not HOSTNAME_RE.match(base) or "." not in base:
+        raise v.fail("invalid_hostname", f"'{name}' is not a DNS name such as app.example.com.", field)
+    if wildcard and not allow_wildcards:
+        raise v.fail("wildcard_not_allowed", "Wildcard host names are off on this Host "
+                     "(FOREST_INGRESS_ALLOW_WILDCARDS).", field)
+    if not any(base == domain or base.endswith(f".{domain}") for domain in domains):
+        raise v.fail("hostname_outside_domains", f"'{name}' is not under this Host's public domains "
+                     f"({', '.join(domains) or 'none configured: FOREST_INGRESS_DOMAINS'}).", field)
+    return name
+
+
+def _ingress(value: Any, field: str, ports: set[int], *, domains: Sequence[str], allow_wildcards: bool) -> dict | None:
     if value is None:
         return None
-    value = v.obj(value, field, allowed={"listen", "server_name", "port"}, required={"listen", "server_name", "port"})
-    listen = v.string(value["listen"], f"{field}.listen", max_length=100)
-    host, _, port = listen.rpartition(":")
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-        listen_port = int(port)
-        if not 1 <= listen_port <= 65535:
-            raise ValueError
-    except ValueError:
-        raise v.fail("invalid_listen", "listen is 'ip:port' on the mesh address, e.g. 10.0.0.5:8081.",
-                     f"{field}.listen") from None
+    value = v.obj(value, field, allowed={"hostnames", "path_prefix", "port"}, required={"hostnames", "port"})
+    items = v.array(value["hostnames"], f"{field}.hostnames", max_items=MAX_INGRESS_HOSTNAMES)
+    if not items:
+        raise v.fail("field_blank", "Ingress needs at least one host name.", f"{field}.hostnames")
+    hostnames: list[str] = []
+    for i, item in enumerate(items):
+        name = ingress_hostname(item, f"{field}.hostnames[{i}]", domains=domains, allow_wildcards=allow_wildcards)
+        if name in hostnames:
+            raise v.fail("duplicate_hostname", f"'{name}' is listed twice.", f"{field}.hostnames[{i}]")
+        hostnames.append(name)
+    prefix = v.string(value.get("path_prefix", "/"), f"{field}.path_prefix", max_length=200)
+    prefix = prefix if prefix.endswith("/") else f"{prefix}/"
+    if not PATH_PREFIX_RE.match(prefix):
+        raise v.fail("invalid_path_prefix", "path_prefix is '/' or '/segment/...' (letters, digits, '._~-').",
+                     f"{field}.path_prefix")
     target = _port(value["port"], f"{field}.port")
     if ports and target not in ports:
         raise v.fail("unknown_port", f"Ingress forwards to port {target}, which the workload does not declare.",
                      f"{field}.port")
-    server_name = v.string(value["server_name"], f"{field}.server_name", max_length=253).lower()
-    if not HOSTNAME_RE.match(server_name):
-        raise v.fail("invalid_server_name", "server_name is a host name such as app.internal.", f"{field}.server_name")
-    return {"listen": listen, "server_name": server_name, "port": target}
+    return {"hostnames": hostnames, "path_prefix": prefix, "port": target}
 
 
-def workload_spec(body: Any) -> dict:
+def workload_spec(body: Any, *, ingress_domains: Sequence[str] = (), allow_wildcards: bool = False) -> dict:
     """Validate and normalise a desired native workload as staff/CI submit it."""
     body = v.obj(body, "", allowed={"slug", "environment", "team", "bundle_digest", "command", "env", "secret_refs",
                                     "secrets_mode", "ports", "probes", "ingress", "restart", "platform",
@@ -124,7 +146,8 @@ def workload_spec(body: Any) -> dict:
         "secrets_mode": v.choice(body.get("secrets_mode", SecretsMode.ENV), "secrets_mode", choices=list(SecretsMode)),
         "ports": ports,
         "probes": {name: _probe(probe, f"probes.{name}") for name, probe in probes_in.items()},
-        "ingress": _ingress(body.get("ingress"), "ingress", {p["port"] for p in ports}),
+        "ingress": _ingress(body.get("ingress"), "ingress", {p["port"] for p in ports}, domains=ingress_domains,
+                            allow_wildcards=allow_wildcards),
         "restart": restart,
         "platform": platforms,
         "resources": {key: v.integer(value, f"resources.{key}", maximum=1 << 52) for key, value in resources.items()},

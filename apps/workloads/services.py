@@ -6,7 +6,7 @@ import uuid
 from functools import partial
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.artifacts.models import Artifact
@@ -21,7 +21,7 @@ from apps.placement.selectors import grove_by_reference
 from apps.placement.services import place_execution
 from apps.placement.vocabulary import SubjectType
 from apps.workloads import rules, secrets
-from apps.workloads.models import NativeWorkload, WorkloadGeneration, WorkloadSecret
+from apps.workloads.models import IngressHostname, NativeWorkload, WorkloadGeneration, WorkloadSecret
 from apps.workloads.states import GENERATION
 from apps.workloads.vocabulary import NATIVE_INGRESS_FLAG, GenerationState
 
@@ -62,7 +62,8 @@ def _bundle(digest: str) -> Artifact:
 @transaction.atomic
 def native_workload_apply(*, body: dict) -> tuple[NativeWorkload, WorkloadGeneration | None]:
     """Create or update a desired native workload and write its next generation when it changed."""
-    data = rules.workload_spec(body)
+    data = rules.workload_spec(body, ingress_domains=settings.FOREST_INGRESS_DOMAINS,
+                               allow_wildcards=settings.FOREST_INGRESS_ALLOW_WILDCARDS)
     bundle = _bundle(data["bundle_digest"])
     grove = None
     if data["grove"]:
@@ -73,7 +74,36 @@ def native_workload_apply(*, body: dict) -> tuple[NativeWorkload, WorkloadGenera
                                          "ports", "probes", "ingress", "restart", "platform", "resources")}
     workload, _ = NativeWorkload.objects.update_or_create(
         slug=data["slug"], defaults={**fields, "bundle": bundle, "grove": grove})
+    _hostnames_claim(workload, (data["ingress"] or {}).get("hostnames", []))
     return workload, native_workload_generation_write(workload=workload)
+
+
+def _hostnames_claim(workload: NativeWorkload, hostnames: list[str]) -> None:
+    """Hold exactly ``hostnames`` for ``workload``; a name another workload holds is refused (409)."""
+    held = dict(IngressHostname.objects.filter(hostname__in=hostnames).exclude(workload=workload)
+                .values_list("hostname", "workload__slug"))
+    for index, name in enumerate(hostnames):
+        if name in held:
+            raise Conflict("ingress_host_taken", f"Host name '{name}' is already routed to workload "
+                           f"'{held[name]}'; remove it there first.", field=f"ingress.hostnames[{index}]")
+    IngressHostname.objects.filter(workload=workload).exclude(hostname__in=hostnames).delete()
+    for index, name in enumerate(hostnames):
+        try:
+            with transaction.atomic():  # a racing apply that claimed it first wins; this one is refused
+                claim, _ = IngressHostname.objects.get_or_create(hostname=name, defaults={"workload": workload})
+        except IntegrityError:
+            claim = None
+        if claim is None or claim.workload_id != workload.pk:
+            raise Conflict("ingress_host_taken", f"Host name '{name}' was just claimed by another workload.",
+                           field=f"ingress.hostnames[{index}]")
+
+
+@transaction.atomic
+def native_workload_delete(*, workload: NativeWorkload) -> None:
+    """Remove a desired workload with its generations and host names; its route goes at the edge's next
+    render. (The agent keeps a removed workload's process until it is restarted without it.)"""
+    NativeWorkload.objects.filter(pk=workload.pk).delete()
+    log.info("native workload deleted", extra={"workload": workload.slug})
 
 
 def _requirement(workload: NativeWorkload):

@@ -372,7 +372,10 @@ def test_the_trigger_names_every_grove_column():
 
     trigger = import_module("apps.groves.migrations.0003_grove_hot_liveness").TRIGGER
     liveness = {"last_heartbeat_at", "stale_since", "log_tail", "updated_at", "liveness_stamped_at",
-                "capacity"}  # capacity only changes with its digests, which are compared
+                "capacity",  # capacity only changes with its digests, which are compared
+                # written with every heartbeat like liveness; read from the table by ingress, never by the
+                # placement snapshot, so a move need not stamp updated_at
+                "mesh_address", "mesh_proxy_port"}
     for field in Grove._meta.concrete_fields:
         if field.column not in liveness:
             assert f"NEW.{field.column}" in trigger and f"OLD.{field.column}" in trigger, field.column

@@ -1,17 +1,16 @@
-"""A native workload end to end: Host's generation writer, the real ``forest-agent`` process, a signed
-bundle served from Host's CAS, and Debian's real nginx started by the test on high ports.
+"""A native workload end to end: Host's generation writer, the real ``forest-agent`` process and a signed
+bundle served from Host's CAS.
 
-A tiny HTTP server in a signed tar.gz becomes live and answers through nginx; a new generation replaces
-it; a crash-looping generation is reported to Host. Nothing is faked.
+A tiny HTTP server in a signed tar.gz becomes live and answers; a new generation replaces it; a
+crash-looping generation is reported to Host. Nothing is faked. (Ingress through Host's edge and the
+agent's nginx: tests/e2e/test_native_ingress.py.)
 """
 from __future__ import annotations
 
 import base64
 import hashlib
 import io
-import shutil
 import socket
-import subprocess
 import sys
 import tarfile
 
@@ -21,14 +20,12 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from apps.artifacts.services import artifact_blob_create
-from apps.flags.services import flag_override_set
 from apps.groves.models import Grove
 from apps.workloads import services
 from apps.workloads.models import WorkloadGeneration
 from tests.pipelines.conftest import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e, pytest.mark.slow]
-NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 SECRET = "tok-9f8e7d6c5b4a"
 
 SERVER = b'''
@@ -49,23 +46,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-@pytest.fixture
-def nginx(tmp_path):
-    """nginx with a config, prefix and include directory the test owns."""
-    root = tmp_path / "nginx"
-    (root / "conf.d").mkdir(parents=True)
-    (root / "logs").mkdir()
-    temp = "\n".join(f"    {kind}_temp_path {root}/{kind};" for kind in ("client_body", "proxy", "fastcgi",
-                                                                          "uwsgi", "scgi"))
-    main = root / "nginx.conf"
-    main.write_text(f"pid {root}/nginx.pid;\nerror_log {root}/logs/error.log;\nworker_processes 1;\n"
-                    f"events {{ worker_connections 64; }}\nhttp {{\n    access_log off;\n{temp}\n"
-                    f"    include {root}/conf.d/*.conf;\n}}\n")
-    subprocess.run([NGINX, "-c", str(main), "-p", str(root)], check=True, capture_output=True)
-    yield root, main
-    subprocess.run([NGINX, "-c", str(main), "-p", str(root), "-s", "quit"], capture_output=True, check=False)
 
 
 @pytest.fixture
@@ -103,42 +83,35 @@ def _state(generation: WorkloadGeneration, *states: str, timeout: float = 60) ->
                     timeout=timeout, what=f"generation {generation.number} to be {'/'.join(states)}")
 
 
-def test_signed_bundle_goes_live_behind_nginx_is_replaced_and_a_crash_loop_is_reported(
-        live_server, enrolled, agents, nginx, signing_key, settings):
+def test_signed_bundle_goes_live_is_replaced_and_a_crash_loop_is_reported(
+        live_server, enrolled, agents, signing_key, settings):
     grove, state_dir = enrolled
-    nginx_root, nginx_main = nginx
     key, public = signing_key
     settings.FOREST_NATIVE_WORKLOAD_DISPATCH = True
     settings.FOREST_PUBLIC_URL = live_server.url
-    flag_override_set(name="host.deploy.native_ingress", enabled=True, reason="e2e")
-    agent = agents(state_dir, "--enable-native-workloads",
-                         "--trusted-key", f"release={public}", "--nginx-conf-dir", str(nginx_root / "conf.d"),
-                         "--nginx-binary", NGINX, "--nginx-config", str(nginx_main),
-                         "--nginx-prefix", str(nginx_root))
+    agent = agents(state_dir, "--enable-native-workloads", "--trusted-key", f"release={public}")
     try:
         wait_for(lambda: "native.workload" in Grove.objects.get(pk=grove.pk).change_kinds,
                  what="the agent to advertise native.workload")
         bundle = _bundle(key)
         services.workload_secret_set(environment="default", name="API_TOKEN", value=SECRET)
-        app_port, edge_port = free_port(), free_port()
+        app_port = free_port()
         spec = {"slug": "hello", "bundle_digest": bundle.digest, "grove": grove.slug,
                 "command": [sys.executable, "server.py"], "env": {"PORT": str(app_port), "COLOR": "blue"},
                 "secret_refs": ["API_TOKEN"], "ports": [{"name": "http", "port": app_port}],
                 "probes": {"readiness": {"type": "http", "path": "/healthz", "port": app_port, "period_s": 1}},
-                "ingress": {"listen": f"127.0.0.1:{edge_port}", "server_name": "hello.internal", "port": app_port},
                 "restart": {"backoff_initial_s": 1, "backoff_max_s": 2, "crash_loop_after": 2}}
         _, first = services.native_workload_apply(body=spec)
         first = _state(first, "live")
         assert first.live and first.probes.get("readiness") == "passing"
         assert first.reason == "", (first.reason, first.message, agent.output())
-        through_nginx = wait_for(lambda: _get(f"http://127.0.0.1:{edge_port}/"), timeout=10,
-                                 what="nginx to forward to the workload")
-        assert through_nginx == f"blue token-length={len(SECRET)}"
+        answer = wait_for(lambda: _get(f"http://127.0.0.1:{app_port}/"), timeout=10, what="the workload to answer")
+        assert answer == f"blue token-length={len(SECRET)}"
 
         _, second = services.native_workload_apply(body={**spec, "env": {**spec["env"], "COLOR": "green"}})
         _state(second, "live")
-        wait_for(lambda: (_get(f"http://127.0.0.1:{edge_port}/") or "").startswith("green"),
-                 what="nginx to serve the new generation")
+        wait_for(lambda: (_get(f"http://127.0.0.1:{app_port}/") or "").startswith("green"),
+                 what="the new generation to answer")
         assert WorkloadGeneration.objects.get(pk=first.pk).state == "superseded"
 
         crashing = {**spec, "command": [sys.executable, "-c", "import sys; sys.exit(3)"]}

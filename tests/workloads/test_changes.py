@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.workloads.test_services import _spec, bundle, dispatch_on, native_grove  # noqa: F401
+from tests.workloads.test_services import _public_domains, _spec, bundle, dispatch_on, native_grove  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 V1 = "/api/forest/v1"

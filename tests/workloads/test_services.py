@@ -11,7 +11,7 @@ from apps.artifacts.services import artifact_blob_create
 from apps.core.errors import ForestError
 from apps.flags.services import flag_override_set
 from apps.workloads import services
-from apps.workloads.models import NativeWorkload, WorkloadGeneration
+from apps.workloads.models import IngressHostname, NativeWorkload, WorkloadGeneration
 from apps.workloads.selectors import grove_workloads
 
 pytestmark = pytest.mark.django_db
@@ -32,11 +32,17 @@ def native_grove(fresh_grove):
                        change_kinds=["native.job", "native.workload"])
 
 
+@pytest.fixture(autouse=True)
+def _public_domains(settings):
+    settings.FOREST_INGRESS_DOMAINS = ["apps.example.com"]
+
+
 def _spec(bundle, **extra):
-    return {"slug": "web", "bundle_digest": bundle.digest, "command": ["./bin/server", "--port", "8080"],
+    slug = extra.get("slug", "web")
+    return {"slug": slug, "bundle_digest": bundle.digest, "command": ["./bin/server", "--port", "8080"],
             "ports": [{"name": "http", "port": 8080}],
             "probes": {"readiness": {"type": "http", "path": "/healthz", "port": 8080}},
-            "ingress": {"listen": "10.0.0.5:8081", "server_name": "web.internal", "port": 8080},
+            "ingress": {"hostnames": [f"{slug}.apps.example.com"], "port": 8080},
             "secret_refs": ["API_TOKEN"], **extra}
 
 
@@ -91,7 +97,68 @@ def test_ingress_is_emitted_only_with_the_flag(bundle, native_grove, dispatch_on
     flag_override_set(name="host.deploy.native_ingress", enabled=True, reason="test")
     services.native_workload_apply(body=_spec(bundle))
     (payload,), _ = grove_workloads(grove)
-    assert payload["ingress"] == {"listen": "10.0.0.5:8081", "server_name": "web.internal", "port": 8080}
+    assert payload["ingress"] == {"hostnames": ["web.apps.example.com"], "path_prefix": "/", "port": 8080}
+
+
+def _ingress(**fields):
+    return lambda s: {**s, "ingress": {"hostnames": ["web.apps.example.com"], "port": 8080, **fields}}
+
+
+@pytest.mark.parametrize(("mutate", "code", "field"), [
+    (_ingress(hostnames=["web.other.example"]), "hostname_outside_domains", "ingress.hostnames[0]"),
+    (_ingress(hostnames=["evilapps.example.com"]), "hostname_outside_domains", "ingress.hostnames[0]"),
+    (_ingress(hostnames=["*.apps.example.com"]), "wildcard_not_allowed", "ingress.hostnames[0]"),
+    (_ingress(hostnames=["web.apps.example.com", "10.0.0.5"]), "hostname_outside_domains", "ingress.hostnames[1]"),
+    (_ingress(hostnames=["we_b.apps.example.com"]), "invalid_hostname", "ingress.hostnames[0]"),
+    (_ingress(hostnames=["a.apps.example.com; include x"]), "invalid_hostname", "ingress.hostnames[0]"),
+    (_ingress(hostnames=["a.apps.example.com", "A.apps.example.com"]), "duplicate_hostname", "ingress.hostnames[1]"),
+    (_ingress(hostnames=[]), "field_blank", "ingress.hostnames"),
+    (_ingress(path_prefix="/a b/"), "invalid_path_prefix", "ingress.path_prefix"),
+    (_ingress(path_prefix="api"), "invalid_path_prefix", "ingress.path_prefix"),
+    (_ingress(port=9999), "unknown_port", "ingress.port"),
+    (_ingress(listen="10.0.0.5:80"), "unknown_field", "ingress.listen"),
+])
+def test_ingress_host_names_are_validated(bundle, native_grove, dispatch_on, mutate, code, field):
+    services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
+    with pytest.raises(ForestError) as exc:
+        services.native_workload_apply(body=mutate(_spec(bundle)))
+    assert (exc.value.code, exc.value.field) == (code, field)
+    assert not NativeWorkload.objects.exists()
+
+
+def test_wildcards_need_the_setting_and_a_prefix_is_normalised(bundle, native_grove, dispatch_on, settings):
+    settings.FOREST_INGRESS_ALLOW_WILDCARDS = True
+    services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
+    workload, _ = services.native_workload_apply(body=_ingress(hostnames=["*.Apps.Example.com."],
+                                                               path_prefix="/api")(_spec(bundle)))
+    assert workload.ingress == {"hostnames": ["*.apps.example.com"], "path_prefix": "/api/", "port": 8080}
+
+
+def test_a_host_name_belongs_to_one_workload(staff_client, bundle, native_grove, dispatch_on):
+    services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
+    services.native_workload_apply(body=_spec(bundle))
+    taken = staff_client.post(f"{V1}/workloads", _ingress(hostnames=["b.apps.example.com", "web.apps.example.com"])(
+        _spec(bundle, slug="other")), format="json")
+    assert taken.status_code == 409
+    assert taken.json() == {"code": "ingress_host_taken", "field": "ingress.hostnames[1]",
+                            "detail": "Host name 'web.apps.example.com' is already routed to workload 'web'; "
+                                      "remove it there first."}
+    assert not NativeWorkload.objects.filter(slug="other").exists()
+    assert sorted(IngressHostname.objects.values_list("hostname", flat=True)) == ["web.apps.example.com"]
+    # Re-applying keeps the name; dropping it frees it for another workload.
+    services.native_workload_apply(body=_spec(bundle))
+    services.native_workload_apply(body=_ingress(hostnames=["www.apps.example.com"])(_spec(bundle)))
+    services.native_workload_apply(body=_ingress(hostnames=["web.apps.example.com"])(
+        _spec(bundle, slug="other")))
+    assert IngressHostname.objects.get(hostname="web.apps.example.com").workload.slug == "other"
+
+
+def test_deleting_a_workload_frees_its_names(staff_client, bundle, native_grove, dispatch_on):
+    services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
+    services.native_workload_apply(body=_spec(bundle))
+    assert staff_client.delete(f"{V1}/workloads/web").status_code == 204
+    assert not NativeWorkload.objects.exists() and not IngressHostname.objects.exists()
+    assert staff_client.delete(f"{V1}/workloads/web").status_code == 404
 
 
 @pytest.mark.parametrize(("mutate", "code"), [
@@ -99,9 +166,6 @@ def test_ingress_is_emitted_only_with_the_flag(bundle, native_grove, dispatch_on
     (lambda s: {**s, "bundle_digest": "sha256:" + "0" * 64}, "artifact_not_found"),
     (lambda s: {**s, "ports": [{"name": "http", "port": 70000}]}, "out_of_range"),
     (lambda s: {**s, "probes": {"readiness": {"type": "http"}}}, "field_required"),
-    (lambda s: {**s, "ingress": {"listen": "nowhere", "server_name": "a.b", "port": 8080}}, "invalid_listen"),
-    (lambda s: {**s, "ingress": {"listen": "10.0.0.5:80", "server_name": "a.b", "port": 9999}}, "unknown_port"),
-    (lambda s: {**s, "ingress": {"listen": "10.0.0.5:80", "server_name": "_", "port": 8080}}, "invalid_server_name"),
     (lambda s: {**s, "command": []}, "field_blank"),
     (lambda s: {**s, "slug": "Not A Slug"}, "invalid_slug"),
 ])

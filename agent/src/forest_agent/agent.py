@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forest_agent import __version__
+from forest_agent import __version__, mesh
+from forest_agent.errors import ConfigError, IngressRefused
 from forest_agent.inventory import AcceleratorItem, capacity_report, collect_accelerators
 from forest_agent.logring import LogRing
 from forest_agent.native.bundles import BundleInstaller, BundleLimits
@@ -23,11 +24,12 @@ from forest_agent.native.extract import ExtractLimits
 from forest_agent.native.generations import GenerationStore
 from forest_agent.native.jobs import JobManager, JobSettings
 from forest_agent.native.journal import JobJournal
-from forest_agent.native.nginx import NginxCommand, NginxProxyManager
+from forest_agent.native.nginx import NginxProxyManager
 from forest_agent.native.signing import TrustedKeys
 from forest_agent.native.status_reporter import StatusReporter
 from forest_agent.native.supervisor import SupervisorTiming
 from forest_agent.native.workloads import WorkloadManager, WorkloadSettings
+from forest_agent.nginx import MeshHop, NginxCommand, host_port
 from forest_agent.oskit import Clock, CommandRunner, machine_platform
 from forest_agent.state import Identity, StateDir
 from forest_agent.wire.client import WireClient
@@ -58,6 +60,11 @@ class AgentConfig:
     nginx_binary: str = "nginx"
     nginx_config: Path | None = None
     nginx_prefix: Path | None = None
+    mesh_address: str | None = None
+    mesh_interface: str | None = None
+    proxy_port: int | None = None
+    mesh_allow: list[str] = field(default_factory=list)
+    edge_addresses: list[str] = field(default_factory=list)
     supervisor_startsecs: float = 1.0
 
 
@@ -117,12 +124,14 @@ class Agent(HostLoops):
             auth_headers_for=lambda url: self.wire.auth_headers() if self.wire.same_origin(url) else {},
             runner=self.runner,
         )
+        self.mesh = mesh.resolve(address=config.mesh_address, interface=config.mesh_interface)
         nginx = None
         if config.nginx_conf_dir is not None:
             nginx = NginxProxyManager(
                 config.nginx_conf_dir,
                 NginxCommand(config.nginx_binary, config.nginx_config, config.nginx_prefix),
                 self.runner,
+                hop=self.mesh_hop(),
             )
         self.reporter = StatusReporter(self.wire)
         self.workloads = WorkloadManager(
@@ -147,14 +156,29 @@ class Agent(HostLoops):
             self._inventory_at = now
         return self._accelerators
 
+    def mesh_hop(self) -> MeshHop | None:
+        """The ingress proxy's listener and whom it accepts from: the mesh range (configured, else the
+        interface's network) and the edge's addresses."""
+        if self.mesh is None or self.config.proxy_port is None:
+            return None
+        allow = list(self.config.mesh_allow) or ([self.mesh.network] if self.mesh.network else [])
+        try:
+            return MeshHop(listen=host_port(self.mesh.address, self.config.proxy_port),
+                           allow=tuple(allow + list(self.config.edge_addresses)))
+        except IngressRefused as exc:
+            raise ConfigError(exc.message) from None
+
     def heartbeat_body(self) -> dict[str, Any]:
-        return {
+        body = {
             "version": __version__,
             "change_kinds": change_kinds(self.config),
             "isolation": ["host_process"],
             "capacity": capacity_report(self.accelerators()),
             "log_tail": self.ring.tail(_HEARTBEAT_LOG_LINES),
         }
+        if self.mesh is not None and self.config.proxy_port is not None:
+            body["mesh"] = {"address": self.mesh.address, "proxy_port": self.config.proxy_port}
+        return body
 
     def write_status(self) -> None:
         self.state.write_status(
@@ -200,6 +224,11 @@ class Agent(HostLoops):
             ", ".join(change_kinds(self.config)) or "none",
         )
         self.reporter.start()
+        if self.workloads.nginx is not None and self.workloads.nginx.hop is not None:
+            try:
+                self.workloads.nginx.ensure_default()
+            except IngressRefused as exc:
+                log.error("mesh proxy default server: %s", exc.message)
         self.jobs.recover()
         self.workloads.restore()
         threads = [

@@ -8,6 +8,7 @@ non-zero: 2 for configuration, 3 when Host refuses, 4 when Host cannot be reache
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import socket
@@ -123,6 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
     ingress.add_argument("--nginx-binary", default="nginx", help="nginx executable (default: nginx)")
     ingress.add_argument("--nginx-config", type=Path, help="nginx main config passed as -c")
     ingress.add_argument("--nginx-prefix", type=Path, help="nginx prefix passed as -p")
+    ingress.add_argument("--mesh-address", help="this machine's mesh (WireGuard) IP address")
+    ingress.add_argument("--mesh-interface", help="read the mesh address from this interface (e.g. wg0)")
+    ingress.add_argument("--proxy-port", type=positive_int,
+                         help="ingress proxy port on the mesh address (the edge sends plain HTTP here)")
+    ingress.add_argument("--mesh-allow", action="append", default=[], metavar="CIDR",
+                         help="mesh range the proxy accepts from (repeatable; default: its network)")
+    ingress.add_argument("--edge-address", action="append", default=[], metavar="IP",
+                         help="Host edge address the proxy accepts from (repeatable)")
     timing = run.add_argument_group("timing")
     add_wire_timing(timing)
     timing.add_argument(
@@ -196,6 +205,17 @@ def _config(args: argparse.Namespace) -> AgentConfig:
         raise ConfigError(f"--nginx-config {args.nginx_config} is not a file")
     if args.nginx_conf_dir is None and (args.nginx_config or args.nginx_prefix):
         raise ConfigError("--nginx-config/--nginx-prefix need --nginx-conf-dir")
+    if args.mesh_address and args.mesh_interface:
+        raise ConfigError("give --mesh-address or --mesh-interface, not both")
+    if args.proxy_port is not None and not (args.mesh_address or args.mesh_interface):
+        raise ConfigError("--proxy-port needs --mesh-address or --mesh-interface")
+    if args.proxy_port is not None and args.mesh_address and not (args.mesh_allow or args.edge_address):
+        raise ConfigError("--proxy-port with --mesh-address needs --mesh-allow CIDR or --edge-address IP")
+    for value in args.mesh_allow + args.edge_address:
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            raise ConfigError(f"{value!r} is not an IP address or network") from None
     return AgentConfig(
         enable_native_jobs=args.enable_native_jobs,
         enable_native_workloads=args.enable_native_workloads,
@@ -212,6 +232,11 @@ def _config(args: argparse.Namespace) -> AgentConfig:
         nginx_binary=args.nginx_binary,
         nginx_config=args.nginx_config,
         nginx_prefix=args.nginx_prefix,
+        mesh_address=args.mesh_address,
+        mesh_interface=args.mesh_interface,
+        proxy_port=args.proxy_port,
+        mesh_allow=args.mesh_allow,
+        edge_addresses=args.edge_address,
     )
 
 

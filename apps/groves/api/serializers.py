@@ -36,7 +36,8 @@ class GroveSerializer(serializers.ModelSerializer):
     class Meta:
         model = Grove
         fields = ["id", "slug", "name", "substrate", "roles", "platforms", "isolation_modes", "change_kinds",
-                  "version", "enabled", "last_heartbeat_at", "stale", "capacity_reported_at", "capacity"]
+                  "version", "enabled", "last_heartbeat_at", "stale", "capacity_reported_at", "capacity",
+                  "mesh_address", "mesh_proxy_port"]
 
     def get_capacity(self, obj) -> dict:
         return {

@@ -49,7 +49,7 @@ class NativeWorkloadDetailView(generics.RetrieveAPIView):
     serializer_class = s.NativeWorkloadSerializer
     queryset = NativeWorkload.objects.select_related("bundle", "grove")
     lookup_field = "slug"
-    permission_classes = [requires(GET="workloads.view_nativeworkload")]
+    permission_classes = [requires(GET="workloads.view_nativeworkload", DELETE="workloads.delete_nativeworkload")]
 
     def get_object(self):
         workload = super().get_object()
@@ -59,6 +59,12 @@ class NativeWorkloadDetailView(generics.RetrieveAPIView):
     @extend_schema(tags=["workloads"], summary="One native workload with its recent generations")
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
+
+    @extend_schema(responses={204: None, **ERRORS}, tags=["workloads"],
+                   summary="Remove a native workload (its host names are freed; its route goes at the next render)")
+    def delete(self, request, *args, **kwargs):
+        services.native_workload_delete(workload=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class WorkloadSecretView(APIView):

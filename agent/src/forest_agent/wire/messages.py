@@ -184,9 +184,11 @@ class BundleRef:
 
 @dataclass(frozen=True)
 class Ingress:
-    listen: str
-    server_name: str
+    """Host names (and an optional path prefix) the mesh proxy sends to the workload's local port."""
+
+    hostnames: tuple[str, ...]
     port: int
+    path_prefix: str = "/"
 
 
 @dataclass(frozen=True)
@@ -243,10 +245,17 @@ class Generation:
         if ingress_raw is not None:
             if not isinstance(ingress_raw, dict):
                 raise MessageInvalid("must be an object", field_path=f"{where}.ingress")
+            names = ingress_raw.get("hostnames")
+            if names is None and ingress_raw.get("server_name"):
+                # An older Host's single `server_name` is one host name.
+                names = [ingress_raw["server_name"]]
+            if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+                raise MessageInvalid("must be a non-empty list of host names",
+                                     field_path=f"{where}.ingress.hostnames")
             ingress = Ingress(
-                listen=_str(ingress_raw, "listen", f"{where}.ingress") or "",
-                server_name=_str(ingress_raw, "server_name", f"{where}.ingress") or "",
+                hostnames=tuple(names),
                 port=_port(ingress_raw.get("port"), f"{where}.ingress.port"),
+                path_prefix=_str(ingress_raw, "path_prefix", f"{where}.ingress", required=False) or "/",
             )
         restart_raw = data.get("restart") or {}
         if not isinstance(restart_raw, dict):
