@@ -25,13 +25,16 @@ COPY manage.py pyproject.toml ./
 COPY forest_host ./forest_host
 COPY apps ./apps
 COPY forest_cli ./forest_cli
+# The edge (apps/ingress) renders nginx with the agent's module, one renderer for both hops: the package's
+# source sits beside apps/ as Host's own code does (its dependencies are already Host's).
+COPY agent/src/forest_agent ./forest_agent
 COPY templates ./templates
 COPY static ./static
 COPY infra ./infra
 COPY docker/host-entrypoint.sh docker/host-healthcheck.py ./docker/
 RUN DEBUG=0 SECRET_KEY=collectstatic-only-never-used-at-run-time \
     /opt/venv/bin/python manage.py collectstatic --noinput --verbosity 0 \
-    && /opt/venv/bin/python -m compileall -q forest_host apps forest_cli
+    && /opt/venv/bin/python -m compileall -q forest_host apps forest_cli forest_agent
 
 # ---- runtime --------------------------------------------------------------------------------------------
 FROM python:3.11.13-slim-bookworm@sha256:86adf8dbadc3d6e82ee5dd2c74bec2e1c2467cdad47886280501df722372d2e1
