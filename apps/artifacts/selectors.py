@@ -14,10 +14,18 @@ from apps.core.errors import NotFound
 from apps.groves.models import Grove
 
 
+def readable(rows: QuerySet, user) -> QuerySet:
+    """``rows`` (artifacts or lineage rows) a user may read: their teams' (``accounts.selectors.visible``;
+    a staff admin's: all), and the team-less ones — shared images and bundles staff recorded for everyone.
+    No user (Host's own services): all."""
+    if not getattr(user, "pk", None):
+        return rows
+    return rows.filter(Q(pk__in=visible(rows, user).values("pk")) | Q(team=""))
+
+
 def artifact_list(user=None) -> QuerySet[Artifact]:
-    """Every artifact, or, for an acting user, those of their teams (a staff admin's: all)."""
-    rows = Artifact.objects.select_related("uploaded_by").order_by("-created_at", "-id")
-    return visible(rows, user) if getattr(user, "pk", None) else rows
+    """Every artifact a user may read (see ``readable``)."""
+    return readable(Artifact.objects.select_related("uploaded_by").order_by("-created_at", "-id"), user)
 
 
 def artifact_get(*, artifact_id, user=None) -> Artifact:
@@ -41,8 +49,7 @@ def grove_by_id_or_slug(reference: str) -> Grove:
 # --- lineage -------------------------------------------------------------------------------------------
 
 def _uses(user) -> QuerySet[ArtifactUse]:
-    rows = ArtifactUse.objects.select_related("artifact").order_by("created_at", "id")
-    return visible(rows, user) if getattr(user, "pk", None) else rows
+    return readable(ArtifactUse.objects.select_related("artifact").order_by("created_at", "id"), user)
 
 
 def artifact_summary(artifact: Artifact) -> dict:

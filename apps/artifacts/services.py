@@ -15,8 +15,8 @@ from django.db import connection, transaction
 from django.db.models import Case, ProtectedError, QuerySet, When
 from django.utils import timezone
 
-from apps.accounts.selectors import visible
-from apps.artifacts import hooks, rules
+from apps.accounts.selectors import team_for_write, user_team_slugs
+from apps.artifacts import hooks, rules, selectors
 from apps.artifacts.choices import CheckVerdict, PlatformStatus, StorageKind, UseRole
 from apps.artifacts.digests import check_digest
 from apps.artifacts.models import Artifact, ArtifactPlatformCheck, ArtifactUse
@@ -400,13 +400,10 @@ def artifact_input_resolve(*, item: dict, field: str, platforms: list[str], user
     (unknown, or not readable by the submitting user's teams, or its bytes are gone),
     ``input_kind_mismatch`` (an image where a file is delivered, or the declared kind differs),
     ``input_platform_unsupported`` (an index without, or an artifact built for none of, ``platforms``)."""
-    readable = Artifact.objects.all()
-    if getattr(user, "pk", None):
-        readable = visible(readable, user)
     if item.get("image"):
         artifact = _input_image(item["image"], platforms=platforms, field=field, team=team)
     else:
-        artifact = _input_artifact(item, readable=readable)
+        artifact = _input_artifact(item, readable=selectors.readable(Artifact.objects.all(), user))
     what = item.get("image") or (f"artifact {item['artifact']}" if item.get("artifact") is not None
                                  else item.get("digest"))
     if artifact is None:
@@ -429,6 +426,15 @@ def artifact_input_resolve(*, item: dict, field: str, platforms: list[str], user
     if item.get("path"):
         resolved["path"] = item["path"]
     return resolved
+
+
+def upload_team(user, requested: str | None) -> str:
+    """The team an upload belongs to: the one named (the user must be in it), else the user's only team,
+    else none (a shared, team-less artifact)."""
+    if requested:
+        return team_for_write(user, requested)
+    teams = list(user_team_slugs(user)) if getattr(user, "pk", None) else []
+    return teams[0] if len(teams) == 1 else ""
 
 
 def artifact_uses_record(*, run_id, node: str, role: str, uses: list[tuple[int, str]], team: str = "") -> None:

@@ -18,7 +18,6 @@ from rest_framework.views import APIView
 
 from apps.accounts.api.authentication import ApiTokenAuthentication
 from apps.accounts.api.permissions import Requires, requires
-from apps.accounts.selectors import team_for_write
 from apps.artifacts import selectors, services
 from apps.artifacts.api.serializers import (
     ArtifactDetailSerializer,
@@ -155,7 +154,7 @@ class BlobUploadView(APIView):
             chunks=_body_chunks(request), expected_digest=check_digest(digest) if digest is not None else None,
             media_type=params.get("media_type", ""), signature=params.get("signature", ""),
             signing_key_id=params.get("key_id", ""), platform=params.get("platform", ""), uploaded_by=request.user,
-            team=team_for_write(request.user, params.get("team")), expected_size=_announced_size(request),
+            team=services.upload_team(request.user, params.get("team")), expected_size=_announced_size(request),
         )
         return Response(ArtifactSerializer(artifact).data, status=status.HTTP_201_CREATED)
 
