@@ -90,14 +90,14 @@ def artifact_lineage(*, artifact: Artifact, user=None, depth: int = MAX_LINEAGE_
     rows = _uses(user)
     seen: dict[int, ArtifactUse] = {}
     artifacts = {artifact.pk: artifact_summary(artifact)}
-    truncated = False
+    full = deeper = False  # the row bound was reached; the depth bound left more behind
 
     def take(queryset) -> list[ArtifactUse]:
-        nonlocal truncated
+        nonlocal full
         room = MAX_LINEAGE_ROWS - len(seen)
         found = [use for use in queryset[:room + 1] if use.pk not in seen]
         if len(found) > room:
-            truncated, found = True, found[:room]
+            full, found = True, found[:room]
         for use in found:
             seen[use.pk] = use
             artifacts.setdefault(use.artifact_id, artifact_summary(use.artifact))
@@ -107,7 +107,7 @@ def artifact_lineage(*, artifact: Artifact, user=None, depth: int = MAX_LINEAGE_
     for towards, step_role in ((UseRole.OUTPUT, UseRole.INPUT), (UseRole.INPUT, UseRole.OUTPUT)):
         frontier = {artifact.pk}
         for _hop in range(depth):
-            if not frontier or truncated:
+            if not frontier or full:
                 break
             uses = take(rows.filter(artifact_id__in=frontier, role=towards))
             steps = {(str(use.run_id), use.node) for use in uses}
@@ -115,7 +115,7 @@ def artifact_lineage(*, artifact: Artifact, user=None, depth: int = MAX_LINEAGE_
                 break
             frontier = {use.artifact_id for use in take(rows.filter(_step_filter(steps), role=step_role))}
         else:
-            truncated = truncated or bool(frontier and rows.filter(artifact_id__in=frontier, role=towards).exists())
+            deeper = deeper or bool(frontier and rows.filter(artifact_id__in=frontier, role=towards).exists())
     own = [use for use in seen.values() if use.artifact_id == artifact.pk]
     return {
         "artifact": artifact_summary(artifact),
@@ -124,5 +124,5 @@ def artifact_lineage(*, artifact: Artifact, user=None, depth: int = MAX_LINEAGE_
         "edges": [{"artifact_id": use.artifact_id, "step": f"{use.run_id}:{use.node}", "role": use.role,
                    "name": use.name} for use in sorted(seen.values(), key=lambda u: u.pk)],
         "artifacts": sorted(artifacts.values(), key=lambda a: a["id"]),
-        "depth": depth, "truncated": truncated,
+        "depth": depth, "truncated": full or deeper,
     }

@@ -161,7 +161,7 @@ def _inputs(value: Any, field: str) -> list[dict]:
     out = [_input(item, f"{field}[{index}]", index) for index, item in enumerate(items)]
     _no_repeats(out, "name", field, "duplicate_input_name")
     _no_repeats([i for i in out if "path" in i], "path", field, "duplicate_input_path")
-    return sorted(out, key=lambda i: i["name"])
+    return out  # in the order declared: a refusal at submit names the input by its position
 
 
 def _outputs(value: Any, field: str) -> list[dict]:

@@ -16,7 +16,7 @@ import tarfile
 import pytest
 
 from apps.artifacts import services as artifacts
-from apps.artifacts.models import Artifact, ArtifactUse
+from apps.artifacts.models import ArtifactUse
 from apps.artifacts.selectors import artifact_lineage, run_lineage
 from apps.compute.services import compute_job_submit
 from apps.dispatch.models import GroveJob
@@ -136,25 +136,3 @@ def test_an_input_whose_stored_bytes_changed_is_refused_before_the_command(nativ
     job = _ended(run, "victim")
     assert (job.status, job.reason) == ("failed", "input_digest_mismatch"), agent.output()
     assert not marker.exists()  # the command never ran
-
-
-def test_inputs_are_refused_at_submit_with_a_code_naming_the_input(native_agent):
-    grove, _ = native_agent
-    image = Artifact.objects.create(digest="sha256:" + "ab" * 32, storage_kind="oci_registry",
-                                    reference="registry.example/app@sha256:" + "ab" * 32, platform="linux/s390x")
-    cases = [
-        ({"artifact": 999999, "path": "x"}, "input_not_found"),
-        ({"digest": "sha256:" + "0" * 64, "path": "x"}, "input_not_found"),
-        ({"artifact": image.pk, "path": "image.tar"}, "input_kind_mismatch"),
-        ({"artifact": image.pk, "kind": "cas"}, "input_kind_mismatch"),
-    ]
-    for item, code in cases:
-        with pytest.raises(Exception) as refused:
-            _submit(grove, {"name": "s", "command": ["true"], "inputs": [item]})
-        assert (refused.value.code, refused.value.field) == (code, "steps[0].inputs[0]")
-    with pytest.raises(Exception) as refused:
-        _submit(grove, {"name": "s", "command": ["true"], "inputs": [{"artifact": image.pk}]})
-    assert refused.value.code == "input_platform_unsupported"
-    assert refused.value.extra["offered"] == ["linux/s390x"]
-    assert refused.value.extra["grove_platforms"] == list(grove.platforms)
-    assert not PipelineRun.objects.exists()  # nothing was created
