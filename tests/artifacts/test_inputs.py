@@ -38,7 +38,7 @@ def _refusal(inputs: list, **kwargs) -> ForestError:
 
 
 def test_each_unresolvable_input_is_a_coded_refusal_naming_it(fresh_grove):
-    grove, _ = fresh_grove(name="worker", platforms=("linux/amd64",))
+    fresh_grove(name="worker", platforms=("linux/amd64",))
     blob = services.artifact_blob_create(chunks=[b"a dataset"])
     image = Artifact.objects.create(digest="sha256:" + "ab" * 32, storage_kind="oci_registry",
                                     reference="registry.example/app@sha256:" + "ab" * 32, platform="linux/s390x")
