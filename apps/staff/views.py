@@ -27,6 +27,7 @@ from django.views.decorators.http import require_http_methods
 from django_tables2 import RequestConfig
 from django_tables2.paginators import LazyPaginator
 
+from apps.artifacts.selectors import artifact_get, artifact_lineage, run_lineage
 from apps.core.errors import ForestError
 from apps.core.permissions import StaffAccess, is_staff_user, staff_access
 from apps.flags.registry import FLAGS
@@ -222,7 +223,20 @@ def run_detail_view(request: HttpRequest, run_id) -> HttpResponse:
     run, nodes, placements = found
     rows = [(node, placements.get(str(node.pk))) for node in nodes]
     return render(request, "staff/run_detail.html", {"run": run, "rows": rows,
-                                                     "cancellable": run.status in ("pending", "running")})
+                                                     "cancellable": run.status in ("pending", "running"),
+                                                     "lineage": run_lineage(run_id=run.id, user=request.user)})
+
+
+@observability_page
+def artifact_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """One artifact: what it is, who produced it, who consumed it, and the lineage around it (bounded)."""
+    try:
+        artifact = artifact_get(artifact_id=pk, user=request.user)
+    except ForestError as exc:
+        raise Http404(exc.detail) from None
+    lineage = artifact_lineage(artifact=artifact, user=request.user)
+    return render(request, "staff/artifact_detail.html", {
+        "artifact": artifact, "lineage": lineage, "graph": mark_safe(charts.lineage_svg(lineage))})
 
 
 @observability_page
