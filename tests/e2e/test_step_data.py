@@ -18,6 +18,7 @@ import pytest
 from apps.artifacts import services as artifacts
 from apps.artifacts.models import ArtifactUse
 from apps.artifacts.selectors import artifact_lineage, run_lineage
+from apps.compute.selectors import compute_job_view
 from apps.compute.services import compute_job_submit
 from apps.dispatch.models import GroveJob
 from apps.flags.services import flag_override_set
@@ -108,6 +109,10 @@ def test_two_jobs_pass_a_file_by_reference_with_lineage_both_ways(native_agent):
     assert [(c["run_id"], c["node"]) for c in lineage["consumers"]] == [(str(second.run_id), "check")]
     runs = run_lineage(run_id=second.run_id)
     assert [(i["name"], i["artifact"]["digest"]) for i in runs["inputs"]] == [("data", result.digest)]
+    view = compute_job_view(first)["steps"][0]
+    assert {o["name"]: o["digest"] for o in view["outputs"]}["attempt-1/result"] == result.digest
+    assert compute_job_view(second)["steps"][0]["inputs"] == [
+        {"name": "data", "artifact_id": result.pk, "digest": result.digest, "path": "in/data.bin"}]
 
 
 def test_a_missing_output_fails_the_step_and_records_nothing(native_agent):
