@@ -34,11 +34,19 @@ from apps.artifacts.filtersets import ArtifactFilterSet
 from apps.artifacts.store import CHUNK
 from apps.artifacts.vocabulary import MAX_LINEAGE_DEPTH
 from apps.core.api.serializers import ErrorSerializer
-from apps.core.errors import NotFound, ValidationFailed
-from apps.groves.api.authentication import GroveCredentialAuthentication, GrovePrincipal, IsGrove
+from apps.core.errors import Forbidden, NotFound, ValidationFailed
+from apps.groves.api.authentication import (
+    GroveCredentialAuthentication,
+    GrovePrincipal,
+    IsGrove,
+    JobDataPrincipal,
+    JobDataTokenAuthentication,
+)
 
 ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404, 409, 413, 502, 503)}
 ALL_AUTH = [GroveCredentialAuthentication, ApiTokenAuthentication, SessionAuthentication]
+# A pod's data containers hold a job data token, never the Grove's credential: blob reads and writes only.
+DATA_AUTH = [GroveCredentialAuthentication, JobDataTokenAuthentication, ApiTokenAuthentication, SessionAuthentication]
 
 
 class GroveOrRequires(Requires):
@@ -160,7 +168,7 @@ class BlobUploadView(APIView):
 
 
 class BlobDownloadView(APIView):
-    authentication_classes = ALL_AUTH
+    authentication_classes = DATA_AUTH
     permission_classes = [GroveOrRequires]
 
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, **ERRORS},
@@ -168,6 +176,8 @@ class BlobDownloadView(APIView):
                    summary="Download a CAS blob (a Grove whose work references it, or artifacts.view_artifact)")
     def get(self, request, digest: str):
         check_digest(digest)
+        if isinstance(request.user, JobDataPrincipal) and digest not in request.user.claims.inputs:
+            raise Forbidden("blob_out_of_scope", f"Job {request.user.claims.job_id} has no input {digest}.")
         if isinstance(request.user, GrovePrincipal):
             artifact = services.grove_blob_read(grove=request.user.grove, digest=digest)
         else:
@@ -180,7 +190,7 @@ class BlobDownloadView(APIView):
 class GroveBlobWriteView(APIView):
     """A Grove writes its node's outputs under ``runs/<run>/<node>/<key>`` (Grove credential only)."""
 
-    authentication_classes = [GroveCredentialAuthentication]
+    authentication_classes = [GroveCredentialAuthentication, JobDataTokenAuthentication]
     permission_classes = [IsGrove]
     parser_classes = [RawStreamParser]
 
@@ -194,6 +204,10 @@ class GroveBlobWriteView(APIView):
     def put(self, request, run_id: str, node: str, key: str):
         params = request.query_params
         digest = params.get("digest")
+        claims = getattr(request.user, "claims", None)
+        if claims is not None and (claims.run_id, claims.node) != (str(run_id), node):
+            raise Forbidden("blob_write_out_of_scope", f"Job {claims.job_id} writes only under its own run's "
+                            f"node ({claims.run_id}/{claims.node}).")
         artifact = services.grove_blob_write(
             grove=request.user.grove, run_id=run_id, node_id=node, key=key, chunks=_body_chunks(request),
             expected_digest=check_digest(digest) if digest is not None else None,
