@@ -339,18 +339,23 @@ def upload_outputs(
 # --- inside a Kubernetes pod ------------------------------------------------------------------------------
 
 
-def _manifest(path: str) -> dict[str, Any]:
+def _manifest(path: str | None) -> dict[str, Any]:
+    if path is None:
+        return json.loads(os.environ["FOREST_DATA_MANIFEST"])
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m forest_agent.data fetch|upload --manifest FILE --root DIR`: the pod's init container
-    and final step. Host's URL and the job's data token come from `FOREST_DATA_URL` and
-    `FOREST_DATA_TOKEN` (a Secret the controller writes; never the Grove's credential)."""
+    """`python -m forest_agent.data fetch|upload --root DIR`: the pod's init container and final step.
+    The manifest, Host's API URL and the job's data token come from `FOREST_DATA_MANIFEST`,
+    `FOREST_DATA_URL` and `FOREST_DATA_TOKEN` (a Secret the controller writes; never the Grove's
+    credential). A refusal exits 3 with its code as the termination message."""
     parser = argparse.ArgumentParser(prog="forest-data")
     parser.add_argument("action", choices=["fetch", "upload"])
-    parser.add_argument("--manifest", required=True, help="JSON: {run_id, node, inputs, outputs}")
+    parser.add_argument(
+        "--manifest", help="JSON file {run_id, node, inputs, outputs} (default: $FOREST_DATA_MANIFEST)"
+    )
     parser.add_argument("--root", required=True, help="the step's directory (an emptyDir)")
     parser.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_INPUT_BYTES)
     args = parser.parse_args(argv)
