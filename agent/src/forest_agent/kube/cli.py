@@ -119,6 +119,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY",
         help="taint key GPU pods tolerate (repeatable; default nvidia.com/gpu)",
     )
+    step_data = run.add_argument_group("step data")
+    step_data.add_argument(
+        "--data-image",
+        default="ghcr.io/forest/forest-controller:latest",
+        help="image of the pods' data containers (holds forest_agent; default the controller's own)",
+    )
+    step_data.add_argument(
+        "--data-command",
+        default="python -m forest_agent.data",
+        help="how the data containers run forest_agent.data (split on spaces)",
+    )
     timing = run.add_argument_group("timing")
     add_wire_timing(timing)
     timing.add_argument(
@@ -250,6 +261,8 @@ def cmd_run(args: argparse.Namespace, ring: LogRing) -> int:
             pending_grace_s=max(0.0, args.pending_grace),
             backoff_max_s=max(args.backoff_max, 1.0),
             workers=args.workers,
+            data_image=args.data_image,
+            data_command=tuple(args.data_command.split()),
         )
         wire = WireClient(identity.host_url, credential=identity.credential, grove_id=identity.grove_id)
         controller = Controller(
