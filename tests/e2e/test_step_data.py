@@ -9,9 +9,13 @@ consumes the file by reference and checks its digest itself.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
+import os
+import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -24,30 +28,19 @@ from apps.dispatch.models import GroveJob
 from apps.flags.services import flag_override_set
 from apps.groves.models import Grove
 from apps.pipelines.models import PipelineNode, PipelineRun
+from tests.factories import api_token_for
 from tests.pipelines.conftest import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e, pytest.mark.slow]
 
-WRITE = """
-import os, pathlib
-out = pathlib.Path(os.environ["FOREST_OUTPUT_RESULT"])
-out.parent.mkdir(parents=True, exist_ok=True)
-out.write_bytes(b"forty-two\\n" * 1000)
-report = pathlib.Path(os.environ["FOREST_OUTPUT_REPORT"])
-(report / "sub").mkdir(parents=True)
-(report / "a.txt").write_text("alpha")
-(report / "sub" / "b.txt").write_text("beta")
-"""
+ROOT = Path(__file__).resolve().parents[2]
 
-CHECK = """
-import hashlib, os
-path = os.environ["FOREST_INPUT_DATA"]
-digest = "sha256:" + hashlib.sha256(open(path, "rb").read()).hexdigest()
-assert digest == os.environ["EXPECTED"], (digest, os.environ["EXPECTED"])
-assert os.stat(path).st_mode & 0o222 == 0, "an input is read-only"
-assert os.path.realpath(path).startswith(os.path.realpath(os.environ["HOME"])), "inside the job's directory"
-print("input verified", digest)
-"""
+
+def _jobs():
+    spec = importlib.util.spec_from_file_location("lineage_jobs", ROOT / "examples/lineage/jobs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture
@@ -75,9 +68,8 @@ def _ended(run: PipelineRun, node: str) -> GroveJob:
 
 def test_two_jobs_pass_a_file_by_reference_with_lineage_both_ways(native_agent):
     grove, agent = native_agent
-    first = _submit(grove, {"name": "write", "command": [sys.executable, "-c", WRITE],
-                            "outputs": [{"name": "result", "path": "out/result.bin"},
-                                        {"name": "report", "path": "report"}]})
+    jobs = _jobs()
+    first = compute_job_submit(body=jobs.writer(grove=grove.slug))
     job = _ended(first.run, "write")
     assert job.status == "succeeded", (job.reason, job.log_tail, agent.output())
     wait_for(lambda: PipelineRun.objects.get(pk=first.run_id).status == "succeeded", what="run 1 to succeed")
@@ -95,9 +87,7 @@ def test_two_jobs_pass_a_file_by_reference_with_lineage_both_ways(native_agent):
         assert {(m.mtime, m.uid, m.uname) for m in members.values()} == {(0, 0, "")}
         assert tar.extractfile(members["sub/b.txt"]).read() == b"beta"
 
-    second = _submit(grove, {"name": "check", "command": [sys.executable, "-c", CHECK],
-                             "env": {"EXPECTED": result.digest},
-                             "inputs": [{"artifact": result.pk, "path": "in/data.bin", "name": "data"}]})
+    second = compute_job_submit(body=jobs.checker(grove=grove.slug, artifact_id=result.pk, digest=result.digest))
     node = PipelineNode.objects.get(run=second.run, node_id="check")
     assert node.spec["inputs"][0]["digest"] == result.digest  # resolved and stored at submit
     job = _ended(second.run, "check")
@@ -141,3 +131,14 @@ def test_an_input_whose_stored_bytes_changed_is_refused_before_the_command(nativ
     job = _ended(run, "victim")
     assert (job.status, job.reason) == ("failed", "input_digest_mismatch"), agent.output()
     assert not marker.exists()  # the command never ran
+
+
+def test_the_lineage_example_script_runs_against_the_local_agent(native_agent, live_server, staff_user):
+    """``examples/lineage/run.py`` as a user runs it: a separate process, the HTTP API only."""
+    grove, agent = native_agent
+    token = api_token_for(staff_user, "lineage-example")
+    env = {**os.environ, "FOREST_HOST": live_server.url, "FOREST_TOKEN": token}
+    done = subprocess.run([sys.executable, str(ROOT / "examples/lineage/run.py"), "--grove", grove.slug,
+                           "--timeout", "120"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr + agent.output()
+    assert "input verified" in done.stdout and "consumed by: run" in done.stdout
