@@ -345,9 +345,12 @@ def _input_refusal(code: str, detail: str, field: str, **extra) -> ValidationFai
 
 def _input_kind(artifact: Artifact, *, kind: str, field: str, why: str) -> None:
     """``require_oci_image`` / ``require_cas_blob``, answered as the input refusal ``input_kind_mismatch``."""
-    check = require_oci_image if kind == StorageKind.OCI_REGISTRY else require_cas_blob
+    checks = {StorageKind.OCI_REGISTRY: require_oci_image, StorageKind.CAS: require_cas_blob}
     try:
-        check(artifact, field=field)
+        if kind in checks:
+            checks[kind](artifact, field=field)
+        else:
+            require_storage_kind(artifact, kind=kind, field=field)
     except ValidationFailed as exc:
         raise _input_refusal("input_kind_mismatch", f"{exc.detail} {why}", field,
                              storage_kind=artifact.storage_kind, required_kind=kind) from None
