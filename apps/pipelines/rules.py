@@ -239,7 +239,13 @@ def node_validate(value: Any, field: str) -> dict:
     if not native:
         if value.get("image") is None:
             raise v.fail("image_required", f"A {kind} node with a container needs an image.", f"{field}.image")
-        node["image"] = v.string(value["image"], f"{field}.image", max_length=500).strip()
+        if isinstance(value["image"], dict):
+            # An image given as a recorded artifact: Host pins it at submit (``require_oci_image``).
+            image = v.obj(value["image"], f"{field}.image", allowed={"artifact"}, required={"artifact"})
+            node["image"] = {"artifact": v.integer(image["artifact"], f"{field}.image.artifact", minimum=1,
+                                                   maximum=2**63 - 1)}
+        else:
+            node["image"] = v.string(value["image"], f"{field}.image", max_length=500).strip()
     if kind == "exec" or value.get("command") is not None:
         if value.get("command") is None:
             raise v.fail("command_required", "An exec node needs a command (a list of arguments).",
@@ -378,7 +384,8 @@ def dedup_exclusion(node: dict) -> str | None:
         return "host_command" if node.get("runtime") == "native" else "not_container_exec"
     if node.get("trust") != "trusted":
         return "untrusted"
-    if not PINNED_IMAGE.match(node.get("image", "")):
+    image = node.get("image")
+    if not isinstance(image, str) or not PINNED_IMAGE.match(image):
         return "image_not_pinned"
     for item in node.get("inputs", []):
         if not is_container_image(item.get("storage_kind", "")):

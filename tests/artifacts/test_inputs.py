@@ -169,3 +169,18 @@ def test_gc_keeps_what_runs_used_within_the_retention_and_inputs_of_live_steps(s
     assert report["removed"] == 1  # the old run's input goes; the live step's stays
     assert not Artifact.objects.filter(pk=used.pk).exists() and services.blob_store().exists(live.digest)
     assert PipelineNode.objects.get().status == "queued"
+
+
+def test_a_container_steps_image_given_as_an_artifact_is_pinned_or_refused(fresh_grove):
+    fresh_grove(name="k8s", substrate="kubernetes", roles=("compute",), platforms=("linux/amd64",))
+    image = Artifact.objects.create(digest="sha256:" + "cd" * 32, storage_kind="oci_registry",
+                                    reference="registry.example/app@sha256:" + "cd" * 32, platform="linux/amd64")
+    blob = services.artifact_blob_create(chunks=[b"not an image"])
+    spec = {"id": "c", "kind": "exec", "runtime": "container", "command": ["run"], "grove": "k8s"}
+    run = pipeline_run_create(graph={"nodes": [{**spec, "image": {"artifact": image.pk}}]}, kind="compute")
+    node = run.nodes.get()
+    assert node.spec["image"] == image.reference and node.dedup_decision != "excluded:image_not_pinned"
+    assert [(u.name, u.artifact_id) for u in ArtifactUse.objects.filter(run_id=run.id)] == [("image", image.pk)]
+    with pytest.raises(ForestError) as refused:
+        pipeline_run_create(graph={"nodes": [{**spec, "image": {"artifact": blob.pk}}]}, kind="compute")
+    assert (refused.value.code, refused.value.field) == ("input_kind_mismatch", "graph.nodes[c].image")
