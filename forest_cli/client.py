@@ -148,6 +148,13 @@ class ForestClient:
     def run_cancel(self, run_id: str) -> dict:
         return self.request("POST", f"/pipelines/runs/{run_id}/cancel")
 
+    # artifacts
+    def artifact_lineage(self, artifact_id: int, *, depth: int | None = None) -> dict:
+        return self.request("GET", f"/artifacts/{artifact_id}/lineage", params=_params(depth=depth))
+
+    def run_lineage(self, run_id: str) -> dict:
+        return self.request("GET", f"/artifacts/runs/{run_id}/lineage")
+
     # placements
     def placements_explain(self, subject: str) -> list[dict]:
         """``subject`` is ``TYPE:ID`` (``pipeline_node:42``) or ``RUN_ID:NODE`` (a node of a run)."""

@@ -28,6 +28,8 @@ placements = typer.Typer(help="Placement decisions: `forest placements [--refuse
 app.add_typer(compute, name="compute")
 app.add_typer(runs, name="runs")
 app.add_typer(placements, name="placements")
+artifacts = typer.Typer(help="Artifacts: what steps consumed and produced.", no_args_is_help=True)
+app.add_typer(artifacts, name="artifacts")
 
 out = Console()
 err = Console(stderr=True)
@@ -298,6 +300,64 @@ def runs_create(ctx: typer.Context, file: Path, kind: Annotated[str, typer.Optio
 def runs_cancel(ctx: typer.Context, run_id: str) -> None:
     """Cancel a run and its own Grove jobs."""
     _show_run(ctx, _call(ctx, lambda c: c.run_cancel(run_id)))
+
+
+def _artifact_line(artifact: dict) -> str:
+    size = "-" if artifact.get("size") is None else f"{artifact['size']} B"
+    return f"#{artifact['id']} {artifact['digest'][:19]} {artifact['storage_kind']} {size} {artifact['reference']}"
+
+
+def _uses_table(title: str, uses: list[dict]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("run", "node", "name", "artifact"):
+        table.add_column(column, overflow="fold")
+    for use in uses:
+        table.add_row(use["run_id"], use["node"], use["name"], _artifact_line(use["artifact"]))
+    return table
+
+
+def _lineage_tree(body: dict) -> list[Text]:
+    """Every step reached, with what it consumed (<-) and produced (->)."""
+    names = {a["id"]: a for a in body["artifacts"]}
+    steps: dict[str, list[str]] = {}
+    for edge in body["edges"]:
+        arrow = "<-" if edge["role"] == "input" else "->"
+        artifact = _artifact_line(names[edge["artifact_id"]])
+        steps.setdefault(edge["step"], []).append(f"  {arrow} {edge['name']}: {artifact}")
+    lines = [Text(f"lineage (depth {body['depth']}{', truncated' if body['truncated'] else ''}):", style="bold")]
+    for step, uses in steps.items():
+        lines.append(Text(step))
+        lines.extend(Text(use) for use in uses)
+    return lines
+
+
+@artifacts.command("lineage")
+def artifacts_lineage(
+    ctx: typer.Context,
+    artifact: Annotated[int | None, typer.Argument(help="an artifact id: its producer and consumers")] = None,
+    run: Annotated[str | None, typer.Option("--run", help="a run id: what each of its nodes consumed and produced")]
+    = None,
+    depth: Annotated[int | None, typer.Option(help="hops each way (1 to 5)")] = None,
+) -> None:
+    """An artifact's lineage (who produced it, who consumed it, transitively), or a run's inputs and outputs."""
+    if (artifact is None) == (run is None):
+        _fail(ForestClientError("usage", "Name an artifact id, or --run RUN_ID (one of the two)."))
+    if run is not None:
+        body = _call(ctx, lambda c: c.run_lineage(run))
+        if ctx.obj["json"]:
+            _print_json(body)
+            return
+        out.print(_uses_table(f"run {run}: inputs", body["inputs"]))
+        out.print(_uses_table(f"run {run}: outputs", body["outputs"]))
+        return
+    body = _call(ctx, lambda c: c.artifact_lineage(artifact, depth=depth))
+    if ctx.obj["json"]:
+        _print_json(body)
+        return
+    out.print(Text(_artifact_line(body["artifact"]), style="bold"), soft_wrap=True)
+    out.print(_uses_table("produced by", body["producers"]))
+    out.print(_uses_table("consumed by", body["consumers"]))
+    out.print(Group(*_lineage_tree(body)), soft_wrap=True)
 
 
 @placements.command("explain")

@@ -337,6 +337,8 @@ FOREST_CAS_S3_SECRET_ACCESS_KEY = os.environ.get("FOREST_CAS_S3_SECRET_ACCESS_KE
 FOREST_CAS_S3_TIMEOUT_S = float(os.environ.get("FOREST_CAS_S3_TIMEOUT_S", "30"))
 # GC removes unreferenced blobs (and crashed uploads' staged bytes) only once they are this old.
 FOREST_CAS_GC_GRACE_S = float(os.environ.get("FOREST_CAS_GC_GRACE_S", str(24 * 3600)))
+# Lineage retention: GC keeps a blob any run used (as input or output) within this many seconds.
+FOREST_LINEAGE_RETENTION_S = float(os.environ.get("FOREST_LINEAGE_RETENTION_S", str(30 * 24 * 3600)))
 # OCI registries: how long one registry request may take, which registries speak plain HTTP (host:port),
 # and the platforms an index is resolved for when the destination Grove reports no usable platform.
 FOREST_OCI_TIMEOUT_S = float(os.environ.get("FOREST_OCI_TIMEOUT_S", "10"))

@@ -20,7 +20,11 @@ streaming), configured from a real kubeconfig file. What is real and what is fak
 * No scheduler, no kubelet: `Kubelet` (below) moves Pods through Pending -> Running ->
   Succeeded/Failed with an exit code, as a real kubelet would report it, or marks them
   unschedulable / ImagePullBackOff / OOMKilled. Its automatic mode **runs the container's command as
-  a local subprocess** (the image is not pulled; nothing is isolated) so the log and exit code are real.
+  a local subprocess** (the image is not pulled; nothing is isolated) so the log and exit code are real:
+  the init containers first, one after another (the first failure ends the Pod), then the container;
+  each volume is one directory shared by the Pod's containers, its `mountPath` rewritten to that
+  directory in the command, the environment and the working directory (no mount namespace); an env
+  `secretKeyRef` is read from the fake's Secret (`stringData` or base64 `data`).
 * Create (POST, 409 `AlreadyExists`) and replace (PUT) with **optimistic concurrency**: a replace whose
   `metadata.resourceVersion` is not the stored one gets 409 `Conflict`, as leader election relies on.
 * No admission (Pod Security, RuntimeClass existence, resource quotas) and no authentication.
@@ -28,6 +32,7 @@ streaming), configured from a real kubeconfig file. What is real and what is fak
 
 from __future__ import annotations
 
+import base64
 import bisect
 import copy
 import itertools
@@ -55,10 +60,10 @@ RESOURCES = {
     ("/api/v1", "nodes"): "Node",
     ("/api/v1", "namespaces"): "Namespace",
     ("/api/v1", "services"): "Service",
+    ("/api/v1", "secrets"): "Secret",
     ("/apis/batch/v1", "jobs"): "Job",
     ("/apis/apps/v1", "deployments"): "Deployment",
     ("/apis/networking.k8s.io/v1", "networkpolicies"): "NetworkPolicy",
-    ("/api/v1", "secrets"): "Secret",
     ("/apis/coordination.k8s.io/v1", "leases"): "Lease",
 }
 API_VERSIONS = {
@@ -66,10 +71,10 @@ API_VERSIONS = {
     "Node": "v1",
     "Namespace": "v1",
     "Service": "v1",
+    "Secret": "v1",
     "Job": "batch/v1",
     "Deployment": "apps/v1",
     "NetworkPolicy": "networking.k8s.io/v1",
-    "Secret": "v1",
     "Lease": "coordination.k8s.io/v1",
 }
 CLUSTER_SCOPED = {"Node", "Namespace"}
@@ -701,6 +706,20 @@ def _handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
 
 
 # -- the test kubelet ---------------------------------------------------------------------------------
+def _terminated_status(container: Obj, code: int, message: str) -> Obj:
+    terminated: Obj = {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
+    if message:
+        terminated["message"] = message
+    return {
+        "name": container["name"],
+        "ready": False,
+        "restartCount": 0,
+        "image": container.get("image", ""),
+        "imageID": "",
+        "state": {"terminated": terminated},
+    }
+
+
 class Kubelet:
     """Moves Pods through their phases the way a kubelet reports them. Manual steps for scenario tests;
     `auto()` starts a thread that schedules every new Pod on a node and runs its command locally."""
@@ -764,7 +783,14 @@ class Kubelet:
         )
 
     def exit(
-        self, pod: Obj, code: int, *, reason: str | None = None, log: str = "", message: str = ""
+        self,
+        pod: Obj,
+        code: int,
+        *,
+        reason: str | None = None,
+        log: str = "",
+        message: str = "",
+        init_statuses: list[Obj] | None = None,
     ) -> Obj | None:
         meta = pod["metadata"]
         if log:
@@ -796,6 +822,7 @@ class Kubelet:
                     }
                     for c in pod["spec"]["containers"]
                 ],
+                **({"initContainerStatuses": init_statuses} if init_statuses else {}),
             },
             node=self.node,
         )
@@ -897,27 +924,68 @@ class Kubelet:
                 }
             )
             return  # a server keeps running; its Deployment is Available once the Pod is Running
-        message = ""
-        with tempfile.TemporaryDirectory() as workspace:
-            # The container's termination message file, as the kubelet would mount it.
-            termination_log = Path(workspace) / "termination-log"
-            termination_log.touch()
-            env = {
-                k: str(termination_log) if v == container.get("terminationMessagePath") else v
-                for k, v in env.items()
-            }
-            env.update(self.extra_env(pod))
-            try:
-                done = subprocess.run(
-                    argv, env=env, cwd=workspace, capture_output=True, text=True, timeout=120
-                )
-                code, output = done.returncode, done.stdout + done.stderr
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                code, output = 127, str(exc)
-            message = termination_log.read_text()[:4096]
-            if not message.strip() and code != 0:  # FallbackToLogsOnError
-                message = "\n".join(output.splitlines()[-80:])
+        with tempfile.TemporaryDirectory() as scratch:
+            volumes = {}
+            for volume in pod["spec"].get("volumes") or []:
+                volumes[volume["name"]] = Path(scratch) / "volumes" / volume["name"]
+                volumes[volume["name"]].mkdir(parents=True)
+            init_statuses: list[Obj] = []
+            for init in pod["spec"].get("initContainers") or []:
+                code, output, message, env = self._run_container(pod, init, volumes, scratch)
+                init_statuses.append(_terminated_status(init, code, message))
+                if code != 0:
+                    break
+            else:
+                code, output, message, env = self._run_container(pod, container, volumes, scratch)
         self.ran.append(
             {"pod": pod["metadata"]["name"], "argv": argv, "env": env, "exit_code": code, "spec": pod["spec"]}
         )
-        self.exit(pod, code, log=output, message=message)
+        if init_statuses and init_statuses[-1]["state"]["terminated"]["exitCode"] != 0:
+            # A failed init container: the app container never started (Kubernetes reports it waiting).
+            self.exit(pod, code, log=output, init_statuses=init_statuses)
+            return
+        self.exit(pod, code, log=output, message=message, init_statuses=init_statuses)
+
+    def _run_container(
+        self, pod: Obj, container: Obj, volumes: dict[str, Path], scratch: str
+    ) -> tuple[int, str, str, dict[str, str]]:
+        """Run one container's command locally; (exit code, output, termination message, environment)."""
+        mounts = {m["mountPath"]: volumes[m["name"]] for m in container.get("volumeMounts") or []}
+
+        def local(value: str) -> str:
+            for mount, directory in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
+                if value == mount or value.startswith(mount + "/"):
+                    return str(directory) + value[len(mount) :]
+            return value
+
+        # The container's termination message file, as the kubelet would mount it.
+        termination_log = Path(tempfile.mkdtemp(dir=scratch)) / "termination-log"
+        termination_log.touch()
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        for item in container.get("env") or []:
+            if "valueFrom" in item:
+                env[item["name"]] = self._secret_value(pod, item["valueFrom"]["secretKeyRef"])
+            else:
+                env[item["name"]] = item.get("value", "")
+        env = {
+            k: str(termination_log) if v == container.get("terminationMessagePath") else local(v)
+            for k, v in env.items()
+        }
+        env.update(self.extra_env(pod))
+        argv = [local(arg) for arg in container.get("command") or ["true"]]
+        cwd = local(container.get("workingDir") or "") or scratch
+        try:
+            done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+            code, output = done.returncode, done.stdout + done.stderr
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            code, output = 127, str(exc)
+        message = termination_log.read_text()[:4096]
+        if not message.strip() and code != 0:  # FallbackToLogsOnError
+            message = "\n".join(output.splitlines()[-80:])
+        return code, output, message, env
+
+    def _secret_value(self, pod: Obj, ref: Obj) -> str:
+        secret = self.fake.get("Secret", pod["metadata"]["namespace"], ref["name"]) or {}
+        if ref["key"] in (secret.get("stringData") or {}):
+            return secret["stringData"][ref["key"]]
+        return base64.b64decode((secret.get("data") or {}).get(ref["key"], "")).decode()

@@ -22,7 +22,9 @@ from forest_agent.kube.validate import KUBERNETES_VERSION, RenderInvalid, valida
 from forest_agent.wire.messages import MessageInvalid
 
 GOLDENS = Path(__file__).parent / "goldens"
-CONFIG = RenderConfig(grove_id="5f0c8a52-1f9e-4c1b-9d7a-0d8a1b2c3d4e")
+CONFIG = RenderConfig(
+    grove_id="5f0c8a52-1f9e-4c1b-9d7a-0d8a1b2c3d4e", data_url="https://forest.example/api/forest/v1/"
+)
 IMAGE = "registry.example/forest/step@sha256:" + "ab" * 32
 JOB_ID = "0b5d2c1e-1111-4222-8333-444455556666"
 A100 = "NVIDIA-A100-SXM4-40GB"
@@ -52,6 +54,15 @@ def wire_job(change_kind: str = "k8s.job", **payload: Any) -> dict[str, Any]:
     }
 
 
+INPUT = {
+    "name": "dataset",
+    "digest": "sha256:" + "cd" * 32,
+    "size": 1048576,
+    "storage_kind": "cas",
+    "reference": "sha256:" + "cd" * 32,
+    "path": "data/train.csv",
+}
+OUTPUT = {"name": "model", "path": "out/model.bin", "key": "attempt-2/model"}
 CLAIM = {"unit_id": "gpu-node-1", "devices": [{"inventory_id": "gpu-node-1/nvidia", "count": 1}]}
 CASES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
     "plain_job": (wire_job(), {}),
@@ -77,6 +88,8 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
         wire_job(accelerators={"count": 1, "vendor": "nvidia"}, accelerator_claim=CLAIM),
         {"gpu-node-1/nvidia": A100},
     ),
+    "data_job": (wire_job(inputs=[INPUT], outputs=[OUTPUT]), {}),
+    "inputs_only_job": (wire_job(inputs=[INPUT]), {}),
 }
 
 

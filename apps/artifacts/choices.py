@@ -6,3 +6,4 @@ StorageKind = text_choices(vocabulary.StorageKind, {"oci_registry": "OCI registr
                                                     "cas": "Content-addressed store"})
 PlatformStatus = text_choices(vocabulary.PlatformStatus)
 CheckVerdict = text_choices(vocabulary.CheckVerdict)
+UseRole = text_choices(vocabulary.UseRole)

@@ -3,7 +3,8 @@ artifacts importing them (imports run one way: they register here, in their ``Ap
 
 - a **reader** answers: does work assigned to this Grove reference this blob right now?
   (a workload generation's bundle, a live job's inputs) — a Grove may download only then;
-- a **writer** answers: may this Grove write outputs for this run's node? (it holds the node's live job);
+- a **writer** answers: may this Grove write outputs for this run's node? (it holds the node's claimed
+  job) — with the team of the run (the outputs' owner), or None when it may not;
 - a **referencer** answers, for a set of digests, which ones something still needs (GC keeps those).
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 GroveReader = Callable[[object, str], bool]  # (grove_id, digest) -> referenced by its assigned work
-GroveWriter = Callable[[object, str, str], bool]  # (grove_id, run_id, node_id) -> may write there
+GroveWriter = Callable[[object, str, str], str | None]  # (grove_id, run_id, node_id) -> the run's team, or None
 Referencer = Callable[[set[str]], set[str]]  # digests -> the subset still referenced
 
 _readers: list[GroveReader] = []
@@ -40,8 +41,17 @@ def grove_may_read(grove_id, digest: str) -> bool:
     return any(reader(grove_id, digest) for reader in _readers)
 
 
+def grove_write_scope(grove_id, run_id: str, node_id: str) -> str | None:
+    """The team owning the run's outputs when this Grove may write them, else None."""
+    for writer in _writers:
+        team = writer(grove_id, run_id, node_id)
+        if team is not None:
+            return team
+    return None
+
+
 def grove_may_write(grove_id, run_id: str, node_id: str) -> bool:
-    return any(writer(grove_id, run_id, node_id) for writer in _writers)
+    return grove_write_scope(grove_id, run_id, node_id) is not None
 
 
 def referenced(digests: set[str]) -> set[str]:

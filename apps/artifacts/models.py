@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.db import models
 
-from apps.artifacts.choices import CheckVerdict, PlatformStatus, StorageKind
+from apps.artifacts.choices import CheckVerdict, PlatformStatus, StorageKind, UseRole
 
 
 class Artifact(models.Model):
@@ -25,6 +25,10 @@ class Artifact(models.Model):
     signing_key_id = models.CharField(max_length=100, blank=True, default="")
     producing_run_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
     producing_node = models.CharField(max_length=100, blank=True, default="")
+    producing_name = models.CharField(max_length=400, blank=True, default="",
+                                      help_text="the output name (its key under the node's prefix)")
+    # Who may read it: the team of the run that produced it, or of the user who uploaded it ("" = staff's).
+    team = models.CharField(max_length=100, blank=True, default="", db_index=True)
     uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                     related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -63,3 +67,25 @@ class ArtifactPlatformCheck(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject_type}:{self.subject_id} {self.verdict}"
+
+
+class ArtifactUse(models.Model):
+    """Lineage: one use of an artifact by one node of one pipeline run, as an input it consumed or an
+    output it produced. Runs live above artifacts, so the run and node are plain columns (as on
+    ``GroveJob``), not foreign keys up."""
+
+    artifact = models.ForeignKey(Artifact, on_delete=models.CASCADE, related_name="uses")
+    run_id = models.UUIDField(db_index=True)
+    node = models.CharField(max_length=63)
+    role = models.CharField(max_length=10, choices=UseRole.choices)
+    name = models.CharField(max_length=400, help_text="the input's name, or the output's key")
+    team = models.CharField(max_length=100, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["run_id", "node", "role", "name"], name="artifact_use_unique")]
+        indexes = [models.Index(fields=["artifact", "role"], name="artifact_use_by_artifact")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}:{self.node} {self.role} {self.name}"

@@ -12,13 +12,14 @@ from functools import lru_cache
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import ProtectedError
+from django.db.models import Case, ProtectedError, QuerySet, When
 from django.utils import timezone
 
-from apps.artifacts import hooks, rules
-from apps.artifacts.choices import CheckVerdict, PlatformStatus, StorageKind
+from apps.accounts.selectors import team_for_write, user_team_slugs
+from apps.artifacts import hooks, rules, selectors
+from apps.artifacts.choices import CheckVerdict, PlatformStatus, StorageKind, UseRole
 from apps.artifacts.digests import check_digest
-from apps.artifacts.models import Artifact, ArtifactPlatformCheck
+from apps.artifacts.models import Artifact, ArtifactPlatformCheck, ArtifactUse
 from apps.artifacts.oci import (
     ImageReference,
     Index,
@@ -139,7 +140,8 @@ def _declared_platform(platform: str) -> str:
 def artifact_blob_create(*, chunks: Iterable[bytes], expected_digest: str | None = None, media_type: str = "",
                          signature: str = "", signing_key_id: str = "", platform: str = "",
                          reference: str | None = None, producing_run_id: str = "", producing_node: str = "",
-                         uploaded_by=None, expected_size: int | None = None) -> Artifact:
+                         producing_name: str = "", team: str = "", uploaded_by=None,
+                         expected_size: int | None = None) -> Artifact:
     """Stream bytes into the CAS, verified against ``expected_digest`` when given, and record them.
 
     Everything checkable is checked before a byte is read (signature shape, platform, the store itself:
@@ -174,6 +176,7 @@ def artifact_blob_create(*, chunks: Iterable[bytes], expected_digest: str | None
                           "platform_status": PlatformStatus.KNOWN if declared else PlatformStatus.NOT_APPLICABLE,
                           "platform_source": "declared" if declared else "",
                           "producing_run_id": producing_run_id, "producing_node": producing_node,
+                          "producing_name": producing_name, "team": team,
                           "uploaded_by": uploaded_by if getattr(uploaded_by, "pk", None) else None},
             )
     except BaseException:
@@ -198,13 +201,18 @@ def grove_blob_write(*, grove, run_id: str, node_id: str, key: str, chunks: Iter
     (before a byte is read) unless the Grove holds that node's live job, or the key leaves the prefix."""
     run_id = rules.canonical_run_id(run_id)
     reference = rules.run_object_key(run_id=run_id, node_id=node_id, key=key)
-    if not hooks.grove_may_write(grove.pk, run_id, node_id):
+    team = hooks.grove_write_scope(grove.pk, run_id, node_id)
+    if team is None:
         raise Forbidden("blob_write_out_of_scope",
                         f"This Grove holds no live job for node '{node_id}' of run {run_id}; it may write only "
                         f"its own running work's outputs.")
-    return artifact_blob_create(chunks=chunks, expected_digest=expected_digest, media_type=media_type,
-                                reference=reference, producing_run_id=run_id, producing_node=node_id,
-                                expected_size=expected_size)
+    artifact = artifact_blob_create(chunks=chunks, expected_digest=expected_digest, media_type=media_type,
+                                    reference=reference, producing_run_id=run_id, producing_node=node_id,
+                                    producing_name=key, team=team, expected_size=expected_size)
+    # A repeated upload of the same bytes finds the same artifact and the same lineage row.
+    ArtifactUse.objects.get_or_create(run_id=run_id, node=node_id, role=UseRole.OUTPUT, name=key,
+                                      defaults={"artifact": artifact, "team": team})
+    return artifact
 
 
 # --- CAS reads (scoped) ------------------------------------------------------------------------------
@@ -332,6 +340,116 @@ def oci_image_import(*, reference: str, grove) -> tuple[Artifact, ImageFacts, Ar
     return artifact, facts, check
 
 
+# --- step inputs: resolved at submit -------------------------------------------------------------------
+
+def _input_refusal(code: str, detail: str, field: str, **extra) -> ValidationFailed:
+    return ValidationFailed(code, detail, field=field, extra=extra or None)
+
+
+def _input_kind(artifact: Artifact, *, kind: str, field: str, why: str) -> None:
+    """``require_oci_image`` / ``require_cas_blob``, answered as the input refusal ``input_kind_mismatch``."""
+    checks = {StorageKind.OCI_REGISTRY: require_oci_image, StorageKind.CAS: require_cas_blob}
+    try:
+        if kind in checks:
+            checks[kind](artifact, field=field)
+        else:
+            require_storage_kind(artifact, kind=kind, field=field)
+    except ValidationFailed as exc:
+        raise _input_refusal("input_kind_mismatch", f"{exc.detail} {why}", field,
+                             storage_kind=artifact.storage_kind, required_kind=kind) from None
+
+
+def _input_image(reference: str, *, platforms: list[str], field: str, team: str) -> Artifact:
+    """An input named by image reference: read from its registry (an index resolved for ``platforms`` in
+    their order) and recorded, so lineage can point at the exact manifest the step used."""
+    try:
+        facts = oci_image_inspect(reference=reference, platforms=platforms)
+    except ForestError as exc:
+        if exc.code == "no_matching_platform":
+            raise _input_refusal("input_platform_unsupported", f"{reference}: {exc.detail}", field,
+                                 offered=exc.extra.get("offered", []),
+                                 grove_platforms=exc.extra.get("grove_platforms", platforms)) from None
+        if exc.code in ("image_not_found", "invalid_image_reference"):
+            raise _input_refusal("input_not_found", f"{reference}: {exc.detail}", field) from None
+        raise
+    artifact = _record_image(facts)
+    if team and not artifact.team:
+        Artifact.objects.filter(pk=artifact.pk, team="").update(team=team)
+        artifact.team = team
+    return artifact
+
+
+def _input_artifact(item: dict, *, readable: QuerySet) -> Artifact | None:
+    if item.get("artifact") is not None:
+        rows = readable.filter(pk=item["artifact"])
+    else:
+        rows = readable.filter(digest=item["digest"])
+        if item.get("storage_kind"):
+            rows = rows.filter(storage_kind=item["storage_kind"])
+        if item.get("ref"):
+            rows = rows.filter(reference=item["ref"])
+    # A digest may be both a blob and an image manifest: the blob is what a step is handed as a file.
+    artifact = (rows.annotate(not_cas=Case(When(storage_kind=StorageKind.CAS, then=0), default=1))
+                .order_by("not_cas", "created_at", "id").first())
+    if artifact is not None and artifact.storage_kind == StorageKind.CAS:
+        # Share-locked until the run's transaction ends: GC (which locks FOR UPDATE) then sees the node
+        # that references it.
+        artifact_cas_for_reference(digest=artifact.digest)
+    return artifact
+
+
+def artifact_input_resolve(*, item: dict, field: str, platforms: list[str], user=None, team: str = "") -> dict:
+    """One step input (``{"artifact"|"digest"|"image", "kind"?, "path"?, "name"}``, as the node parser left
+    it) resolved to the exact artifact the step will see: ``{"name", "artifact_id", "digest",
+    "storage_kind", "reference", "size", "path"?}``. ``platforms`` are the chosen Grove's, in its order
+    (or the step's own when it is not pinned). Refusals, each naming the input: ``input_not_found``
+    (unknown, or not readable by the submitting user's teams, or its bytes are gone),
+    ``input_kind_mismatch`` (an image where a file is delivered, or the declared kind differs),
+    ``input_platform_unsupported`` (an index without, or an artifact built for none of, ``platforms``)."""
+    if item.get("image"):
+        artifact = _input_image(item["image"], platforms=platforms, field=field, team=team)
+    else:
+        artifact = _input_artifact(item, readable=selectors.readable(Artifact.objects.all(), user))
+    what = item.get("image") or (f"artifact {item['artifact']}" if item.get("artifact") is not None
+                                 else item.get("digest"))
+    if artifact is None:
+        raise _input_refusal("input_not_found", f"No artifact {what} that your teams may read.", field)
+    declared = item.get("kind") or item.get("storage_kind")
+    if declared:
+        _input_kind(artifact, kind=declared, field=field, why=f"The input declares kind '{declared}'.")
+    if item.get("path"):
+        _input_kind(artifact, kind=StorageKind.CAS, field=field,
+                    why="Only a content-addressed blob is delivered as a file at a path.")
+    if artifact.storage_kind == StorageKind.CAS and not blob_store().exists(artifact.digest):
+        raise _input_refusal("input_not_found", f"The bytes of {artifact.digest} are no longer stored.", field)
+    if artifact.platform and platforms:
+        fit = rules.platform_fit(artifact_platform=artifact.platform, required=platforms, what="the Grove")
+        if fit.fits is False:
+            raise _input_refusal("input_platform_unsupported", f"{what}: {fit.detail}.", field,
+                                 offered=[artifact.platform], grove_platforms=list(platforms))
+    resolved = {"name": item["name"], "artifact_id": artifact.pk, "digest": artifact.digest,
+                "storage_kind": artifact.storage_kind, "reference": artifact.reference, "size": artifact.size}
+    if item.get("path"):
+        resolved["path"] = item["path"]
+    return resolved
+
+
+def upload_team(user, requested: str | None) -> str:
+    """The team an upload belongs to: the one named (the user must be in it), else the user's only team,
+    else none (a shared, team-less artifact)."""
+    if requested:
+        return team_for_write(user, requested)
+    teams = list(user_team_slugs(user)) if getattr(user, "pk", None) else []
+    return teams[0] if len(teams) == 1 else ""
+
+
+def artifact_uses_record(*, run_id, node: str, role: str, uses: list[tuple[int, str]], team: str = "") -> None:
+    """Lineage rows for one node: ``uses`` is ``[(artifact id, name)]``; a repeat is a no-op."""
+    ArtifactUse.objects.bulk_create(
+        [ArtifactUse(artifact_id=artifact_id, run_id=run_id, node=node, role=role, name=name, team=team)
+         for artifact_id, name in uses], ignore_conflicts=True)
+
+
 # --- the artifact-platform check -----------------------------------------------------------------------
 
 def artifact_platform_check(*, artifact: Artifact, required: list[str], subject_type: str, subject_id: str,
@@ -415,6 +533,9 @@ def _retained(digests: set[str], *, cutoff: datetime) -> set[str]:
     rows = Artifact.objects.filter(digest__in=digests, storage_kind=StorageKind.CAS)
     keep = set(rows.filter(created_at__gte=cutoff).values_list("digest", flat=True))
     keep |= set(rows.exclude(producing_run_id="").values_list("digest", flat=True))
+    # Lineage retention: anything a run used recently stays, so the run's record can still be fetched.
+    used_after = timezone.now() - timedelta(seconds=settings.FOREST_LINEAGE_RETENTION_S)
+    keep |= set(rows.filter(uses__created_at__gte=used_after).values_list("digest", flat=True))
     return keep | hooks.referenced(digests - keep)
 
 

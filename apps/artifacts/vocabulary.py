@@ -31,6 +31,19 @@ class CheckVerdict(StrEnum):
     PLATFORM_UNKNOWN = "platform_unknown"
 
 
+class UseRole(StrEnum):
+    """How a pipeline node used an artifact (a lineage row): it consumed it, or it produced it."""
+
+    INPUT = "input"
+    OUTPUT = "output"
+
+
+# How far an artifact's lineage is followed (producer, consumers, their outputs, ...): each hop is one
+# query, and a page or CLI answer must stay small.
+MAX_LINEAGE_DEPTH = 5
+MAX_LINEAGE_ROWS = 500
+
+
 def is_container_image(storage_kind: str) -> bool:
     """Only an OCI registry artifact names something a container runtime can pull; a CAS digest does not."""
     return storage_kind == StorageKind.OCI_REGISTRY

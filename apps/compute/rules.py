@@ -2,9 +2,10 @@
 
 Request (extend, never rename): ``{"name", "environment"?, "team"?, "grove"?, "steps": [Step, ...]}``,
 ``Step = {"name", "kind": "container"|"native", "image"?, "command", "env"?, "platform"?, "resources"?,
-"accelerators"?, "timeout_s"?, "retries"?, "backoff"?}``. Container steps become ``k8s.job`` work, native
-steps ``native.job`` work. Input artifacts are refused with ``compute_inputs_unsupported`` until the
-artifacts work adds them.
+"accelerators"?, "timeout_s"?, "retries"?, "backoff"?, "inputs"?, "outputs"?}``. Container steps become
+``k8s.job`` work, native steps ``native.job`` work. ``inputs`` (``[{"artifact"|"digest"|"image", "path"?,
+"name"?, "kind"?}]``) are resolved to exact artifacts at submit; ``outputs`` (``[{"name", "path"}]``) are
+uploaded by the executor after a successful command (the pipeline node parser reads both).
 """
 from __future__ import annotations
 
@@ -18,19 +19,16 @@ from apps.pipelines.vocabulary import NodeKind, NodeRuntime, Reuse
 MAX_STEPS = 100
 STEP_KINDS = tuple(NodeRuntime)
 STEP_FIELDS = {"name", "kind", "image", "command", "env", "platform", "resources", "accelerators", "timeout_s",
-               "inputs", "retries", "backoff"}
+               "inputs", "outputs", "retries", "backoff"}
 # A step is an exec node of a compute run: the node fields it fills itself.
 _STEP_AS_NODE = {"command", "env", "platform", "resources", "accelerators", "timeout_s", "image", "retries",
-                 "backoff"}
+                 "backoff", "inputs", "outputs"}
 
 
 def _step(value: Any, field: str) -> dict:
     """Map one step to its exec node and validate it with the pipeline node parser (one parser: same
     limits, same codes, the step's own field paths)."""
     value = v.obj(value, field, allowed=STEP_FIELDS, required={"name", "command"})
-    if "inputs" in value:
-        raise v.fail("compute_inputs_unsupported", "Compute steps cannot take input artifacts yet; "
-                     "bake inputs into the image or fetch them in the command.", f"{field}.inputs")
     name = v.string(value["name"], f"{field}.name", max_length=63)
     if not graph_rules.NODE_ID.match(name):
         raise v.fail("invalid_step_name", f"Step name '{name}' must match [a-z0-9][a-z0-9_-]* (at most 63).",
@@ -67,4 +65,5 @@ def compute_request(body: Any) -> dict:
         raise v.fail("duplicate_step_name", f"Step name '{nodes[index]['id']}' is used twice (steps[{first}] "
                      f"and steps[{index}]).", f"steps[{index}].name")
     out["graph"] = {"nodes": nodes}
+    out["step_fields"] = {node["id"]: f"steps[{index}]" for index, node in enumerate(nodes)}
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
+from apps.artifacts.selectors import run_lineage
 from apps.compute.models import ComputeJob
 from apps.core.errors import Forbidden, NotFound
 from apps.dispatch.models import GroveJob
@@ -34,7 +35,7 @@ def compute_job_get(*, job_id) -> ComputeJob:
     return job
 
 
-def _step_view(node: PipelineNode, queue: dict, decisions: dict) -> dict:
+def _step_view(node: PipelineNode, queue: dict, decisions: dict, outputs: dict | None = None) -> dict:
     job = node.current_job if node.current_job_id else None
     return {"name": node.node_id, "status": node.status, "grove": node.grove.slug if node.grove_id else None,
             "job_id": str(node.current_job_id) if job else None, "exit_code": node.exit_code,
@@ -42,7 +43,10 @@ def _step_view(node: PipelineNode, queue: dict, decisions: dict) -> dict:
             "wait_mode": node.wait_mode or None, "attempt": node.attempt, "retries": node.spec.get("retries", 0),
             "retry_at": node.retry_at.isoformat() if node.retry_at else None,
             "queue": queue.get(node.pk), "decision": decisions.get(node.pk),
-            "log_tail": job.log_tail[-20:] if job else []}
+            "log_tail": job.log_tail[-20:] if job else [],
+            "inputs": [{key: item.get(key) for key in ("name", "artifact_id", "digest", "path")}
+                       for item in node.spec.get("inputs", [])],
+            "outputs": (outputs or {}).get(node.node_id, [])}
 
 
 def compute_job_view(job: ComputeJob, *, runner: dict | None = None) -> dict:
@@ -51,13 +55,19 @@ def compute_job_view(job: ComputeJob, *, runner: dict | None = None) -> dict:
     (its position, what it waits on, its deadline); a refused or waiting one its stored ``decision``."""
     nodes = list(job.run.nodes.select_related("grove", "current_job").order_by("position"))
     queue, decisions = queue_positions(nodes), stored_decisions(nodes)
+    outputs: dict[str, list] = {}
+    if any(node.spec.get("outputs") for node in nodes):
+        for use in run_lineage(run_id=job.run_id)["outputs"]:
+            outputs.setdefault(use["node"], []).append(
+                {"name": use["name"], "artifact_id": use["artifact"]["id"], "digest": use["artifact"]["digest"],
+                 "size": use["artifact"]["size"]})
     return {
         "id": str(job.id), "run_id": str(job.run_id), "name": job.name, "environment": job.environment,
         "team": job.team,
         "status": job.run.status, "reason": job.run.reason, "created_at": job.created_at.isoformat(),
         "warnings": [{"step": w.pop("node"), **w} for w in run_warnings(nodes)],
         "runner": runner or runner_status(),
-        "steps": [_step_view(node, queue, decisions) for node in nodes],
+        "steps": [_step_view(node, queue, decisions, outputs) for node in nodes],
     }
 
 

@@ -19,7 +19,7 @@ def compute_job_submit(*, body: dict, created_by=None) -> ComputeJob:
     compute_enabled_or_refuse(environment=environment if isinstance(environment, str) else None)
     data = rules.compute_request(body)
     run = pipelines.pipeline_run_create(graph=data["graph"], kind="compute", environment=data["environment"],
-                                        team=data["team"], created_by=created_by)
+                                        team=data["team"], created_by=created_by, node_fields=data["step_fields"])
     return ComputeJob.objects.create(name=data["name"], environment=data["environment"], team=data["team"],
                                      grove_pin=data["grove"] or "", request=body, run=run,
                                      created_by=created_by if getattr(created_by, "pk", None) else None)

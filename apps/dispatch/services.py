@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
 from django.conf import settings
@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.core.datatoken import data_token_sign
 from apps.core.db import db_params, lock_clause, select_columns
 from apps.core.errors import Conflict, NotFound
 from apps.dispatch import hooks, rules, wakeups
@@ -103,6 +104,26 @@ def grove_job_claim(*, grove: Grove, job_id) -> GroveJob:
     if job.status != JobStatus.ASSIGNED:
         raise Conflict("already_claimed", f"Job {job.id} was already claimed.")
     return job_transition(job=job, to=JobStatus.CLAIMED)
+
+
+DATA_TOKEN_GRACE_S = 300  # past the job's deadline: its outputs upload after the command ends
+
+
+def grove_job_data_token(*, grove: Grove, job_id) -> dict:
+    """A short-lived job data token (``apps.core.datatoken``) for a job this Grove has claimed: it reads the
+    job's blob inputs and writes under its run's node, until the job's deadline (plus a grace for the
+    upload). A job not claimed, or already ended, gets none."""
+    job = _grove_job(grove, job_id, lock=False)
+    if job.status not in (JobStatus.CLAIMED, JobStatus.RUNNING):
+        raise Conflict("job_not_live", f"Job {job.id} is {job.status}; data tokens are for claimed, live jobs.")
+    payload = job.payload or {}
+    expires_at = job.deadline_at.timestamp() + DATA_TOKEN_GRACE_S
+    token = data_token_sign(grove_id=str(grove.pk), job_id=str(job.id), run_id=str(job.run_id),
+                            node=str(payload.get("node", "")),
+                            inputs=[item["digest"] for item in payload.get("inputs", [])
+                                    if item.get("storage_kind") == "cas"],
+                            expires_at=expires_at)
+    return {"token": token, "expires_at": datetime.fromtimestamp(expires_at, tz=UTC).isoformat()}
 
 
 def grove_job_report(*, grove: Grove, job_id, body: dict) -> dict:

@@ -20,9 +20,11 @@ def grove_reads_input(grove_id, digest: str) -> bool:
     return any(digest in _cas_inputs(spec) for spec in specs)
 
 
-def grove_writes_output(grove_id, run_id: str, node_id: str) -> bool:
-    return PipelineNode.objects.filter(run_id=run_id, node_id=node_id, current_job__grove_id=grove_id,
-                                       current_job__status__in=(JobStatus.CLAIMED, JobStatus.RUNNING)).exists()
+def grove_writes_output(grove_id, run_id: str, node_id: str) -> str | None:
+    """The run's team when this Grove has claimed the node's current job (and it is still live), else None."""
+    return (PipelineNode.objects.filter(run_id=run_id, node_id=node_id, current_job__grove_id=grove_id,
+                                        current_job__status__in=(JobStatus.CLAIMED, JobStatus.RUNNING))
+            .values_list("run__team", flat=True).first())
 
 
 def inputs_referenced(digests: set[str]) -> set[str]:

@@ -25,9 +25,11 @@ from apps.pipelines.vocabulary import (
     MAX_ARGV,
     MAX_BACKOFF_FACTOR,
     MAX_BACKOFF_S,
+    MAX_DATA_PATH,
     MAX_ENV,
     MAX_INPUTS,
     MAX_NODES,
+    MAX_OUTPUTS,
     MAX_RETRIES,
     MAX_TIMEOUT_S,
     RUN_KIND_FAMILY,
@@ -51,8 +53,11 @@ REUSE = tuple(Reuse)
 RUN_KINDS = tuple(RunKind)
 STORAGE_KINDS = tuple(StorageKind)
 
-NODE_FIELDS = {"id", "kind", "runtime", "image", "command", "env", "inputs", "platform", "resources",
+NODE_FIELDS = {"id", "kind", "runtime", "image", "command", "env", "inputs", "outputs", "platform", "resources",
                "accelerators", "timeout_s", "reuse", "trust", "family", "grove", "needs", "retries", "backoff"}
+INPUT_FIELDS = {"artifact", "digest", "image", "kind", "storage_kind", "ref", "path", "name"}
+DATA_SEGMENT = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
+DATA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 
 # --- graph validation and canonical form ----------------------------------------------------------
@@ -98,22 +103,94 @@ def accelerators(value: Any, field: str) -> dict:
     return out
 
 
-def _inputs(value: Any, field: str) -> list[dict]:
-    items = v.array(value, field, max_items=MAX_INPUTS)
-    out = []
-    for index, item in enumerate(items):
-        where = f"{field}[{index}]"
-        item = v.obj(item, where, allowed={"digest", "storage_kind", "ref"}, required={"digest", "storage_kind"})
+def data_path(value: Any, field: str, *, code: str) -> str:
+    """A relative path inside the step's workspace, in plain segments: never absolute, never ``..``, no
+    hidden or empty segment (executors re-check it against the real directory)."""
+    path = v.string(value, field, max_length=MAX_DATA_PATH)
+    segments = path.split("/")
+    if path.startswith("/") or any(not DATA_SEGMENT.match(segment) for segment in segments):
+        raise v.fail(code, f"{field} must be a relative path of plain segments (letters, digits, '.', '_', '-'; "
+                     "not '.' or '..', not starting with '.').", field)
+    return path
+
+
+def _data_name(value: Any, field: str) -> str:
+    name = v.string(value, field, max_length=63)
+    if not DATA_NAME.match(name):
+        raise v.fail("invalid_data_name", f"'{name}' must match [A-Za-z0-9][A-Za-z0-9_.-]* (at most 63).", field)
+    return name
+
+
+def _input(item: Any, where: str, index: int) -> dict:
+    """One input as declared: what it names (exactly one of ``artifact`` id, ``digest``, ``image``
+    reference), the kind the step expects, where it sees it (``path``) and its ``name``. Host resolves it
+    at submit (``apps.artifacts.services.artifact_input_resolve``); the legacy ``storage_kind``/``ref``
+    narrow a digest."""
+    item = v.obj(item, where, allowed=INPUT_FIELDS)
+    named = [key for key in ("artifact", "digest", "image") if item.get(key) is not None]
+    if len(named) != 1:
+        raise v.fail("input_reference_required", f"{where} names its artifact with exactly one of 'artifact' (an "
+                     "id), 'digest' (a blob) or 'image' (an image reference).", where)
+    entry: dict[str, Any] = {}
+    if item.get("artifact") is not None:
+        entry["artifact"] = v.integer(item["artifact"], f"{where}.artifact", minimum=1, maximum=2**63 - 1)
+    if item.get("digest") is not None:
         digest = v.string(item["digest"], f"{where}.digest", max_length=80)
         if not SHA256_DIGEST.match(digest):
             raise v.fail("invalid_digest", f"{where}.digest must be 'sha256:' and 64 lowercase hex digits.",
                          f"{where}.digest")
-        entry = {"digest": digest,
-                 "storage_kind": v.choice(item["storage_kind"], f"{where}.storage_kind", choices=STORAGE_KINDS)}
-        if item.get("ref") is not None:
-            entry["ref"] = v.string(item["ref"], f"{where}.ref", max_length=500)
-        out.append(entry)
-    return sorted(out, key=lambda i: (i["digest"], i["storage_kind"], i.get("ref", "")))
+        entry["digest"] = digest
+    if item.get("image") is not None:
+        entry["image"] = v.string(item["image"], f"{where}.image", max_length=500).strip()
+    for key in ("kind", "storage_kind"):
+        if item.get(key) is not None:
+            entry[key] = v.choice(item[key], f"{where}.{key}", choices=STORAGE_KINDS)
+    if item.get("ref") is not None:
+        entry["ref"] = v.string(item["ref"], f"{where}.ref", max_length=500)
+    if item.get("path") is not None:
+        entry["path"] = data_path(item["path"], f"{where}.path", code="invalid_input_path")
+    if item.get("name") is not None:
+        entry["name"] = _data_name(item["name"], f"{where}.name")
+    else:
+        entry["name"] = entry["path"].rsplit("/", 1)[-1] if "path" in entry else f"input-{index}"
+    return entry
+
+
+def _inputs(value: Any, field: str) -> list[dict]:
+    items = v.array(value, field, max_items=MAX_INPUTS)
+    out = [_input(item, f"{field}[{index}]", index) for index, item in enumerate(items)]
+    _no_repeats(out, "name", field, "duplicate_input_name")
+    _no_repeats([i for i in out if "path" in i], "path", field, "duplicate_input_path")
+    return out  # in the order declared: a refusal at submit names the input by its position
+
+
+def _outputs(value: Any, field: str) -> list[dict]:
+    """``[{"name", "path"}]``: what the executor uploads after a successful command (a file, or a directory
+    as a deterministic tar); a declared output that is missing fails the step (``output_missing``)."""
+    items = v.array(value, field, max_items=MAX_OUTPUTS)
+    out = []
+    for index, item in enumerate(items):
+        where = f"{field}[{index}]"
+        item = v.obj(item, where, allowed={"name", "path"}, required={"name", "path"})
+        out.append({"name": _data_name(item["name"], f"{where}.name"),
+                    "path": data_path(item["path"], f"{where}.path", code="invalid_output_path")})
+    _no_repeats(out, "name", field, "duplicate_output_name")
+    return sorted(out, key=lambda o: o["name"])
+
+
+def output_key(*, attempt: int, name: str) -> str:
+    """Where an attempt's output is written under the node's prefix (``runs/<run>/<node>/<key>``): each
+    attempt its own key, so a retry that makes different bytes never collides with an earlier attempt,
+    and a repeated upload of one attempt's bytes is the same artifact."""
+    return f"attempt-{attempt}/{name}"
+
+
+def _no_repeats(items: list[dict], key: str, field: str, code: str) -> None:
+    repeat = v.first_repeat([item[key] for item in items])
+    if repeat:
+        first, index = repeat
+        raise v.fail(code, f"{key} '{items[index][key]}' is used twice (entries {first} and {index}).",
+                     f"{field}[{index}].{key}")
 
 
 def backoff(value: Any, field: str) -> dict:
@@ -162,7 +239,13 @@ def node_validate(value: Any, field: str) -> dict:
     if not native:
         if value.get("image") is None:
             raise v.fail("image_required", f"A {kind} node with a container needs an image.", f"{field}.image")
-        node["image"] = v.string(value["image"], f"{field}.image", max_length=500).strip()
+        if isinstance(value["image"], dict):
+            # An image given as a recorded artifact: Host pins it at submit (``require_oci_image``).
+            image = v.obj(value["image"], f"{field}.image", allowed={"artifact"}, required={"artifact"})
+            node["image"] = {"artifact": v.integer(image["artifact"], f"{field}.image.artifact", minimum=1,
+                                                   maximum=2**63 - 1)}
+        else:
+            node["image"] = v.string(value["image"], f"{field}.image", max_length=500).strip()
     if kind == "exec" or value.get("command") is not None:
         if value.get("command") is None:
             raise v.fail("command_required", "An exec node needs a command (a list of arguments).",
@@ -170,6 +253,10 @@ def node_validate(value: Any, field: str) -> dict:
         node["command"] = _argv(value["command"], f"{field}.command")
     node["env"] = env_map(value.get("env", {}), f"{field}.env")
     node["inputs"] = _inputs(value.get("inputs", []), f"{field}.inputs")
+    if value.get("outputs"):
+        if kind != "exec":
+            raise v.fail("outputs_not_allowed", "Only exec nodes declare outputs.", f"{field}.outputs")
+        node["outputs"] = _outputs(value["outputs"], f"{field}.outputs")
     if value.get("platform") is not None:
         node["platform"] = platform_list(value["platform"], f"{field}.platform")
     node["resources"] = resources(value.get("resources", {}), f"{field}.resources")
@@ -297,10 +384,11 @@ def dedup_exclusion(node: dict) -> str | None:
         return "host_command" if node.get("runtime") == "native" else "not_container_exec"
     if node.get("trust") != "trusted":
         return "untrusted"
-    if not PINNED_IMAGE.match(node.get("image", "")):
+    image = node.get("image")
+    if not isinstance(image, str) or not PINNED_IMAGE.match(image):
         return "image_not_pinned"
     for item in node.get("inputs", []):
-        if not is_container_image(item["storage_kind"]):
+        if not is_container_image(item.get("storage_kind", "")):
             return "input_not_oci"
     return None
 

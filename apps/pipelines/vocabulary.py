@@ -69,6 +69,8 @@ MAX_ARGV = 256
 MAX_ARG = 8192
 MAX_ENV = 256
 MAX_INPUTS = 64
+MAX_OUTPUTS = 64
+MAX_DATA_PATH = 400
 MAX_TIMEOUT_S = 7 * 24 * 3600
 
 # Step retries: a node may run at most 1 + MAX_RETRIES attempts. Backoff before retry n (1-based) is

@@ -35,6 +35,9 @@ CAPABILITIES: tuple[Capability, ...] = (
                "tests/placement; default on", flag="host.deploy.persisted_placement"),
     Capability("Pipeline runs on Groves with a transactional outbox", TESTED,
                "tests/pipelines (real Celery worker and Redis), tests/e2e/test_native_agent.py"),
+    Capability("Step inputs and outputs with lineage (native agent, Kubernetes controller)", TESTED,
+               "tests/e2e/test_step_data.py (real agent), tests/e2e/test_kube_step_data.py (fake cluster), "
+               "tests/artifacts/test_inputs.py, bench/data_path.py"),
     Capability("Detached waiting (runner released while the Grove job runs)", GATED,
                "tests/pipelines flag on and off", flag="host.pipeline_detached_wait",
                setting="PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS"),

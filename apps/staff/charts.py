@@ -50,3 +50,65 @@ def bar_fraction_svg(fraction: float | None, *, width: int = 120, height: int = 
             f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
             f'<rect width="{width}" height="{height}" fill="#e4ebe1"/>'
             f'<rect width="{filled:.1f}" height="{height}" fill="{colour}"/></svg>')
+
+
+def lineage_svg(lineage: dict, *, column_w: int = 190, row_h: int = 34) -> str:
+    """An artifact's lineage as columns, left to right in the direction data flows: artifacts (rounded,
+    digest) and steps (square, ``node`` and run prefix) alternate; an edge per lineage row. ``lineage`` is
+    ``artifacts.selectors.artifact_lineage``'s answer. Each box has a ``<title>`` with its full name."""
+    focus = lineage["artifact"]["id"]
+    names = {artifact["id"]: artifact for artifact in lineage["artifacts"]}
+    # Columns: the focus artifact at 0; a producer one to the left of what it made, a consumer one to
+    # the right of what it read (a walk over the rows, each placed once).
+    column: dict[tuple[str, object], int] = {("artifact", focus): 0}
+    pending = [("artifact", focus)]
+    while pending:
+        kind, key = pending.pop()
+        here = column[(kind, key)]
+        for edge in lineage["edges"]:
+            step, artifact = ("step", edge["step"]), ("artifact", edge["artifact_id"])
+            if kind == "artifact" and edge["artifact_id"] == key:
+                other, place = step, here - 1 if edge["role"] == "output" else here + 1
+            elif kind == "step" and edge["step"] == key:
+                other, place = artifact, here - 1 if edge["role"] == "input" else here + 1
+            else:
+                continue
+            if other not in column:
+                column[other] = place
+                pending.append(other)
+    low = min(column.values())
+    rows: dict[int, int] = {}
+    position = {}
+    for item in sorted(column, key=lambda i: (column[i], str(i[1]))):
+        col = column[item] - low
+        rows[col] = rows.get(col, -1) + 1
+        position[item] = (12 + col * column_w, 12 + rows[col] * row_h)
+    width = 24 + (max(column.values()) - low + 1) * column_w
+    height = 24 + (max(rows.values(), default=0) + 1) * row_h
+    box_w, box_h = column_w - 40, row_h - 10
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="lineage" role="img" aria-label="Lineage" '
+             f'viewBox="0 0 {width} {height}" width="100%" preserveAspectRatio="xMinYMin meet">',
+             "<title>Lineage: producers to the left, consumers to the right</title>"]
+    for edge in lineage["edges"]:
+        a, s = position.get(("artifact", edge["artifact_id"])), position.get(("step", edge["step"]))
+        if a is None or s is None:
+            continue
+        start, end = (s, a) if edge["role"] == "output" else (a, s)
+        parts.append(f'<line x1="{start[0] + box_w}" y1="{start[1] + box_h / 2}" x2="{end[0]}" '
+                     f'y2="{end[1] + box_h / 2}" stroke="#667062" marker-end="url(#arrow)"/>')
+    parts.insert(2, '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" '
+                    'markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#667062"/></marker></defs>')
+    for (kind, key), (x, y) in position.items():
+        if kind == "artifact":
+            artifact = names.get(key, {"digest": "?", "reference": "?"})
+            label, full = f"#{key} {artifact['digest'][7:19]}", f"{artifact['reference']} ({artifact['digest']})"
+            fill, radius = ("#d8ecd0" if key == focus else "#eef3ea"), 10
+        else:
+            run, _, node = str(key).partition(":")
+            label, full, fill, radius = f"{node} @{run[:8]}", f"step {node} of run {run}", "#f4efe2", 2
+        parts.append(f'<g class="lineage-{kind}"><title>{escape(full)}</title>'
+                     f'<rect x="{x}" y="{y}" width="{box_w}" height="{box_h}" rx="{radius}" fill="{fill}" '
+                     f'stroke="#667062"/><text x="{x + 6}" y="{y + box_h / 2 + 4}" font-size="11">'
+                     f"{escape(label)}</text></g>")
+    parts.append("</svg>")
+    return "".join(parts)

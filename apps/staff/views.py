@@ -33,6 +33,7 @@ from django_tables2.paginators import LazyPaginator
 from apps.accounts.choices import AuditVia
 from apps.accounts.selectors import authorize, may
 from apps.accounts.services import audit_record
+from apps.artifacts.selectors import artifact_get, artifact_lineage, run_lineage
 from apps.core.csvsafe import csv_row
 from apps.core.errors import ForestError
 from apps.core.permissions import StaffAccess, is_staff_user, staff_access
@@ -240,12 +241,22 @@ def run_detail_view(request: HttpRequest, run_id) -> HttpResponse:
     run, nodes, placements = selectors.run_detail(request.user, run_id=run_id)
     rows = [(node, placements.get(str(node.pk))) for node in nodes]
     return render(request, "staff/run_detail.html", {"run": run, "rows": rows,
-                                                     "cancellable": _cancellable(request.user, run)})
+                                                     "cancellable": _cancellable(request.user, run),
+                                                     "lineage": run_lineage(run_id=run.id, user=request.user)})
 
 
 def _cancellable(user, run) -> bool:
     # The button shows only where the action would be allowed; posting anyway is refused by the service.
     return run.status in ("pending", "running") and may(user, "pipelines.change_pipelinerun", team=run.team)
+
+
+@observability_page
+def artifact_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """One artifact: what it is, who produced it, who consumed it, and the lineage around it (bounded)."""
+    artifact = artifact_get(artifact_id=pk, user=request.user)  # another team's: the page shows the refusal
+    lineage = artifact_lineage(artifact=artifact, user=request.user)
+    return render(request, "staff/artifact_detail.html", {
+        "artifact": artifact, "lineage": lineage, "graph": mark_safe(charts.lineage_svg(lineage))})
 
 
 @observability_page

@@ -138,6 +138,7 @@ def test_a_blob_referenced_during_gc_survives(settings, reference, fresh_grove):
 
     NativeWorkload.objects.all().delete()
     PipelineRun.objects.all().delete()
+    settings.FOREST_LINEAGE_RETENTION_S = 0  # the run's lineage row no longer protects it
     assert services.artifact_gc()["removed"] == 1  # the control: unreferenced, it goes
     assert not services.blob_store().exists(bundle.digest)
 

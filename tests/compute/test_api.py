@@ -52,7 +52,7 @@ def test_needs_a_token(anon_client, compute_on):
     (lambda b: {**b, "steps": [{**b["steps"][0], "platform": ["linux/amd65"]}]}, "invalid_platform",
      "steps[0].platform[0]"),
     (lambda b: {**b, "steps": [{**b["steps"][0], "inputs": [{"digest": "sha256:" + "a" * 64}]}]},
-     "compute_inputs_unsupported", "steps[0].inputs"),
+     "input_not_found", "steps[0].inputs[0]"),
     (lambda b: {**b, "steps": [{**b["steps"][0], "image": None}]}, "image_required", "steps[0].image"),
     (lambda b: {**b, "steps": [{**b["steps"][1], "image": IMAGE}]}, "image_not_allowed", "steps[0].image"),
     (lambda b: {**b, "steps": [{**b["steps"][0], "name": "Bad Name"}]}, "invalid_step_name", "steps[0].name"),

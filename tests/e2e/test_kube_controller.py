@@ -66,7 +66,9 @@ def controller(live_server, cluster, tmp_path):
     with open(log_path, "ab") as log:
         proc = subprocess.Popen([str(CONTROLLER), "run", "--state-dir", str(state), "--kubeconfig", str(kubeconfig),
                                  "--heartbeat-interval", "1", "--poll-wait", "2", "--watch-timeout", "5",
-                                 "--pending-grace", "0", "--backoff-max", "2"],
+                                 "--pending-grace", "0", "--backoff-max", "2",
+                                 # The fake kubelet runs the data containers here: this interpreter.
+                                 "--data-command", f"{sys.executable} -m forest_agent.data"],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     grove = Grove.objects.get(name="kube-e2e")
     try:

@@ -9,6 +9,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from apps.artifacts.services import artifact_blob_create
 from apps.core.errors import ValidationFailed
 from apps.dispatch import services as dispatch_services
 from apps.dispatch.models import GroveJob
@@ -134,9 +135,12 @@ def test_eligible_node_is_seeded_from_an_earlier_success_and_records_the_run(k8s
     ({"trust": "untrusted"}, "untrusted"),
     ({"reuse": "never"}, "reuse_never"),
     ({"image": "python:3.12"}, "image_not_pinned"),
-    ({"inputs": [{"digest": "sha256:" + "c" * 64, "storage_kind": "cas", "ref": "objects/x"}]}, "input_not_oci"),
+    ({"inputs": "a CAS blob"}, "input_not_oci"),
 ])
 def test_ineligible_nodes_never_inherit(k8s_grove, native_grove, wire, extra, exclusion):
+    if extra.get("inputs"):
+        blob = artifact_blob_create(chunks=[b"a blob, not an image"], reference="objects/x")
+        extra = {"inputs": [{"digest": blob.digest, "storage_kind": "cas", "ref": "objects/x"}]}
     spec = exec_node("a", **extra)
     grove = native_grove if extra.get("runtime") == "native" else k8s_grove
     first = _run([spec])

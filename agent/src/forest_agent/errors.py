@@ -42,6 +42,13 @@ class BundleRefused(AgentError):
     code = "bundle_refused"
 
 
+class DataRefused(AgentError):
+    """A step's input could not be delivered or one of its outputs not uploaded; the step fails with
+    the code (`input_*`, `output_*`) as its report's `reason`."""
+
+    code = "data_refused"
+
+
 class IngressRefused(AgentError):
     """An ingress server block was invalid or failed `nginx -t`; the previous file is back in place."""
 

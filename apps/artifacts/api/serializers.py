@@ -19,7 +19,7 @@ class ArtifactSerializer(serializers.ModelSerializer):
         model = Artifact
         fields = ["id", "digest", "storage_kind", "reference", "media_type", "size", "platform", "platform_status",
                   "platform_source", "signature", "signing_key_id", "producing_run_id", "producing_node",
-                  "uploaded_by", "created_at"]
+                  "producing_name", "team", "uploaded_by", "created_at"]
 
 
 class ArtifactDetailSerializer(ArtifactSerializer):
@@ -54,3 +54,47 @@ class GcReportSerializer(serializers.Serializer):
     staging_removed = serializers.IntegerField()
     dry_run = serializers.BooleanField()
     skipped = serializers.CharField(allow_blank=True, help_text="a code when GC skipped (cas_bucket_missing)")
+
+
+class ArtifactSummarySerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    digest = serializers.CharField()
+    storage_kind = serializers.CharField()
+    reference = serializers.CharField()
+    size = serializers.IntegerField(allow_null=True)
+    platform = serializers.CharField(allow_blank=True)
+    producing_run_id = serializers.CharField(allow_blank=True)
+    producing_node = serializers.CharField(allow_blank=True)
+    producing_name = serializers.CharField(allow_blank=True)
+
+
+class ArtifactUseSerializer(serializers.Serializer):
+    run_id = serializers.UUIDField()
+    node = serializers.CharField()
+    role = serializers.ChoiceField(choices=["input", "output"])
+    name = serializers.CharField(help_text="the input's name, or the output's key under the node's prefix")
+    artifact = ArtifactSummarySerializer()
+    at = serializers.DateTimeField()
+
+
+class RunLineageSerializer(serializers.Serializer):
+    run_id = serializers.UUIDField()
+    inputs = ArtifactUseSerializer(many=True)
+    outputs = ArtifactUseSerializer(many=True)
+
+
+class LineageEdgeSerializer(serializers.Serializer):
+    artifact_id = serializers.IntegerField()
+    step = serializers.CharField(help_text="run_id:node")
+    role = serializers.ChoiceField(choices=["input", "output"])
+    name = serializers.CharField()
+
+
+class ArtifactLineageSerializer(serializers.Serializer):
+    artifact = ArtifactSummarySerializer()
+    producers = ArtifactUseSerializer(many=True)
+    consumers = ArtifactUseSerializer(many=True)
+    edges = LineageEdgeSerializer(many=True, help_text="every lineage row reached, upstream and downstream")
+    artifacts = ArtifactSummarySerializer(many=True)
+    depth = serializers.IntegerField()
+    truncated = serializers.BooleanField(help_text="a depth or row bound cut the walk short")

@@ -21,20 +21,32 @@ from apps.accounts.api.permissions import Requires, requires
 from apps.artifacts import selectors, services
 from apps.artifacts.api.serializers import (
     ArtifactDetailSerializer,
+    ArtifactLineageSerializer,
     ArtifactSerializer,
     GcReportSerializer,
     GcRequestSerializer,
     ImportRequestSerializer,
     ImportResponseSerializer,
+    RunLineageSerializer,
 )
 from apps.artifacts.digests import check_digest
 from apps.artifacts.filtersets import ArtifactFilterSet
 from apps.artifacts.store import CHUNK
+from apps.artifacts.vocabulary import MAX_LINEAGE_DEPTH
 from apps.core.api.serializers import ErrorSerializer
-from apps.groves.api.authentication import GroveCredentialAuthentication, GrovePrincipal, IsGrove
+from apps.core.errors import Forbidden, NotFound, ValidationFailed
+from apps.groves.api.authentication import (
+    GroveCredentialAuthentication,
+    GrovePrincipal,
+    IsGrove,
+    JobDataPrincipal,
+    JobDataTokenAuthentication,
+)
 
 ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404, 409, 413, 502, 503)}
 ALL_AUTH = [GroveCredentialAuthentication, ApiTokenAuthentication, SessionAuthentication]
+# A pod's data containers hold a job data token, never the Grove's credential: blob reads and writes only.
+DATA_AUTH = [GroveCredentialAuthentication, JobDataTokenAuthentication, ApiTokenAuthentication, SessionAuthentication]
 
 
 class GroveOrRequires(Requires):
@@ -106,9 +118,9 @@ class ArtifactListView(generics.ListAPIView):
     filterset_class = ArtifactFilterSet
 
     def get_queryset(self):
-        return selectors.artifact_list()
+        return selectors.artifact_list(self.request.user)
 
-    @extend_schema(tags=["artifacts"], summary="List artifacts (filter by kind, platform, run)")
+    @extend_schema(tags=["artifacts"], summary="List artifacts of your teams (filter by kind, platform, run)")
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
 
@@ -119,7 +131,7 @@ class ArtifactDetailView(generics.RetrieveAPIView):
     serializer_class = ArtifactDetailSerializer
 
     def get_queryset(self):
-        return selectors.artifact_list().prefetch_related("platform_checks__grove")
+        return selectors.artifact_list(self.request.user).prefetch_related("platform_checks__grove")
 
     @extend_schema(tags=["artifacts"], summary="One artifact with its platform checks", responses={
         200: ArtifactDetailSerializer, **ERRORS})
@@ -137,7 +149,9 @@ class BlobUploadView(APIView):
         parameters=[OpenApiParameter("digest", str, description="expected sha256:<hex>; refused on mismatch"),
                     OpenApiParameter("media_type", str), OpenApiParameter("signature", str),
                     OpenApiParameter("key_id", str),
-                    OpenApiParameter("platform", str, description="the bundle's os/arch[/variant], if any")],
+                    OpenApiParameter("platform", str, description="the bundle's os/arch[/variant], if any"),
+                    OpenApiParameter("team", str, description="the team that may read it (a member of one team "
+                                                               "may leave it out)")],
         responses={201: ArtifactSerializer, **ERRORS}, tags=["artifacts"],
         summary="Upload a blob into the CAS (needs artifacts.add_artifact)",
     )
@@ -148,13 +162,13 @@ class BlobUploadView(APIView):
             chunks=_body_chunks(request), expected_digest=check_digest(digest) if digest is not None else None,
             media_type=params.get("media_type", ""), signature=params.get("signature", ""),
             signing_key_id=params.get("key_id", ""), platform=params.get("platform", ""), uploaded_by=request.user,
-            expected_size=_announced_size(request),
+            team=services.upload_team(request.user, params.get("team")), expected_size=_announced_size(request),
         )
         return Response(ArtifactSerializer(artifact).data, status=status.HTTP_201_CREATED)
 
 
 class BlobDownloadView(APIView):
-    authentication_classes = ALL_AUTH
+    authentication_classes = DATA_AUTH
     permission_classes = [GroveOrRequires]
 
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, **ERRORS},
@@ -162,17 +176,21 @@ class BlobDownloadView(APIView):
                    summary="Download a CAS blob (a Grove whose work references it, or artifacts.view_artifact)")
     def get(self, request, digest: str):
         check_digest(digest)
+        if isinstance(request.user, JobDataPrincipal) and digest not in request.user.claims.inputs:
+            raise Forbidden("blob_out_of_scope", f"Job {request.user.claims.job_id} has no input {digest}.")
         if isinstance(request.user, GrovePrincipal):
             artifact = services.grove_blob_read(grove=request.user.grove, digest=digest)
         else:
             artifact = services.artifact_cas_get(digest=digest)
+            if not selectors.artifact_list(request.user).filter(digest=digest).exists():
+                raise NotFound("artifact_not_found", f"No blob {digest} that your teams may read.")
         return _stream(request, artifact, digest)
 
 
 class GroveBlobWriteView(APIView):
     """A Grove writes its node's outputs under ``runs/<run>/<node>/<key>`` (Grove credential only)."""
 
-    authentication_classes = [GroveCredentialAuthentication]
+    authentication_classes = [GroveCredentialAuthentication, JobDataTokenAuthentication]
     permission_classes = [IsGrove]
     parser_classes = [RawStreamParser]
 
@@ -186,6 +204,10 @@ class GroveBlobWriteView(APIView):
     def put(self, request, run_id: str, node: str, key: str):
         params = request.query_params
         digest = params.get("digest")
+        claims = getattr(request.user, "claims", None)
+        if claims is not None and (claims.run_id, claims.node) != (str(run_id), node):
+            raise Forbidden("blob_write_out_of_scope", f"Job {claims.job_id} writes only under its own run's "
+                            f"node ({claims.run_id}/{claims.node}).")
         artifact = services.grove_blob_write(
             grove=request.user.grove, run_id=run_id, node_id=node, key=key, chunks=_body_chunks(request),
             expected_digest=check_digest(digest) if digest is not None else None,
@@ -219,3 +241,29 @@ class GcView(APIView):
         body = GcRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         return Response(GcReportSerializer(services.artifact_gc(dry_run=body.validated_data["dry_run"])).data)
+
+
+class ArtifactLineageView(APIView):
+    authentication_classes = ALL_AUTH
+    permission_classes = [requires(GET="artifacts.view_artifact")]
+
+    @extend_schema(parameters=[OpenApiParameter("depth", int, description="hops each way (1 to 5, default 5)")],
+                   responses={200: ArtifactLineageSerializer, **ERRORS}, tags=["artifacts"],
+                   summary="An artifact's producer and consumers, followed upstream and downstream (bounded)")
+    def get(self, request, pk: int):
+        artifact = selectors.artifact_get(artifact_id=pk, user=request.user)
+        try:
+            depth = int(request.query_params.get("depth", MAX_LINEAGE_DEPTH))
+        except ValueError:
+            raise ValidationFailed("invalid_type", "depth must be an integer.", field="depth") from None
+        return Response(selectors.artifact_lineage(artifact=artifact, user=request.user, depth=depth))
+
+
+class RunLineageView(APIView):
+    authentication_classes = ALL_AUTH
+    permission_classes = [requires(GET="artifacts.view_artifact")]
+
+    @extend_schema(responses={200: RunLineageSerializer, **ERRORS}, tags=["artifacts"],
+                   summary="What each node of a pipeline run consumed and produced")
+    def get(self, request, run_id):
+        return Response(selectors.run_lineage(run_id=run_id, user=request.user))

@@ -17,6 +17,12 @@ class StepRequestSerializer(serializers.Serializer):
     timeout_s = serializers.IntegerField(required=False)
     retries = serializers.IntegerField(required=False, help_text="retries after a failed or timed-out attempt")
     backoff = serializers.DictField(required=False, help_text='{"delay_s", "factor", "max_s"} before each retry')
+    inputs = serializers.ListField(child=serializers.DictField(), required=False, help_text=(
+        '[{"artifact": id | "digest": "sha256:..." | "image": "ref", "path"?, "name"?, "kind"?}]: resolved at '
+        "submit; a blob with a path is delivered there read-only, an image by its pinned reference"))
+    outputs = serializers.ListField(child=serializers.DictField(), required=False, help_text=(
+        '[{"name", "path"}]: uploaded after a successful command (a directory as a tar); a missing one fails '
+        "the step with output_missing"))
 
 
 class ComputeJobRequestSerializer(serializers.Serializer):
@@ -25,6 +31,20 @@ class ComputeJobRequestSerializer(serializers.Serializer):
     team = serializers.CharField(required=False)
     grove = serializers.CharField(required=False, help_text="Grove id or slug to pin every step to")
     steps = StepRequestSerializer(many=True)
+
+
+class StepInputSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    artifact_id = serializers.IntegerField(allow_null=True)
+    digest = serializers.CharField(allow_null=True)
+    path = serializers.CharField(allow_null=True)
+
+
+class StepOutputSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="attempt-N/<output name>")
+    artifact_id = serializers.IntegerField()
+    digest = serializers.CharField()
+    size = serializers.IntegerField(allow_null=True)
 
 
 class StepSerializer(serializers.Serializer):
@@ -43,6 +63,8 @@ class StepSerializer(serializers.Serializer):
     queue = QueueSerializer(allow_null=True, help_text="set while the step waits for capacity")
     decision = DecisionRefSerializer(allow_null=True, help_text="its stored refused or waiting decision")
     log_tail = serializers.ListField(child=serializers.CharField())
+    inputs = StepInputSerializer(many=True, help_text="each input as resolved at submit")
+    outputs = StepOutputSerializer(many=True, help_text="the artifacts the step's attempts uploaded")
 
 
 class StepWarningSerializer(WarningSerializer):

@@ -112,3 +112,8 @@ class ReportResponseSerializer(serializers.Serializer):
     job_id = serializers.UUIDField()
     status = serializers.CharField()
     accepted = serializers.BooleanField()
+
+
+class DataTokenSerializer(serializers.Serializer):
+    token = serializers.CharField(help_text="send as 'Authorization: Job <token>' to the blob endpoints")
+    expires_at = serializers.DateTimeField(help_text="the job's deadline plus the upload grace")

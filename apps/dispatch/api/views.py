@@ -72,6 +72,13 @@ class JobClaimView(GroveWireView):
         return Response({"job": selectors.job_wire(job)})
 
 
+class JobDataTokenView(GroveWireView):
+    @extend_schema(request=None, responses={200: s.DataTokenSerializer, **ERRORS}, tags=["wire"],
+                   summary="A short-lived token for a claimed job's step data (its inputs, its outputs)")
+    def post(self, request, grove_id, job_id):
+        return Response(services.grove_job_data_token(grove=self.grove, job_id=job_id))
+
+
 class JobReportView(GroveWireView):
     @extend_schema(request=s.ReportRequestSerializer, responses={200: s.ReportResponseSerializer, **ERRORS},
                    tags=["wire"], summary="Report progress or a terminal state (idempotent)")

@@ -10,6 +10,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.permissions import BasePermission
 
+from apps.core.datatoken import data_token_read
 from apps.core.errors import Forbidden, NotAuthenticated
 from apps.groves.models import Grove
 from apps.groves.services import grove_authenticate
@@ -67,6 +68,39 @@ class GrovePrincipal:
 
     def __str__(self) -> str:
         return f"grove:{self.grove.slug}"
+
+
+class JobDataPrincipal(GrovePrincipal):
+    """A job data token's holder: acts for its Grove, narrowed to one job's inputs and outputs."""
+
+    def __init__(self, grove: Grove, claims):
+        super().__init__(grove)
+        self.claims = claims
+
+    def __str__(self) -> str:
+        return f"grove:{self.grove.slug}:job:{self.claims.job_id}"
+
+
+class JobDataTokenAuthentication(BaseAuthentication):
+    """``Authorization: Job <token>`` (``apps.core.datatoken``): a pod's data containers fetch inputs and
+    upload outputs with it, never with the Grove's credential."""
+
+    keyword = b"job"
+
+    def authenticate(self, request):
+        header = get_authorization_header(request).split()
+        if not header or header[0].lower() != self.keyword:
+            return None
+        if len(header) != 2:
+            raise NotAuthenticated("data_token_invalid", "Send 'Authorization: Job <token>'.")
+        claims = data_token_read(header[1].decode("latin-1"))
+        grove = Grove.objects.filter(pk=claims.grove_id, credentials__revoked_at__isnull=True).distinct().first()
+        if grove is None:
+            raise NotAuthenticated("data_token_invalid", "The token's Grove is gone or revoked.")
+        return (JobDataPrincipal(grove, claims), grove)
+
+    def authenticate_header(self, request):
+        return "Job"
 
 
 class IsGrove(BasePermission):

@@ -58,6 +58,13 @@ def _payload(node: PipelineNode, run: PipelineRun, selected_platform: str) -> di
         payload["image"] = spec["image"]
     if spec.get("accelerators"):
         payload["accelerators"] = spec["accelerators"]
+    if spec.get("inputs"):  # resolved at submit: the executor fetches and verifies each by digest
+        payload["inputs"] = [{key: item[key] for key in ("name", "digest", "size", "storage_kind", "reference", "path")
+                              if key in item} for item in spec["inputs"]]
+    if spec.get("outputs"):  # uploaded after a successful command, each attempt under its own keys
+        payload["outputs"] = [{"name": out["name"], "path": out["path"],
+                               "key": rules.output_key(attempt=node.attempt, name=out["name"])}
+                              for out in spec["outputs"]]
     if node.needs:  # what the needed steps reported; executors export it as $FOREST_NEEDS_OUTPUTS
         payload["needs_outputs"] = dict(PipelineNode.objects.filter(run=run, node_id__in=node.needs)
                                         .values_list("node_id", "outputs"))

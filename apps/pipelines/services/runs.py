@@ -19,6 +19,7 @@ from apps.dispatch.vocabulary import JobStatus
 from apps.pipelines import rules
 from apps.pipelines.models import PipelineGraph, PipelineNode, PipelineNodeEvent, PipelineOutbox, PipelineRun
 from apps.pipelines.selectors import run_get
+from apps.pipelines.services.inputs import graph_inputs_resolve, run_inputs_record
 from apps.pipelines.services.outbox import send_after_commit
 from apps.pipelines.services.planning import dedup_source, pipeline_plan
 from apps.pipelines.services.transitions import node_transition, run_transition
@@ -32,15 +33,19 @@ from apps.placement.vocabulary import MAX_BATCH_SIZE
 
 @transaction.atomic
 def pipeline_run_create(*, graph: dict, kind: str, environment: str = "", team: str = "",
-                        build_id: str | None = None, created_by=None) -> PipelineRun:
-    """Validate, plan and seed a run; nodes whose needs are met are queued for the exec driver."""
-    canonical = rules.graph_validate(graph)
+                        build_id: str | None = None, created_by=None,
+                        node_fields: dict[str, str] | None = None) -> PipelineRun:
+    """Validate, resolve inputs, plan and seed a run; nodes whose needs are met are queued for the exec
+    driver. Inputs are resolved before the graph is digested: the work's identity holds their digests."""
+    canonical = graph_inputs_resolve(canonical=rules.graph_validate(graph), user=created_by, team=team,
+                                     node_fields=node_fields)
     planned = pipeline_plan(canonical=canonical, run_kind=kind, environment=environment, team=team)
     digest = rules.graph_digest(canonical)
     graph_row, _ = PipelineGraph.objects.get_or_create(digest=digest, defaults={"canonical": canonical})
     run = PipelineRun.objects.create(graph=graph_row, kind=kind, environment=environment, team=team,
                                      build_id=build_id or None,
                                      created_by=created_by if getattr(created_by, "pk", None) else None)
+    run_inputs_record(run=run, canonical=canonical)
     now = timezone.now()
     for item in planned:
         node = item.node

@@ -174,6 +174,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="the untrusted namespace and its deny-all NetworkPolicy are installed by the Helm chart: "
         "do not apply them (no cluster-scoped write permission needed)",
     )
+    step_data = run.add_argument_group("step data")
+    step_data.add_argument(
+        "--data-image",
+        default="ghcr.io/forest/forest-controller:latest",
+        help="image of the pods' data containers (holds forest_agent; default the controller's own)",
+    )
+    step_data.add_argument(
+        "--data-command",
+        default="python -m forest_agent.data",
+        help="how the data containers run forest_agent.data (split on spaces)",
+    )
     timing = run.add_argument_group("timing")
     add_wire_timing(timing)
     timing.add_argument(
@@ -306,6 +317,8 @@ def _controller_config(args: argparse.Namespace) -> ControllerConfig:
         backoff_max_s=max(args.backoff_max, 1.0),
         workers=args.workers,
         apply_namespaces=args.apply_namespaces,
+        data_image=args.data_image,
+        data_command=tuple(args.data_command.split()),
     )
 
 

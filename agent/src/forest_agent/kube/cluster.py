@@ -116,6 +116,7 @@ KINDS: dict[str, Kind] = {
     "Job": Kind("BatchV1Api", "job"),
     "Deployment": Kind("AppsV1Api", "deployment"),
     "Service": Kind("CoreV1Api", "service"),
+    "Secret": Kind("CoreV1Api", "secret"),  # a job's data token, owned by its Job
     "NetworkPolicy": Kind("NetworkingV1Api", "network_policy"),
     "Namespace": Kind("CoreV1Api", "namespace", namespaced=False),
     "Pod": Kind("CoreV1Api", "pod"),

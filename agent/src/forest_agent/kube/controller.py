@@ -32,8 +32,8 @@ from forest_agent.backoff import Backoff
 from forest_agent.errors import AgentError
 from forest_agent.kube import inventory, names, observe
 from forest_agent.kube.cluster import Cluster, ClusterError
-from forest_agent.kube.render import RenderConfig, render
-from forest_agent.kube.spec import CHANGE_KINDS, DEPLOYMENT_KIND, parse_job
+from forest_agent.kube.render import RenderConfig, render, render_data_secret
+from forest_agent.kube.spec import CHANGE_KINDS, DEPLOYMENT_KIND, JobSpec, parse_job
 from forest_agent.kube.validate import validate_all
 from forest_agent.logring import LogRing, Redactor
 from forest_agent.wire.client import WireClient, WireError
@@ -65,6 +65,10 @@ class ControllerConfig:
     # controller needs no cluster-scoped write permission (charts/forest-controller, docs/deploy.md).
     apply_namespaces: bool = True
 
+    # Step data (docs/decisions.md "Step data on Kubernetes"): the image and command of the data containers.
+    data_image: str = "ghcr.io/forest/forest-controller:latest"
+    data_command: tuple[str, ...] = ("python", "-m", "forest_agent.data")
+
     @property
     def work_namespaces(self) -> tuple[str, ...]:
         """Where this controller's Jobs and Deployments live: it lists and watches only these, so a
@@ -82,6 +86,7 @@ class Tracked:
     namespace: str
     needs_claim: bool = True
     objects: list[dict[str, Any]] = field(default_factory=list)  # to apply after the claim (Deployments)
+    spec: JobSpec | None = None  # kept while its data token is still to be written
     running_reported: bool = False
     problem_since: float | None = None
     outcome: dict[str, Any] | None = None  # the terminal report, decided once, resent until delivered
@@ -115,6 +120,9 @@ class Controller(HostLoops):
             untrusted_namespace=self.config.untrusted_namespace,
             runtime_class=self.config.runtime_class,
             gpu_taint_keys=self.config.gpu_taint_keys,
+            data_image=self.config.data_image,
+            data_command=self.config.data_command,
+            data_url=getattr(wire, "base_url", ""),
         )
         self.selector = owner_selector(grove_id)
         self.stop_event = threading.Event()
@@ -237,6 +245,7 @@ class Controller(HostLoops):
         # A worker applies them: a Job suspended before its claim, a Deployment (which cannot wait
         # suspended) after it (docs/decisions.md).
         tracked.objects = objects
+        tracked.spec = spec if spec.has_data else None
         self._track(tracked)
 
     def _apply(self, obj: dict[str, Any]) -> None:
@@ -293,6 +302,8 @@ class Controller(HostLoops):
                 self.enqueue(tracked.job_id, delay)
                 return False
         tracked.report_backoff.reset()
+        if tracked.spec is not None and not self._write_data_token(tracked):
+            return False
         if tracked.kind == "Job":
             self.cluster.merge_patch("Job", tracked.name, tracked.namespace, {"spec": {"suspend": False}})
         else:
@@ -300,6 +311,22 @@ class Controller(HostLoops):
                 self._apply(obj)
             tracked.objects = []
         tracked.needs_claim = False
+        return True
+
+    def _write_data_token(self, tracked: Tracked) -> bool:
+        """The claimed job's data token, in a Secret its data containers read (owned by the Job, so it is
+        deleted with it); the Job stays suspended until it is written. False: try again later."""
+        assert tracked.spec is not None
+        try:
+            token = self.wire.data_token(tracked.job_id)["token"]
+            owner = self.cluster.get("Job", tracked.name, tracked.namespace)
+            self._apply(render_data_secret(tracked.spec, self.render_config, token=token, owner=owner))
+        except (WireError, ClusterError, KeyError, TypeError) as exc:
+            delay = tracked.report_backoff.next_delay()
+            log.warning("job %s: data token not written (%s); retrying in %.1fs", tracked.job_id, exc, delay)
+            self.enqueue(tracked.job_id, delay)
+            return False
+        tracked.spec = None
         return True
 
     def reconcile(self, job_id: str) -> None:

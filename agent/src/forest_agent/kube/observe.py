@@ -6,6 +6,7 @@ Deployment) and its Pods, returns an `Observation`.
 | Job condition Complete=True                            | succeeded  |                            |
 | Job condition Failed=True, reason DeadlineExceeded     | timed_out  | timeout                    |
 | Job Failed=True, container terminated OOMKilled        | failed     | oom_killed (exit code)     |
+| Job Failed=True, a data container failed              | failed     | its code (output_missing…) |
 | Job Failed=True otherwise                              | failed     | (the container exit code)  |
 | Pod Running                                            | running    |                            |
 | Pod Pending, PodScheduled=False Unschedulable          | pending    | unschedulable + message    |
@@ -19,6 +20,7 @@ longer than its pending grace (the scheduler or an image pull may still recover 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +35,9 @@ IMAGE_PULL_REASONS = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "E
 CONFIG_REASONS = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 
 Obj = dict[str, Any]
+STEP_CONTAINER = "step"
+DATA_CONTAINERS = frozenset({"fetch-inputs", "upload-outputs"})
+CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -72,12 +77,33 @@ def _newest(pods: list[Obj]) -> Obj | None:
 
 
 def _container_statuses(pod: Obj) -> list[Obj]:
-    return list((pod.get("status") or {}).get("containerStatuses") or [])
+    status = pod.get("status") or {}
+    return list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or [])
+
+
+def _ended(status: Obj) -> Obj | None:
+    return (status.get("state") or {}).get("terminated") or (status.get("lastState") or {}).get("terminated")
+
+
+def _data_refusal(pod: Obj | None) -> tuple[str, str] | None:
+    """(code, message) when a data container (fetch-inputs, upload-outputs) failed: its termination
+    message's first word is the refusal's code (`input_digest_mismatch`, `output_missing`, ...)."""
+    for status in _container_statuses(pod or {}):
+        ended = _ended(status) if status.get("name") in DATA_CONTAINERS else None
+        if ended and ended.get("exitCode"):
+            message = (ended.get("message") or "").strip()
+            code = message.split(":", 1)[0].split()[0] if message else ""
+            return (code if CODE.match(code) else "data_container_failed"), message
+    return None
 
 
 def _terminated(pod: Obj | None) -> Obj | None:
+    """The step's own ending (with data, the step may be an init container), else the first one seen."""
     if pod is None:
         return None
+    for status in _container_statuses(pod):
+        if status.get("name") == STEP_CONTAINER and _ended(status):
+            return _ended(status)
     for status in _container_statuses(pod):
         terminated = (status.get("state") or {}).get("terminated") or (status.get("lastState") or {}).get(
             "terminated"
@@ -135,6 +161,9 @@ def observe_job(job: Obj, pods: list[Obj]) -> Observation:
                 reason="oom_killed",
                 message="the container exceeded its memory limit and was killed",
             )
+        refusal = _data_refusal(pod)
+        if refusal is not None:
+            return Observation(FAILED, exit_code=exit_code, reason=refusal[0], message=refusal[1])
         own = "" if outputs is not None else ((terminated or {}).get("message") or "").strip()
         # A one-line termination message is the step's own sentence; several lines are the log
         # fallback (FallbackToLogsOnError), already in the report's log tail.

@@ -6,6 +6,12 @@
   Secret *references* through `envFrom`; their contents are not Forest's to write).
 * untrusted work -> also its own Namespace labelled for the **restricted** Pod Security profile and a
   deny-all NetworkPolicy selecting the network-isolation label; no service-account token.
+* step data -> an init container `fetch-inputs` (`python -m forest_agent.data fetch`) that streams each
+  blob input into the `/workspace` emptyDir, digest-verified, read-only; with outputs, the step itself
+  becomes the next init container and the pod's one container is `upload-outputs` (`... upload`), so it
+  runs only after the step succeeded (init containers run in order; a failed step stops the pod: a
+  failed or timed-out step uploads nothing). Both authenticate with the job's short-lived data token from
+  the Secret `<job>-data` (`render_data_secret`), never the Grove's credential.
 * NVIDIA work -> `nvidia.com/gpu` limits, `runtimeClassName`, node affinity on GPU Feature Discovery
   labels (`nvidia.com/gpu.present`, `gpu.product`, `gpu.memory` > minimum-1 MiB as `Gt`), GPU taint
   tolerations. Nothing of this on a job without accelerators.
@@ -17,8 +23,10 @@ seccomp and a read-only root file system with writable `emptyDir`s at /tmp and /
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from forest_agent import data
 from forest_agent.kube import names
 from forest_agent.kube.spec import DEPLOYMENT_KIND, JobSpec
 from forest_agent.outputs import NEEDS_OUTPUTS_ENV, OUTPUTS_FILE_ENV
@@ -30,6 +38,10 @@ GFD_MEMORY = "nvidia.com/gpu.memory"  # MiB
 NONROOT_UID = 65532  # the conventional "nonroot" user of distroless images
 WORKSPACE = "/workspace"
 CONTAINER_NAME = "step"
+FETCH_CONTAINER = "fetch-inputs"
+UPLOAD_CONTAINER = "upload-outputs"
+DATA_TOKEN_KEY = "token"
+DATA_RESOURCES = {"cpu": "250m", "memory": "256Mi"}
 # Outputs travel as the container's termination message: Kubernetes returns it in the Pod status.
 TERMINATION_LOG = "/dev/termination-log"
 
@@ -44,6 +56,10 @@ class RenderConfig:
     runtime_class: str = "nvidia"
     gpu_taint_keys: tuple[str, ...] = (GPU_RESOURCE,)
     finished_ttl_s: int = 86400
+    # Step data: the image with `forest_agent` (the controller's own), how to run it, and Host's API URL.
+    data_image: str = "ghcr.io/forest/forest-controller:latest"
+    data_command: tuple[str, ...] = ("python", "-m", "forest_agent.data")
+    data_url: str = ""
 
 
 def _labels(spec: JobSpec, config: RenderConfig) -> dict[str, str]:
@@ -108,7 +124,73 @@ def _env(spec: JobSpec) -> list[Obj]:
         env[OUTPUTS_FILE_ENV] = TERMINATION_LOG
     if spec.needs_outputs:
         env[NEEDS_OUTPUTS_ENV] = spec.needs_outputs
+    env.update(data.data_env(spec.inputs, spec.outputs, Path(WORKSPACE)))
     return [{"name": k, "value": v} for k, v in env.items()]
+
+
+def data_secret_name(spec: JobSpec) -> str:
+    return f"{spec.object_name}-data"
+
+
+def _restricted() -> Obj:
+    return {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def _data_container(spec: JobSpec, config: RenderConfig, *, name: str, action: str) -> Obj:
+    """A data container: the same restricted pod, the workspace, the job's token from its Secret."""
+    return {
+        "name": name,
+        "image": config.data_image,
+        "command": [*config.data_command, action, "--root", WORKSPACE],
+        "env": [
+            {"name": "FOREST_DATA_URL", "value": config.data_url},
+            {"name": "FOREST_DATA_MANIFEST", "value": spec.data_manifest},
+            {"name": "FOREST_DATA_MESSAGE_FILE", "value": TERMINATION_LOG},
+            {
+                "name": "FOREST_DATA_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": data_secret_name(spec), "key": DATA_TOKEN_KEY}},
+            },
+        ],
+        "resources": {"requests": dict(DATA_RESOURCES), "limits": dict(DATA_RESOURCES)},
+        "securityContext": _restricted(),
+        "volumeMounts": [
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "workspace", "mountPath": WORKSPACE},
+        ],
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
+def render_data_secret(spec: JobSpec, config: RenderConfig, *, token: str, owner: Obj | None = None) -> Obj:
+    """The job's data token for its data containers; owned by the Job, so it goes when the Job does."""
+    meta: Obj = {
+        "name": data_secret_name(spec),
+        "namespace": namespace_for(spec, config),
+        "labels": _labels(spec, config),
+    }
+    if owner is not None and (owner.get("metadata") or {}).get("uid"):
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+            }
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta,
+        "type": "Opaque",
+        "stringData": {DATA_TOKEN_KEY: token},
+    }
 
 
 def _container(spec: JobSpec) -> Obj:
@@ -117,13 +199,7 @@ def _container(spec: JobSpec) -> Obj:
         "image": spec.image,
         "env": _env(spec),
         "resources": _resources(spec),
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": _restricted(),
         "volumeMounts": [
             {"name": "tmp", "mountPath": "/tmp"},
             {"name": "workspace", "mountPath": WORKSPACE},
@@ -160,6 +236,14 @@ def pod_spec(spec: JobSpec, config: RenderConfig, *, restart_policy: str) -> Obj
         "containers": [_container(spec)],
         "volumes": [{"name": "tmp", "emptyDir": {}}, {"name": "workspace", "emptyDir": {}}],
     }
+    if spec.has_data and spec.change_kind != DEPLOYMENT_KIND:
+        init = [_data_container(spec, config, name=FETCH_CONTAINER, action="fetch")] if spec.fetches else []
+        if spec.outputs:
+            # Init containers run one after another and each must succeed: the upload runs only after
+            # the step succeeded, and a failed or timed-out step uploads nothing.
+            init.append(pod["containers"][0])
+            pod["containers"] = [_data_container(spec, config, name=UPLOAD_CONTAINER, action="upload")]
+        pod["initContainers"] = init
     if spec.untrusted:
         pod["automountServiceAccountToken"] = False
     if spec.gpu is not None:

@@ -7,12 +7,13 @@ same parser the native agent uses; this module adds what only a container execut
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from forest_agent.kube import names
 from forest_agent.outputs import NEEDS_OUTPUTS_ENV, needs_outputs_env
-from forest_agent.wire.messages import Job, MessageInvalid
+from forest_agent.wire.messages import DataInput, DataOutput, Job, MessageInvalid
 
 JOB_KINDS = ("k8s.job", "k8s.build_job")
 DEPLOYMENT_KIND = "k8s.deployment"
@@ -59,6 +60,35 @@ class JobSpec:
     env_from: tuple[tuple[str, str], ...] = ()  # ("config_map" | "secret", object name)
     needs_outputs: str = ""  # JSON of payload.needs_outputs, exported as $FOREST_NEEDS_OUTPUTS
     claimed_devices: tuple[str, ...] = field(default=())
+    # Step data: blob inputs fetched by an init container, outputs uploaded by a final container.
+    inputs: tuple[DataInput, ...] = ()
+    outputs: tuple[DataOutput, ...] = ()
+
+    @property
+    def fetches(self) -> bool:
+        return any(item.path for item in self.inputs)
+
+    @property
+    def has_data(self) -> bool:
+        return self.fetches or bool(self.outputs)
+
+    @property
+    def data_manifest(self) -> str:
+        """What the data containers are told (JSON): the run's node and the job's inputs and outputs."""
+        return json.dumps(
+            {
+                "run_id": self.run_id,
+                "node": self.node,
+                "inputs": [
+                    {k: v for k, v in asdict(item).items() if v is not None}
+                    for item in self.inputs
+                    if item.path
+                ],
+                "outputs": [asdict(output) for output in self.outputs],
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
 
     @property
     def untrusted(self) -> bool:
@@ -119,6 +149,12 @@ def parse_job(data: Any, *, models: dict[str, str] | None = None) -> JobSpec:
             min_memory_mib=min_mib,
             product=products[0] if len(products) == 1 else None,
         )
+    if trust == "untrusted" and (job.outputs or any(item.path for item in job.inputs)):
+        # Untrusted pods have no network at all (deny-all egress): nothing could fetch or upload.
+        raise MessageInvalid(
+            "an untrusted step has no network, so it cannot take inputs or leave outputs",
+            field_path=f"{where}.inputs",
+        )
     ports = []
     for index, raw in enumerate(payload.get("ports") or []):
         raw = _obj(raw, f"{where}.ports[{index}]")
@@ -167,4 +203,6 @@ def parse_job(data: Any, *, models: dict[str, str] | None = None) -> JobSpec:
         env_from=tuple(env_from),
         needs_outputs=needs_outputs_env(job.needs_outputs)[NEEDS_OUTPUTS_ENV] if job.needs_outputs else "",
         claimed_devices=devices,
+        inputs=job.inputs,
+        outputs=job.outputs,
     )

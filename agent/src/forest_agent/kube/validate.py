@@ -183,8 +183,13 @@ def _pod(pod: dict[str, Any], kind: str, path: str) -> Iterable[str]:
     for v in volumes:
         if not names.dns_label(v or ""):
             yield f"{path}.volumes: {v!r} is not a DNS-1123 label"
-    for c, container in enumerate(pod.get("containers") or []):
-        where = f"{path}.containers[{c}]"
+    named = [("containers", c, x) for c, x in enumerate(pod.get("containers") or [])]
+    named += [("initContainers", c, x) for c, x in enumerate(pod.get("initContainers") or [])]
+    all_names = [container.get("name") for _, _, container in named]
+    if len(set(all_names)) != len(all_names):
+        yield f"{path}: container names must be unique across containers and initContainers"
+    for section, c, container in named:
+        where = f"{path}.{section}[{c}]"
         if not names.dns_label(container.get("name", "")):
             yield f"{where}.name: {container.get('name')!r} is not a DNS-1123 label"
         yield from _enum(container.get("imagePullPolicy"), PULL_POLICIES, f"{where}.imagePullPolicy")

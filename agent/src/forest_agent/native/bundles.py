@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -60,10 +61,14 @@ class InstallResult:
 
 
 class _Download(threading.Thread):
-    """Fetches the bundle in a thread, hashing each chunk, and hands chunks to a file-like reader."""
+    """Fetches a blob in a thread, hashing each chunk, and hands chunks to a file-like reader. `what`
+    names it in codes and log lines (`bundle_too_large`; a step's input: `input_too_large`)."""
 
-    def __init__(self, http: httpx.Client, bundle: BundleRef, headers: dict[str, str], limit: int) -> None:
-        super().__init__(name="bundle-download", daemon=True)
+    def __init__(
+        self, http: httpx.Client, bundle: Any, headers: dict[str, str], limit: int, *, what: str = "bundle"
+    ) -> None:
+        super().__init__(name=f"{what}-download", daemon=True)
+        self.what = what
         self.http = http
         self.bundle = bundle
         self.headers = headers
@@ -81,7 +86,9 @@ class _Download(threading.Thread):
         except BundleRefused as exc:
             self.error = exc
         except httpx.HTTPError as exc:
-            self.error = BundleRefused(f"bundle download failed: {exc}", code="bundle_download_failed")
+            self.error = BundleRefused(
+                f"{self.what} download failed: {exc}", code=f"{self.what}_download_failed"
+            )
         finally:
             self._put(_EOF)
 
@@ -97,31 +104,33 @@ class _Download(threading.Thread):
     def _fetch(self) -> None:
         limit, last_progress = self.limit, time.monotonic()
         with self.http.stream("GET", self.bundle.url, headers=self.headers) as response:
+            what = self.what
             if response.status_code != 200:
                 raise BundleRefused(
-                    f"bundle download answered HTTP {response.status_code}", code="bundle_download_failed"
+                    f"{what} download answered HTTP {response.status_code}", code=f"{what}_download_failed"
                 )
             announced = response.headers.get("Content-Length")
             if announced and announced.isdigit() and int(announced) > limit:
                 raise BundleRefused(
-                    f"bundle is {announced} bytes, over the agent's limit of {limit}", code="bundle_too_large"
+                    f"{what} is {announced} bytes, over the agent's limit of {limit}",
+                    code=f"{what}_too_large",
                 )
             for chunk in response.iter_bytes(_CHUNK):
                 self.received += len(chunk)
                 if self.received > limit:
                     raise BundleRefused(
-                        f"bundle download passed the agent's limit of {limit} bytes", code="bundle_too_large"
+                        f"{what} download passed the agent's limit of {limit} bytes", code=f"{what}_too_large"
                     )
                 self.hasher.update(chunk)
                 if not self._put(chunk):
                     return
                 if time.monotonic() - last_progress >= _PROGRESS_EVERY_S:
                     last_progress = time.monotonic()
-                    log.info("bundle %s: %.1f MB downloaded", self.bundle.digest[:19], self.received / 1e6)
+                    log.info("%s %s: %.1f MB downloaded", what, self.bundle.digest[:19], self.received / 1e6)
         if self.bundle.size is not None and self.received != self.bundle.size:
             raise BundleRefused(
-                f"bundle is {self.received} bytes, but Host declared {self.bundle.size}",
-                code="bundle_size_mismatch",
+                f"{what} is {self.received} bytes, but Host declared {self.bundle.size}",
+                code=f"{what}_size_mismatch",
             )
 
     # -- file-like side, used by the extractor ---------------------------------------------------

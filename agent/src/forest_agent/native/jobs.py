@@ -17,7 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
+from forest_agent import data
 from forest_agent.backoff import Backoff
+from forest_agent.errors import DataRefused
 from forest_agent.lifecycle import Lifecycle, TransitionEvent
 from forest_agent.native import processes
 from forest_agent.native.devices import nvidia_device_env
@@ -45,6 +49,7 @@ class JobSettings:
     log_tail_lines: int = 50
     running_report_interval_s: float = 15.0
     poll_interval_s: float = 0.05
+    max_input_bytes: int = data.DEFAULT_MAX_INPUT_BYTES
 
 
 class _ProcessWatch:
@@ -175,6 +180,17 @@ class JobRunner(threading.Thread):
         env.update(needs_outputs_env(job.needs_outputs))
         env[OUTPUTS_FILE_ENV] = str(job_dir / OUTPUTS_FILE)
         env.update(nvidia_device_env(job.accelerator_devices))
+        env.update(data.data_env(job.inputs, job.outputs, home))
+        if job.inputs:
+            try:
+                self.manager.fetch_inputs(job, home)
+            except DataRefused as exc:
+                log.warning("job %s: %s", self.job_id, exc)
+                self._finish(entry, Outcome("failed", reason=exc.code), JobState.FAILED, detail=exc.code)
+                return
+            if self.cancel_requested.is_set():
+                self._finish(entry, Outcome("cancelled", reason="cancelled"), JobState.CANCELLED)
+                return
         if not _resolvable(job.command[0], cwd, env["PATH"]):
             log.warning("job %s: command %r not found or not executable", self.job_id, job.command[0])
             self._finish(
@@ -283,6 +299,9 @@ class JobRunner(threading.Thread):
             # Our child just ended; anything it left behind in its group goes with it. Never done for
             # a group we did not start in this process: its pgid may have been recycled.
             processes.signal_group(entry.pgid, signal.SIGKILL)
+        if outcome.state == "succeeded" and entry.outcome is None:
+            # Only a command that succeeded leaves results; a cancelled or timed-out one uploads nothing.
+            outcome, state, detail = self._upload_outputs(entry, outcome, state, detail)
         entry.phase = "finished"
         entry.outcome = outcome
         self.journal.write(entry)
@@ -294,6 +313,24 @@ class JobRunner(threading.Thread):
             body["outputs"] = outputs
         if self._report(body, final=True):
             self.journal.remove(self.job_id)
+
+    def _upload_outputs(
+        self, entry: JournalEntry, outcome: Outcome, state: JobState, detail: str
+    ) -> tuple[Outcome, JobState, str]:
+        """Upload the job's declared outputs; a missing or refused one turns success into failure."""
+        try:
+            job = Job.parse(entry.job)
+        except MessageInvalid:
+            return outcome, state, detail
+        if not job.outputs:
+            return outcome, state, detail
+        job_dir = self.journal.job_dir(self.job_id)
+        try:
+            self.manager.upload_outputs(job, job_dir / "home", job_dir)
+        except DataRefused as exc:
+            log.warning("job %s: %s", self.job_id, exc)
+            return Outcome("failed", exit_code=outcome.exit_code, reason=exc.code), JobState.FAILED, exc.code
+        return outcome, state, detail
 
     def _tail(self) -> list[str]:
         return processes.read_tail(
@@ -352,6 +389,38 @@ class JobManager:
         self.stopping = threading.Event()
         self._runners: dict[str, JobRunner] = {}
         self._lock = threading.Lock()
+        self._data_http: httpx.Client | None = None
+
+    def _data_client(self) -> httpx.Client:
+        """One HTTP client for step data (long reads: a large blob streams for a while)."""
+        with self._lock:
+            if self._data_http is None:
+                self._data_http = httpx.Client(
+                    timeout=httpx.Timeout(30.0, read=300.0), follow_redirects=False
+                )
+            return self._data_http
+
+    def fetch_inputs(self, job: Job, root: Path) -> int:
+        return data.fetch_inputs(
+            self._data_client(),
+            base_url=self.wire.base_url,
+            headers=self.wire.auth_headers(),
+            inputs=job.inputs,
+            root=root,
+            limit=self.settings.max_input_bytes,
+        )
+
+    def upload_outputs(self, job: Job, root: Path, scratch: Path) -> dict[str, Any]:
+        return data.upload_outputs(
+            self._data_client(),
+            base_url=self.wire.base_url,
+            headers=self.wire.auth_headers(),
+            run_id=job.run_id,
+            node=job.node,
+            outputs=job.outputs,
+            root=root,
+            scratch=scratch,
+        )
 
     def submit(self, raw: dict[str, Any]) -> None:
         job_id = raw.get("job_id")

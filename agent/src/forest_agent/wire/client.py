@@ -139,6 +139,10 @@ class WireClient:
             raise WireError("bad_response", "claim response lacks 'job'")
         return data["job"]
 
+    def data_token(self, job_id: str) -> dict[str, Any]:
+        """A short-lived token for a claimed job's step data (`Authorization: Job <token>`)."""
+        return self._request("POST", f"groves/{self._grove()}/jobs/{job_id}/data-token", json={})
+
     def report(self, job_id: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._request("POST", f"groves/{self._grove()}/jobs/{job_id}/report", json=body)
 

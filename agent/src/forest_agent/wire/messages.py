@@ -6,6 +6,7 @@ can refuse that one item with a code instead of half-running it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,88 @@ def _needs_outputs(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_SEGMENT = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+def _data_path(value: Any, where: str) -> str:
+    """A relative path of plain segments (Host checked it; the executor trusts nothing it did not parse)."""
+    if (
+        not isinstance(value, str)
+        or value.startswith("/")
+        or not all(_SEGMENT.match(segment) for segment in value.split("/"))
+    ):
+        raise MessageInvalid("must be a relative path of plain segments", field_path=where)
+    return value
+
+
+def _data_name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise MessageInvalid("must be a name of letters, digits, '.', '_' or '-'", field_path=where)
+    return value
+
+
+@dataclass(frozen=True)
+class DataInput:
+    """`payload.inputs[]`: an artifact Host resolved at submit. A blob with a `path` is fetched there and
+    verified against `digest`; an image (no path) is handed to the step by its pinned `reference`."""
+
+    name: str
+    digest: str
+    size: int | None
+    storage_kind: str
+    reference: str
+    path: str | None
+
+    @classmethod
+    def parse(cls, data: Any, where: str) -> DataInput:
+        if not isinstance(data, dict):
+            raise MessageInvalid("must be an object", field_path=where)
+        digest = data.get("digest")
+        if not isinstance(digest, str) or not _DIGEST.match(digest):
+            raise MessageInvalid("must be sha256:<64 hex>", field_path=f"{where}.digest")
+        size = data.get("size")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+            raise MessageInvalid("must be a byte count", field_path=f"{where}.size")
+        path = data.get("path")
+        return cls(
+            name=_data_name(data.get("name"), f"{where}.name"),
+            digest=digest,
+            size=size,
+            storage_kind=str(data.get("storage_kind") or ""),
+            reference=str(data.get("reference") or ""),
+            path=_data_path(path, f"{where}.path") if path is not None else None,
+        )
+
+
+@dataclass(frozen=True)
+class DataOutput:
+    """`payload.outputs[]`: a path the executor uploads after a successful command, under `key`."""
+
+    name: str
+    path: str
+    key: str
+
+    @classmethod
+    def parse(cls, data: Any, where: str) -> DataOutput:
+        if not isinstance(data, dict):
+            raise MessageInvalid("must be an object", field_path=where)
+        return cls(
+            name=_data_name(data.get("name"), f"{where}.name"),
+            path=_data_path(data.get("path"), f"{where}.path"),
+            key=_data_path(data.get("key"), f"{where}.key"),
+        )
+
+
+def _data_list(value: Any, where: str, parse: Any) -> tuple[Any, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise MessageInvalid("must be a list", field_path=where)
+    return tuple(parse(item, f"{where}[{index}]") for index, item in enumerate(value))
+
+
 @dataclass(frozen=True)
 class Job:
     job_id: str
@@ -105,6 +188,9 @@ class Job:
     accelerator_devices: tuple[str, ...] = ()
     # What the steps this one needs reported (`payload.needs_outputs`: {node id: outputs}).
     needs_outputs: dict[str, Any] = field(default_factory=dict, compare=False)
+    # Step data (`payload.inputs` / `payload.outputs`): fetched before the command, uploaded after it.
+    inputs: tuple[DataInput, ...] = ()
+    outputs: tuple[DataOutput, ...] = ()
 
     @classmethod
     def parse(cls, data: Any, where: str = "job", *, command_required: bool = True) -> Job:
@@ -137,6 +223,8 @@ class Job:
             raw=data,
             accelerator_devices=_claimed_devices(payload.get("accelerator_claim"), f"{where}.payload"),
             needs_outputs=_needs_outputs(payload.get("needs_outputs"), f"{where}.payload.needs_outputs"),
+            inputs=_data_list(payload.get("inputs"), f"{where}.payload.inputs", DataInput.parse),
+            outputs=_data_list(payload.get("outputs"), f"{where}.payload.outputs", DataOutput.parse),
         )
 
 
