@@ -42,8 +42,8 @@ from urllib.parse import quote
 
 import httpx
 
+from forest_agent.download import Download
 from forest_agent.errors import BundleRefused, DataRefused
-from forest_agent.native.bundles import _Download
 from forest_agent.wire.messages import DataInput, DataOutput, MessageInvalid
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ def fetch_input(
         raise DataRefused(f"input {item.name} is {item.size} bytes, over the limit", code="input_too_large")
     target = root / item.path
     fd = _open_confined(root, item.path)
-    download = _Download(
+    download = Download(
         http,
         _BlobRef(f"{base_url}artifacts/{item.digest}/blob", item.digest, item.size),
         headers,
