@@ -12,6 +12,8 @@ from django.core.management import call_command
 
 from apps.accelerators.models import AcceleratorEntitlement
 from apps.flags.models import FlagAudit
+from apps.flags.registry import FLAGS
+from apps.flags.selectors import is_enabled
 from apps.flags.services import flag_override_set
 from apps.pipelines import services as pipelines
 from apps.pipelines.models import PipelineNode, PipelineRun
@@ -140,10 +142,37 @@ def test_cancel_a_run_with_confirmation(live_server, browser_page, django_user_m
     assert run.status == "cancelled" and run.reason == "wrong dataset"
 
 
+def test_every_declared_flag_toggles_from_its_own_admin_page(live_server, browser_page, django_user_model, shots):
+    """Each flag's page is reached the way a person reaches it (the list's link, so admin's quoted id:
+    ``_`` is ``_5F`` in the URL), asks for a reason before anything changes, applies, and lists the change."""
+    page = browser_page
+    _login(page, live_server, django_user_model, "/admin/flags/flag/")
+    for number, (name, definition) in enumerate(FLAGS.items()):
+        page.goto(f"{live_server.url}/admin/flags/flag/")
+        page.locator("#result_list a", has_text=name).first.click()
+        page.wait_for_selector("#flag-toggle")
+        assert page.locator("input[name=_save]").count() == 0  # a read-only mirror: no Save button
+        target = "off" if definition.default else "on"
+        page.select_option("#toggle select[name=value]", target)
+        page.click("#flag-toggle")  # no reason yet: the browser asks for one and nothing is posted
+        prompt = page.locator("#toggle textarea[name=reason]").evaluate("field => field.validationMessage")
+        assert prompt and FlagAudit.objects.filter(flag_id=name).count() == 0, name
+        reason = f"drill {number}: flip {name}"
+        page.fill("#toggle textarea[name=reason]", reason)
+        page.click("#flag-toggle")
+        page.wait_for_selector("text=the change is audited")
+        assert page.locator("#flag-toggle").count() == 1, f"{name}: the toggle did not return to the flag's page"
+        assert page.locator("tr", has_text=reason).count() >= 1, name  # the audit list shows it
+        assert is_enabled(name) is (target == "on"), name
+    assert FlagAudit.objects.count() == len(FLAGS)
+
+
 def test_toggle_a_flag_in_admin_with_a_reason(live_server, browser_page, django_user_model, shots):
     page = browser_page
     name = "host.deploy.forest_compatibility"
-    _login(page, live_server, django_user_model, f"/admin/flags/flag/{name}/change/")
+    _login(page, live_server, django_user_model, "/admin/flags/flag/")
+    page.locator("#result_list a", has_text=name).first.click()
+    page.wait_for_selector("#flag-toggle")
     assert page.locator("input[name=_save]").count() == 0  # a read-only mirror: no Save button
     page.select_option("#toggle select[name=value]", "on")
     page.fill("#toggle textarea[name=reason]", "pilot: refuse before dispatch on staging")
