@@ -7,6 +7,7 @@ from django.db.models import QuerySet
 from apps.compute.models import ComputeJob
 from apps.core.errors import Forbidden, NotFound
 from apps.dispatch.models import GroveJob
+from apps.dispatch.selectors import job_signal
 from apps.flags.registry import COMPUTE_JOBS
 from apps.flags.selectors import is_enabled
 from apps.pipelines.models import PipelineNode
@@ -42,14 +43,16 @@ def _step_view(node: PipelineNode, queue: dict, decisions: dict) -> dict:
             "wait_mode": node.wait_mode or None, "attempt": node.attempt, "retries": node.spec.get("retries", 0),
             "retry_at": node.retry_at.isoformat() if node.retry_at else None,
             "queue": queue.get(node.pk), "decision": decisions.get(node.pk),
-            "log_tail": job.log_tail[-20:] if job else []}
+            "log_tail": job.log_tail[-20:] if job else [],
+            # assigned and not claimed within GROVE_JOB_UNCLAIMED_AFTER_S: {"code": "unclaimed", ...}
+            "signal": job_signal(job)}
 
 
 def compute_job_view(job: ComputeJob, *, runner: dict | None = None) -> dict:
     """The compute response shape: ``{"id", "run_id", "status", "steps": [...]}`` plus name/environment, the
     runner pool, and ``warnings`` (what enforcement would have refused). A waiting step carries ``queue``
     (its position, what it waits on, its deadline); a refused or waiting one its stored ``decision``."""
-    nodes = list(job.run.nodes.select_related("grove", "current_job").order_by("position"))
+    nodes = list(job.run.nodes.select_related("grove", "current_job", "current_job__grove").order_by("position"))
     queue, decisions = queue_positions(nodes), stored_decisions(nodes)
     return {
         "id": str(job.id), "run_id": str(job.run_id), "name": job.name, "environment": job.environment,

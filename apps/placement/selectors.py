@@ -14,7 +14,7 @@ from apps.placement.models import ExecutionPlacement, PlacementVerdicts
 
 # Every Grove column placement reads (``snapshot.grove_facts`` turns a row of them into ``GroveFacts``).
 FACT_FIELDS = ("id", "slug", "substrate", "roles", "platforms", "isolation_modes", "change_kinds", "enabled",
-               "last_heartbeat_at", "capacity_reported_at")
+               "last_heartbeat_at", "capacity_reported_at", "last_polled_at")
 
 
 def groves_by_reference(reference: str) -> QuerySet[Grove]:

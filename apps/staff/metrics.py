@@ -16,6 +16,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from apps.dispatch.models import GroveJob
+from apps.dispatch.selectors import unclaimed_count
 from apps.groves.models import Grove
 from apps.pipelines.models import PipelineNode, PipelineOutbox
 from apps.pipelines.vocabulary import NodeStatus
@@ -47,6 +48,12 @@ class ForestCollector(Collector):
             for state in ("fresh", "stale", "disabled"):
                 family.add_metric([row["substrate"], state], row[state])
         yield family
+        ready_cutoff = now - timedelta(seconds=settings.GROVE_READY_WITHIN_S)
+        unready = Grove.objects.filter(enabled=True, last_heartbeat_at__gte=cutoff).filter(
+            Q(last_polled_at__isnull=True) | Q(last_polled_at__lt=ready_cutoff)).count()
+        yield GaugeMetricFamily("forest_groves_unready",
+                                "Live Groves (fresh heartbeats) that are not ready: no poll or claim within "
+                                "GROVE_READY_WITHIN_S, so placement does not choose them.", value=unready)
         oldest = Grove.objects.filter(enabled=True).aggregate(oldest=Min("last_heartbeat_at"))["oldest"]
         yield GaugeMetricFamily("forest_grove_oldest_report_age_seconds",
                                 "Age of the oldest last report among enabled Groves.",
@@ -87,6 +94,9 @@ class ForestCollector(Collector):
         for row in GroveJob.objects.filter(status__in=LIVE_JOBS).values("status").annotate(n=Count("id")):
             live.add_metric([row["status"]], row["n"])
         yield live
+        yield GaugeMetricFamily("forest_grove_jobs_unclaimed",
+                                "Grove jobs assigned and not claimed within GROVE_JOB_UNCLAIMED_AFTER_S (code "
+                                "unclaimed).", value=unclaimed_count(now=now))
         ended = GaugeMetricFamily("forest_grove_job_outcomes_recent", "Grove jobs ended in the last hour, by status.",
                                   labels=["status"])
         for row in (GroveJob.objects.filter(finished_at__gte=now - RECENT).values("status")

@@ -27,6 +27,14 @@ class ComputeJobRequestSerializer(serializers.Serializer):
     steps = StepRequestSerializer(many=True)
 
 
+class SignalSerializer(serializers.Serializer):
+    code = serializers.CharField(help_text="unclaimed")
+    detail = serializers.CharField()
+    grove = serializers.CharField()
+    assigned_for_s = serializers.IntegerField()
+    grove_last_poll_age_s = serializers.IntegerField(allow_null=True, help_text="null: the Grove never polled")
+
+
 class StepSerializer(serializers.Serializer):
     name = serializers.CharField()
     status = serializers.CharField()
@@ -43,6 +51,8 @@ class StepSerializer(serializers.Serializer):
     queue = QueueSerializer(allow_null=True, help_text="set while the step waits for capacity")
     decision = DecisionRefSerializer(allow_null=True, help_text="its stored refused or waiting decision")
     log_tail = serializers.ListField(child=serializers.CharField())
+    signal = SignalSerializer(allow_null=True, help_text="set while the step's job sits assigned and unclaimed past "
+                              "GROVE_JOB_UNCLAIMED_AFTER_S (docs/decisions.md \"Unclaimed jobs\")")
 
 
 class StepWarningSerializer(WarningSerializer):
