@@ -310,8 +310,8 @@ def placements_explain(ctx: typer.Context, subject: Annotated[str, typer.Argumen
     for row in rows:
         decision = row.get("decision", {})
         if row.get("outcome", "placed") != "placed":
-            out.print(f"[bold]{row.get('subject_type')}:{row.get('subject_id')}[/bold] [red]{row['outcome']}[/red] "
-                      + escape(f"[{row.get('code')}] {decision.get('detail', '')}"))
+            out.print(f"[bold]{row.get('subject_type')}:{row.get('subject_id')}[/bold] {_verdict(row)} "
+                      + escape(decision.get("detail", "") or (row.get("verdict") or {}).get("sentence", "")))
             _candidates_table(decision)
             continue
         out.print(f"[bold]{row.get('subject_type')}:{row.get('subject_id')}[/bold] -> Grove "
@@ -448,14 +448,22 @@ def placements_list(
         return
     table = Table("id", "subject", "status", "grove", "platform", "chooser", "verdict", "placed")
     for row in rows:
-        codes = " ".join(i.get("code", "") for i in row["decision"].get("incompatibilities", []))
-        verdict = (f"[red]{row['outcome']}[/red] {row.get('code', '')}" if row.get("outcome", "placed") != "placed"
-                   else f"[yellow]would refuse[/yellow] {codes}" if row["would_refuse"]
-                   else f"[red]refused[/red] {codes}" if codes else "[green]compatible[/green]")
+        verdict = _verdict(row)
         table.add_row(str(row["id"]), row["subject"].get("label") or f"{row['subject_type']}:{row['subject_id']}",
                       row["subject"].get("status") or "-", row["grove_slug"] or "-", row["selected_platform"] or "-",
                       row["chooser"], verdict, _age(row["created_at"]))
     out.print(table)
+
+
+_VERDICT_STYLE = {"placed": "green", "would_refuse": "yellow", "refused": "red", "waiting": "yellow"}
+
+
+def _verdict(row: dict) -> str:
+    """Host's own rendering of the outcome (``verdict``: apps/placement/outcome.py), coloured by its key."""
+    shown = row.get("verdict") or {"key": row.get("outcome", "placed"), "label": row.get("outcome", "placed"),
+                                   "codes": [row["code"]] if row.get("code") else []}
+    style = _VERDICT_STYLE.get(shown["key"], "white")
+    return f"[{style}]{escape(shown['label'])}[/{style}] " + escape(" ".join(shown["codes"]))
 
 
 @app.command("refusals")

@@ -43,6 +43,10 @@ class Grove(models.Model):
     log_tail = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     enabled = models.BooleanField(default=True, help_text="A disabled Grove is never chosen for new work.")
+    # The demo's simulated Groves (apps.groves.demo): Host's own heartbeats, no executor. Shown with a badge on
+    # every page that shows a Grove; never ready (nothing polls), so never chosen unpinned.
+    simulated = models.BooleanField(default=False, help_text="A demo Grove: Host simulates its reports; nothing "
+                                                             "runs its jobs.")
     # Placement's fleet snapshot reloads Groves changed since its watermark. On PostgreSQL a trigger
     # (migration 0002) stamps every INSERT/UPDATE with the database clock, including queryset .update().
     # A heartbeat that only moves liveness keeps updated_at (so its UPDATE touches no indexed column and

@@ -84,11 +84,12 @@ def grove_capabilities_sync(*, grove: Grove) -> None:
 
 
 def grove_create(*, name: str, substrate: str, roles: list[str], platforms: list[str],
-                 slug: str = "", version: str = "") -> Grove:
-    """Create a Grove directly (enrollment, demo data, tests); platforms are validated and normalised."""
+                 slug: str = "", version: str = "", simulated: bool = False) -> Grove:
+    """Create a Grove directly (enrollment, demo data, tests); platforms are validated and normalised.
+    ``simulated``: a demo Grove whose reports Host makes up (nothing runs its jobs)."""
     grove = Grove.objects.create(
         slug=slug or _unique_slug(name), name=name, substrate=substrate, roles=roles,
-        platforms=rules.platforms(platforms), version=version,
+        platforms=rules.platforms(platforms), version=version, simulated=simulated,
     )
     grove_capabilities_sync(grove=grove)
     return grove

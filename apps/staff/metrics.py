@@ -21,6 +21,7 @@ from apps.groves.models import Grove
 from apps.pipelines.models import PipelineNode, PipelineOutbox
 from apps.pipelines.vocabulary import NodeStatus
 from apps.placement.models import ExecutionPlacement
+from apps.placement.outcome import outcome_key
 from apps.staff.selectors import LIVE_JOBS, refusal_codes
 
 RECENT = timedelta(hours=1)
@@ -62,10 +63,14 @@ class ForestCollector(Collector):
     def _placements(self, now):
         recent = ExecutionPlacement.objects.filter(created_at__gte=now - RECENT)
         family = GaugeMetricFamily("forest_placement_decisions_recent",
-                                   "Placement decisions stored in the last hour by outcome and chooser.",
-                                   labels=["outcome", "chooser"])
-        for row in recent.values("would_refuse", "chooser").annotate(n=Count("id")):
-            family.add_metric(["would_refuse" if row["would_refuse"] else "placed", row["chooser"]], row["n"])
+                                   "Placement decisions stored in the last hour by outcome (placed, would_refuse, "
+                                   "refused, waiting) and chooser.", labels=["outcome", "chooser"])
+        counts: dict[tuple[str, str], int] = {}
+        for row in recent.values("outcome", "would_refuse", "chooser").annotate(n=Count("id")):
+            key = (outcome_key(outcome=row["outcome"], would_refuse=row["would_refuse"]), row["chooser"])
+            counts[key] = counts.get(key, 0) + row["n"]
+        for (key, chooser), n in sorted(counts.items()):
+            family.add_metric([key, chooser], n)
         yield family
         codes = GaugeMetricFamily("forest_placement_incompatibilities_recent",
                                   "Incompatibility codes of refused / would-refuse placements in the last hour.",

@@ -45,8 +45,11 @@ LIVE_JOBS = (JobStatus.ASSIGNED, JobStatus.CLAIMED, JobStatus.RUNNING)
 PLACEMENTS_COUNTED = 10_000
 # Refused or would-refuse. Its SQL is the predicate of the partial index in staff migration 0002 (keep
 # them in step: PostgreSQL uses that index only when the query implies its predicate).
-REFUSED = Q(would_refuse=True) | Q(decision__incompatibilities__0__isnull=False, enforced=True)
-REFUSED_SQL = "(p.would_refuse OR ((p.decision #> '{incompatibilities,0}') IS NOT NULL AND p.enforced))"
+# Refused or would-refuse: a stored refusal (``outcome`` refused: incompatible with enforcement on, never fits,
+# policy) or a shadow-mode placement enforcement would have refused (apps/placement/outcome.py).
+REFUSED = Q(would_refuse=True) | Q(outcome="refused") | Q(decision__incompatibilities__0__isnull=False, enforced=True)
+REFUSED_SQL = ("(p.would_refuse OR p.outcome = 'refused' OR ((p.decision #> '{incompatibilities,0}') IS NOT NULL "
+               "AND p.enforced))")
 REFUSAL_ROLLUP = "refusals"  # the rollup's watermark row
 ROLLUP_NEVER = datetime(1970, 1, 1, tzinfo=UTC)  # a watermark that has never moved: the next run rebuilds
 
@@ -240,7 +243,7 @@ def placement_rows(*, whole: bool = False) -> QuerySet[ExecutionPlacement]:
     if whole:
         return rows
     return rows.only("id", "subject_type", "subject_id", "grove_id", "grove_slug", "selected_platform", "chooser",
-                     "enforced", "would_refuse", "team", "created_at").annotate(
+                     "enforced", "would_refuse", "outcome", "code", "team", "created_at").annotate(
         incompatibilities=KeyTransform("incompatibilities", "decision"))
 
 
@@ -331,7 +334,8 @@ def refused_sql() -> RefusedSql:
         return RefusedSql(REFUSED_SQL, "jsonb_array_elements(p.decision -> 'incompatibilities') AS e",
                           "e ->> 'code'", "(p.created_at AT TIME ZONE 'UTC')::date")
     # SQLite (``make run``): the same predicate and elements in its JSON functions.
-    return RefusedSql("(p.would_refuse OR (json_array_length(p.decision, '$.incompatibilities') > 0 AND p.enforced))",
+    return RefusedSql("(p.would_refuse OR p.outcome = 'refused' OR "
+                      "(json_array_length(p.decision, '$.incompatibilities') > 0 AND p.enforced))",
                       "json_each(p.decision, '$.incompatibilities') AS e",
                       "json_extract(e.value, '$.code')", "date(p.created_at)")
 

@@ -36,7 +36,7 @@ from apps.pipelines.filtersets import RunFilterSet
 from apps.pipelines.services import pipeline_run_cancel
 from apps.placement.filtersets import ExecutionPlacementFilterSet
 from apps.placement.models import ExecutionPlacement
-from apps.placement.selectors import placement_decision
+from apps.placement.selectors import placement_decision, placement_outcome
 from apps.staff import capabilities, charts, selectors
 from apps.staff.metrics import forest_registry
 from apps.staff.tables import GroveTable, PlacementTable, RunTable
@@ -201,6 +201,7 @@ def placement_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
     platform = (requirement.get("compatibility") or {}).get("platform") or {}
     return render(request, "staff/placement_detail.html", {
         "placement": placement, "decision": placement_decision(placement), "node": node,
+        "verdict": placement_outcome(placement),
         "platform_allowed": platform.get("allowed", []), "platform_sources": platform.get("sources", []),
         "resources": requirement.get("resources") or {}, "accelerators": requirement.get("accelerators"),
     })

@@ -370,7 +370,7 @@ def test_the_trigger_names_every_grove_column():
     must be added to its comparison (migration) or to liveness here, or the snapshot would miss its writes."""
     from importlib import import_module
 
-    trigger = import_module("apps.groves.migrations.0004_i21_grove_last_polled_at").TRIGGER
+    trigger = import_module("apps.groves.migrations.0004_i21_grove_readiness").TRIGGER
     liveness = {"last_heartbeat_at", "stale_since", "log_tail", "updated_at", "liveness_stamped_at",
                 "capacity"}  # capacity only changes with its digests, which are compared
     for field in Grove._meta.concrete_fields:
@@ -432,7 +432,7 @@ def test_a_poll_or_a_claim_makes_a_grove_ready_and_writes_at_most_once_per_windo
 def test_the_first_poll_stamps_updated_at_and_a_steady_one_stays_hot(fresh_grove):
     """The trigger (groves migration 0004_i21): a first poll (or one after a silence) moves ``updated_at`` so
     every fleet snapshot reloads the Grove as ready; a poll stamp close to the last one does not."""
-    grove, credential = fresh_grove(polled=False)
+    grove, _credential = fresh_grove(polled=False)
     before = Grove.objects.get(pk=grove.pk).updated_at
     grove_services.grove_poll_record(grove=Grove.objects.get(pk=grove.pk))
     stamped = Grove.objects.get(pk=grove.pk)
