@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from apps.core import localenv
 from forest_cli.client import TERMINAL, ForestClient, ForestClientError
 
 app = typer.Typer(help="Forest: place work on Groves and explain why.", no_args_is_help=True)
@@ -31,6 +32,8 @@ app.add_typer(placements, name="placements")
 
 out = Console()
 err = Console(stderr=True)
+# A checkout where `make run` ran: FOREST_HOST (and anything else set there) from var/forest.env, under the env.
+localenv.load()
 
 Host = Annotated[str | None, typer.Option("--host", envvar="FOREST_HOST", help="Host URL, e.g. https://forest.example")]
 Token = Annotated[str | None, typer.Option("--token", envvar="FOREST_TOKEN", help="API token", show_default=False)]

@@ -11,6 +11,11 @@ from pathlib import Path
 
 import dj_database_url
 
+from apps.core import localenv
+
+# `make run`'s local settings file (var/forest.env), under whatever the environment already says.
+localenv.load()
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("FOREST_VAR_DIR", BASE_DIR / "var"))
 
