@@ -301,9 +301,10 @@ def runs_cancel(ctx: typer.Context, run_id: str) -> None:
 
 @placements.command("explain")
 def placements_explain(ctx: typer.Context, subject: Annotated[str, typer.Argument(
-        help="TYPE:ID (pipeline_node:42, compute_step:x) or RUN_ID:NODE")]) -> None:
+        help="a placement id (17), a compute job id, RUN_ID:NODE or TYPE:ID (pipeline_node:42)")],
+        step: Annotated[str | None, typer.Argument(help="with a compute job id: only this step")] = None) -> None:
     """Why a subject was placed where it was: Grove, platform, chooser, incompatibilities, candidates."""
-    rows = _call(ctx, lambda c: c.placements_explain(subject))
+    rows = _call(ctx, lambda c: c.placements_explain(subject, step))
     if ctx.obj["json"]:
         _print_json(rows)
         return

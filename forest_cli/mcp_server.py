@@ -133,9 +133,12 @@ def build_server(*, host: str | None, token: str | None) -> MCPServer:
 
     @server.tool()
     def placements_explain(subject: Annotated[str, Field(
-            description="TYPE:ID (pipeline_node:42, compute_step:x) or RUN_ID:NODE")]) -> list[dict]:
-        """Stored placement decisions for one subject."""
-        return call(lambda c: c.placements_explain(subject))
+            description="a placement id (17), a compute job id, RUN_ID:NODE or TYPE:ID (pipeline_node:42)")],
+            step: Annotated[str | None, Field(description="with a compute job id: only this step")] = None,
+    ) -> list[dict]:
+        """Stored placement decisions for one subject (each with its ``verdict``: placed, would_refuse, refused
+        or waiting)."""
+        return call(lambda c: c.placements_explain(subject, step))
 
     @server.tool()
     def plan(request: Annotated[dict[str, Any], Field(

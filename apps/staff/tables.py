@@ -227,7 +227,10 @@ class PlacementTable(StaffTable):
         return self.subjects.get(record.pk) or {"label": f"{record.subject_type}:{record.subject_id}", "status": ""}
 
     def render_subject(self, record):
-        return mark_safe(f'{_link(url_for("staff:placement-detail", "int", record.pk), self._subject(record)["label"])}'
+        subject = self._subject(record)
+        job = (f' · <a href="{url_for("staff:compute-job", "uuid", subject["compute_job_id"])}">job page</a>'
+               if subject.get("compute_job_id") else "")
+        return mark_safe(f'{_link(url_for("staff:placement-detail", "int", record.pk), subject["label"])}{job}'
                          f'<br><span class="muted">{esc(record.subject_type)}:{esc(record.subject_id)}</span>')
 
     def value_subject(self, record):

@@ -14,6 +14,7 @@ urlpatterns = [
     path("runs/", views.run_list_view, name="run-list"),
     path("runs/<uuid:run_id>/", views.run_detail_view, name="run-detail"),
     path("runs/<uuid:run_id>/cancel/", views.run_cancel_view, name="run-cancel"),
+    path("compute/<uuid:job_id>/", views.compute_job_view, name="compute-job"),
     path("refusals/", views.refusal_report_view, name="refusals"),
     path("status/", views.status_view, name="status"),
 ]

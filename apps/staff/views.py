@@ -202,6 +202,7 @@ def placement_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "staff/placement_detail.html", {
         "placement": placement, "decision": placement_decision(placement), "node": node,
         "verdict": placement_outcome(placement),
+        "compute_job": selectors.compute_jobs_by_run([node.run_id]).get(node.run_id) if node else None,
         "platform_allowed": platform.get("allowed", []), "platform_sources": platform.get("sources", []),
         "resources": requirement.get("resources") or {}, "accelerators": requirement.get("accelerators"),
     })
@@ -222,8 +223,19 @@ def run_detail_view(request: HttpRequest, run_id) -> HttpResponse:
         raise Http404(f"No run {run_id}.")
     run, nodes, placements = found
     rows = [(node, placements.get(str(node.pk))) for node in nodes]
-    return render(request, "staff/run_detail.html", {"run": run, "rows": rows,
+    compute = selectors.compute_jobs_by_run([run.id]).get(run.id)
+    return render(request, "staff/run_detail.html", {"run": run, "rows": rows, "compute_job": compute,
                                                      "cancellable": run.status in ("pending", "running")})
+
+
+@observability_page
+def compute_job_view(request: HttpRequest, job_id) -> HttpResponse:
+    """One compute job: its steps (status, attempt, Grove, placement outcome, unclaimed signal, output tail),
+    every attempt's Grove job, and links to its run, placements and Groves. Scoped to the acting user's teams."""
+    page = selectors.compute_job_page(user=request.user, job_id=job_id)
+    if page is None:
+        raise Http404(f"No compute job {job_id}.")
+    return render(request, "staff/compute_job.html", {"page": page, "job": page.job})
 
 
 @observability_page

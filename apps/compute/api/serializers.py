@@ -49,7 +49,8 @@ class StepSerializer(serializers.Serializer):
     retries = serializers.IntegerField()
     retry_at = serializers.DateTimeField(allow_null=True)
     queue = QueueSerializer(allow_null=True, help_text="set while the step waits for capacity")
-    decision = DecisionRefSerializer(allow_null=True, help_text="its stored refused or waiting decision")
+    decision = DecisionRefSerializer(allow_null=True, help_text="its stored decision (placed, refused or waiting): "
+                                     "`forest placements explain ID`")
     log_tail = serializers.ListField(child=serializers.CharField())
     signal = SignalSerializer(allow_null=True, help_text="set while the step's job sits assigned and unclaimed past "
                               "GROVE_JOB_UNCLAIMED_AFTER_S (docs/decisions.md \"Unclaimed jobs\")")
