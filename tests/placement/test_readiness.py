@@ -70,7 +70,7 @@ def test_a_pin_to_an_unready_grove_says_so(make_grove):
     shadow = services.placement_decide(requirement=container(), target="sim")
     assert shadow.grove.slug == "sim" and [i["code"] for i in shadow.incompatibilities] == ["grove_not_polling"]
     flag(COMPAT, True)
-    refused = services.placement_decide(requirement=container(), target="sim")
+    refused = services.placement_decide(requirement=container(), target="sim", enforced=True)
     assert refused.grove is None and refused.refusal.code == "placement_refused"
 
 
