@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from apps.accelerators.models import AcceleratorEntitlement
 from apps.flags.models import FlagAudit
+from apps.groves.models import Grove
 from apps.flags.registry import FLAGS
 from apps.flags.selectors import is_enabled
 from apps.flags.services import flag_override_set
@@ -43,6 +45,9 @@ def _login(page, live_server, django_user_model, next_url="/staff/groves/"):
 def _estate() -> PipelineRun:
     """The demo Groves, a compute run (one node placed by selection, one pinned to the Mac: would refuse)."""
     call_command("load_demo")
+    # As if each demo Grove had an agent polling for its work (the demo's own Groves never poll, so are never
+    # ready: tests/placement/test_readiness.py); the pages below show placements made on a ready fleet.
+    Grove.objects.update(last_polled_at=timezone.now())
     flag_override_set(name=FLAG, enabled=True, reason="browser test")
     AcceleratorEntitlement.objects.create(team="ml", api="cuda", max_concurrent=4, budget_accelerator_seconds=36000)
     run = None
@@ -68,6 +73,7 @@ def test_inventory_filters_swap_the_table_and_push_the_url(live_server, browser_
     assert page.evaluate("window.__marker") == "same document"  # swapped by htmx, not reloaded
     rows = page.locator("#groves-table tbody").inner_text()
     assert "mac-studio-1" in rows and "gpu-box-1" in rows and "k8s-build-1" not in rows
+    assert rows.count("simulated") == 2 and rows.count("not polling") == 2  # the demo's Groves say what they are
     assert "unified (not enforced)" in rows
     page.screenshot(path=os.environ.get("FOREST_SCREENSHOT_STAFF", str(shots / "groves.png")), full_page=True)
     page.reload()  # the pushed URL is shareable: the filter survives a reload
