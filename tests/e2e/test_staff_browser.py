@@ -13,10 +13,10 @@ from django.utils import timezone
 
 from apps.accelerators.models import AcceleratorEntitlement
 from apps.flags.models import FlagAudit
-from apps.groves.models import Grove
 from apps.flags.registry import FLAGS
 from apps.flags.selectors import is_enabled
 from apps.flags.services import flag_override_set
+from apps.groves.models import Grove
 from apps.pipelines import services as pipelines
 from apps.pipelines.models import PipelineNode, PipelineRun
 from apps.placement.models import ExecutionPlacement
