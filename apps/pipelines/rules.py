@@ -161,7 +161,8 @@ def node_validate(value: Any, field: str) -> dict:
                      f"{field}.image")
     if not native:
         if value.get("image") is None:
-            raise v.fail("image_required", f"A {kind} node with a container needs an image.", f"{field}.image")
+            article = "An" if kind[:1] in "aeiou" else "A"
+            raise v.fail("image_required", f"{article} {kind} node with a container needs an image.", f"{field}.image")
         node["image"] = v.string(value["image"], f"{field}.image", max_length=500).strip()
     if kind == "exec" or value.get("command") is not None:
         if value.get("command") is None:
