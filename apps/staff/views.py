@@ -113,13 +113,25 @@ def _table_page(request: HttpRequest, *, queryset, filterset_class, table_class,
         return _csv(table_class(list(ordered[:EXPORT_MAX_ROWS]), exclude=exclude), export_name, describe)
     table = table_class(rows, exclude=exclude)
     _paginate(request, table)
+    total = _capped_total(rows) if status == 200 else None
     if describe is not None:
         describe(table, [row.record for row in table.page.object_list])
-    context = {"filter": filterset, "table": table, "per_page_choices": PER_PAGE_CHOICES,
+    context = {"filter": filterset, "table": table, "per_page_choices": PER_PAGE_CHOICES, "total": total,
                "per_page": _per_page(request), "page_error": page_error, "column_choices": [
                    (name, column.verbose_name or name, name not in exclude)
                    for name, column in table_class.base_columns.items()], **(extra or {})}
     return render(request, "staff/_results.html" if request.htmx else template, context, status=status)
+
+
+# A list's total is exact up to this many rows and "more than" beyond: counting a million placements on every
+# page view would cost more than the page (the count reads at most TOTAL_CAP + 1 index entries).
+TOTAL_CAP = 1000
+
+
+def _capped_total(rows) -> str:
+    """The number of rows matching, exact below ``TOTAL_CAP``, else "more than TOTAL_CAP" (a bounded count)."""
+    found = rows.order_by().values("pk")[:TOTAL_CAP + 1].count()
+    return f"more than {TOTAL_CAP:,}" if found > TOTAL_CAP else f"{found:,}"
 
 
 def _excluded_columns(request: HttpRequest, table_class) -> list[str]:

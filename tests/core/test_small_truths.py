@@ -32,3 +32,21 @@ def test_an_exec_node_error_reads_an_exec_node():
 
     with pytest.raises(ValidationFailed, match=r"^An exec node with a container needs an image"):
         rules.node_validate({"id": "a", "kind": "exec", "command": ["true"]}, "nodes[0]")
+
+
+@pytest.mark.django_db
+def test_staff_lists_show_a_total_capped_without_an_unbounded_count(client, staff_user, fresh_grove, settings):
+    from apps.flags.services import flag_override_set
+    from apps.staff import views
+
+    flag_override_set(name="host.staff.execution_observability", enabled=True, reason="test")
+    client.force_login(staff_user)
+    fresh_grove(name="a")
+    fresh_grove(name="b")
+    page = client.get("/staff/groves/").content.decode()
+    assert 'id="list-total">2 matching' in page
+    views.TOTAL_CAP = 1
+    try:
+        assert 'id="list-total">more than 1 matching' in client.get("/staff/groves/").content.decode()
+    finally:
+        views.TOTAL_CAP = 1000
