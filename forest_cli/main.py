@@ -90,6 +90,10 @@ def _notes(view: dict, *, item: str) -> list[Text]:
     sentence, the flag that would refuse) and the runner pool."""
     lines = []
     for entry in view.get("steps", view.get("nodes", [])):
+        if entry.get("signal"):  # assigned and not claimed (docs/decisions.md "Unclaimed jobs")
+            name, signal = entry.get("name") or entry.get("id"), entry["signal"]
+            lines.append(Text("unclaimed ", style="red") + Text(f"{item} {name}: [{signal['code']}] "
+                                                                f"{signal['detail']}"))
         refusal = entry.get("refusal")
         if refusal:
             name = entry.get("name") or entry.get("id")
@@ -146,6 +150,20 @@ def _watch(ctx: typer.Context, client: ForestClient, job_id: str, interval: floa
             time.sleep(interval)
             job = client.compute_get(job_id)
         _print_json(job)
+        return job
+    if not out.is_terminal:  # piped or logged: a live view draws nothing there, so print each change instead
+        seen = None
+        while True:
+            state = (job["status"], tuple((step["name"], step["status"], step.get("attempt")) for step in job["steps"]))
+            if state != seen:
+                seen = state
+                out.print(f"{job['status']}: " + ", ".join(f"{name} {status} (attempt {attempt or 1})"
+                                                           for name, status, attempt in state[1]), soft_wrap=True)
+            if job["status"] in TERMINAL:
+                break
+            time.sleep(interval)
+            job = client.compute_get(job_id)
+        out.print(_job_view(job), soft_wrap=True)
         return job
     with Live(_job_view(job), console=out, refresh_per_second=4) as live:
         while job["status"] not in TERMINAL:
@@ -370,7 +388,9 @@ def _age(iso: str | None) -> str:
 
 
 def _gib(value) -> str:
-    return "-" if value is None else f"{value / 1024**3:g} GiB"
+    if value is None:
+        return "-"
+    return f"{value / 1024**3:.1f}".removesuffix(".0") + " GiB"  # 23.5 GiB, not 23.5401 GiB
 
 
 @app.command("groves")

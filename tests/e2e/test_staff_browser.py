@@ -108,7 +108,7 @@ def test_placements_filter_sort_and_why_not(live_server, browser_page, django_us
     page.goto(f"{live_server.url}/staff/placements/?substrate=x&would_refuse=perhaps")
     assert page.locator("#filter-errors").is_visible() and "perhaps" in page.locator("#filter-errors").inner_text()
     page.goto(f"{live_server.url}/staff/placements/?would_refuse=true")
-    page.locator("#placements-table tbody tr a", has_text="compute node render").first.click()
+    page.locator("#placements-table tbody tr a", has_text="node render").first.click()
     page.wait_for_selector("#candidates")
     assert "/staff/placements/" in page.url and page.locator("main").count() == 1  # a page of its own
     text = page.locator("main").inner_text()
