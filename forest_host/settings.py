@@ -224,6 +224,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Offline: the system's fonts (templates/drf_spectacular/redoc.html loads none from the internet).
+    "REDOC_UI_SETTINGS": {"theme": {"typography": {"fontFamily": "system-ui, sans-serif",
+                                                   "headings": {"fontFamily": "system-ui, sans-serif"}}}},
 }
 
 # --- Celery -------------------------------------------------------------------------------------

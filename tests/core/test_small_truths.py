@@ -50,3 +50,13 @@ def test_staff_lists_show_a_total_capped_without_an_unbounded_count(client, staf
         assert 'id="list-total">more than 1 matching' in client.get("/staff/groves/").content.decode()
     finally:
         views.TOTAL_CAP = 1000
+
+
+@pytest.mark.django_db
+def test_the_api_docs_load_nothing_from_the_internet(client):
+    import re
+
+    for url in ("/api/redoc/", "/api/docs/"):
+        page = client.get(url).content.decode()
+        external = re.findall(r'(?:src|href)="(https?://[^"]+)"', page)
+        assert external == [] and "googleapis" not in page, (url, external)
