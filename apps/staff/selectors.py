@@ -303,7 +303,8 @@ def run_detail(*, run_id) -> tuple[PipelineRun, list[PipelineNode], dict[str, Ex
     run = PipelineRun.objects.filter(pk=run_id).first()
     if run is None:
         return None
-    nodes = list(run.nodes.select_related("grove", "current_job", "seeded_from_run").order_by("position"))
+    nodes = list(run.nodes.select_related("grove", "current_job", "current_job__grove", "seeded_from_run")
+                 .order_by("position"))
     placements = {p.subject_id: p for p in ExecutionPlacement.objects.filter(
         subject_type="pipeline_node", subject_id__in=[str(n.pk) for n in nodes]).only(
         "id", "subject_id", "grove_slug", "selected_platform", "would_refuse", "chooser")}

@@ -29,6 +29,7 @@ from django_tables2.paginators import LazyPaginator
 
 from apps.core.errors import ForestError
 from apps.core.permissions import StaffAccess, is_staff_user, staff_access
+from apps.dispatch.selectors import job_signal
 from apps.flags.registry import FLAGS
 from apps.flags.selectors import is_enabled
 from apps.groves.filtersets import GroveFilterSet
@@ -234,7 +235,8 @@ def run_detail_view(request: HttpRequest, run_id) -> HttpResponse:
     if found is None:
         raise Http404(f"No run {run_id}.")
     run, nodes, placements = found
-    rows = [(node, placements.get(str(node.pk))) for node in nodes]
+    rows = [(node, placements.get(str(node.pk)), job_signal(node.current_job if node.current_job_id else None))
+            for node in nodes]
     compute = selectors.compute_jobs_by_run([run.id]).get(run.id)
     return render(request, "staff/run_detail.html", {"run": run, "rows": rows, "compute_job": compute,
                                                      "cancellable": run.status in ("pending", "running")})

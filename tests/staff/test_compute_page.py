@@ -89,3 +89,20 @@ def test_explain_takes_a_job_id_a_step_and_a_placement_id(live_server, staff_use
     assert by_id.exit_code == 0 and json.loads(by_id.output)[0]["id"] == placement_id
     missing = explain(str(job.id), "nope")
     assert missing.exit_code != 0 and "step_not_found" in missing.output
+
+
+@pytest.mark.django_db
+def test_an_unclaimed_step_is_signalled_on_the_run_job_pages_and_status(client, staff_client, staff_user, settings,
+                                                                        fresh_grove, observability_on):
+    grove, _ = fresh_grove(name="sim", polled=False)
+    flag_override_set(name="host.deploy.forest_compute_jobs", enabled=True, reason="test")
+    job = compute_job_submit(body={"name": "stuck", "grove": "sim", "steps": [
+        {"name": "hi", "kind": "native", "command": ["/bin/echo", "hello"], "timeout_s": 30}]})
+    for node in PipelineNode.objects.filter(run=job.run, status="queued"):
+        pipelines.pipeline_node_execute(node_id=node.pk)
+    settings.GROVE_JOB_UNCLAIMED_AFTER_S = 0  # past the threshold at once
+    client.force_login(staff_user)
+    assert ">unclaimed</span>" in client.get(f"/staff/compute/{job.id}/").content.decode()
+    assert ">unclaimed</span>" in client.get(f"/staff/runs/{job.run_id}/").content.decode()
+    step = staff_client.get(f"/api/forest/v1/compute/jobs/{job.id}").json()["steps"][0]
+    assert step["signal"]["code"] == "unclaimed" and step["signal"]["grove_last_poll_age_s"] is None
