@@ -332,8 +332,9 @@ def placements_explain(ctx: typer.Context, subject: Annotated[str, typer.Argumen
     for row in rows:
         decision = row.get("decision", {})
         if row.get("outcome", "placed") != "placed":
-            out.print(f"[bold]{row.get('subject_type')}:{row.get('subject_id')}[/bold] {_verdict(row)} "
-                      + escape(decision.get("detail", "") or (row.get("verdict") or {}).get("sentence", "")))
+            out.print(f"[bold]{row.get('subject_type')}:{row.get('subject_id')}[/bold] {_verdict(row, codes=False)} "
+                      + escape(f"[{row.get('code')}] " + (decision.get("detail", "")
+                                                          or (row.get("verdict") or {}).get("sentence", ""))))
             _candidates_table(decision)
             continue
         out.print(f"[bold]{row.get('subject_type')}:{row.get('subject_id')}[/bold] -> Grove "
@@ -470,24 +471,43 @@ def placements_list(
     if ctx.obj["json"]:
         _print_json(rows)
         return
-    table = Table("id", "subject", "status", "grove", "platform", "chooser", "verdict", "placed")
+    # Readable at 80 columns: the id, the verdict and the age never wrap; platform and chooser only when wide.
+    wide = out.width >= 120
+    table = Table(show_lines=False)
+    table.add_column("id", no_wrap=True)
+    table.add_column("subject", overflow="fold", min_width=10)
+    table.add_column("status")
+    table.add_column("grove", overflow="fold")
+    if wide:
+        table.add_column("platform")
+        table.add_column("chooser")
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("placed", no_wrap=True)
     for row in rows:
-        verdict = _verdict(row)
-        table.add_row(str(row["id"]), row["subject"].get("label") or f"{row['subject_type']}:{row['subject_id']}",
-                      row["subject"].get("status") or "-", row["grove_slug"] or "-", row["selected_platform"] or "-",
-                      row["chooser"], verdict, _age(row["created_at"]))
+        cells = [str(row["id"]), row["subject"].get("label") or f"{row['subject_type']}:{row['subject_id']}",
+                 row["subject"].get("status") or "-", row["grove_slug"] or "-"]
+        if wide:
+            cells += [row["selected_platform"] or "-", row["chooser"]]
+        table.add_row(*cells, _verdict(row, first_code_only=True), _age(row["created_at"]))
     out.print(table)
 
 
 _VERDICT_STYLE = {"placed": "green", "would_refuse": "yellow", "refused": "red", "waiting": "yellow"}
 
 
-def _verdict(row: dict) -> str:
-    """Host's own rendering of the outcome (``verdict``: apps/placement/outcome.py), coloured by its key."""
+def _verdict(row: dict, *, codes: bool = True, first_code_only: bool = False) -> str:
+    """Host's own rendering of the outcome (``verdict``: apps/placement/outcome.py), coloured by its key;
+    ``first_code_only`` (a table cell): the first code and how many more (``explain`` lists them all)."""
     shown = row.get("verdict") or {"key": row.get("outcome", "placed"), "label": row.get("outcome", "placed"),
                                    "codes": [row["code"]] if row.get("code") else []}
     style = _VERDICT_STYLE.get(shown["key"], "white")
-    return f"[{style}]{escape(shown['label'])}[/{style}] " + escape(" ".join(shown["codes"]))
+    label = f"[{style}]{escape(shown['label'])}[/{style}]"
+    found = list(shown["codes"])
+    if not codes or not found:
+        return label
+    if first_code_only and len(found) > 1:
+        return f"{label} {escape(found[0])} +{len(found) - 1}"
+    return f"{label} " + escape(" ".join(found))
 
 
 @app.command("refusals")

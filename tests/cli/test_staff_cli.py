@@ -86,7 +86,7 @@ def test_placements_refused_and_refusals(cli, k8s_grove, native_grove, tmp_path)
     listed = cli("placements")
     assert listed.exit_code == 0 and "mac" in listed.output
     rows = json.loads(cli("--json", "placements").output)
-    assert rows[0]["subject"]["label"] == "compute node a" and rows[0]["subject"]["status"] == "awaiting"
+    assert rows[0]["subject"]["label"] == "job shadow · step a" and rows[0]["subject"]["status"] == "awaiting"
     refused = json.loads(cli("--json", "placements", "--refused").output)
     assert len(refused) == 1 and refused[0]["would_refuse"] is True
     codes = {i["code"] for i in ExecutionPlacement.objects.get().decision["incompatibilities"]}

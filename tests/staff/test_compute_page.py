@@ -94,7 +94,7 @@ def test_explain_takes_a_job_id_a_step_and_a_placement_id(live_server, staff_use
 @pytest.mark.django_db
 def test_an_unclaimed_step_is_signalled_on_the_run_job_pages_and_status(client, staff_client, staff_user, settings,
                                                                         fresh_grove, observability_on):
-    grove, _ = fresh_grove(name="sim", polled=False)
+    fresh_grove(name="sim", polled=False)
     flag_override_set(name="host.deploy.forest_compute_jobs", enabled=True, reason="test")
     job = compute_job_submit(body={"name": "stuck", "grove": "sim", "steps": [
         {"name": "hi", "kind": "native", "command": ["/bin/echo", "hello"], "timeout_s": 30}]})

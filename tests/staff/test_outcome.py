@@ -89,10 +89,12 @@ def test_staff_api_verdict(staff_client, stored, key):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("key", outcome.KEYS)
 def test_cli_table(live_server, staff_user, stored, key):
+    """At 80 columns (a plain terminal) each row keeps its id, its verdict and its age on one line."""
     result = CliRunner().invoke(app, ["--host", live_server.url, "--token", api_token_for(staff_user), "placements"],
-                                catch_exceptions=False, env={"COLUMNS": "200"})
-    line = next(line for line in result.output.splitlines() if f"job-{key}" in line)
-    assert key.replace("_", " ") in line and ("compatible" not in line)
+                                catch_exceptions=False, env={"COLUMNS": "80"})
+    line = next(line for line in result.output.splitlines() if re.search(rf"\b{stored[key].pk}\b", line[:8]))
+    assert key.replace("_", " ") in line and "compatible" not in line
+    assert max(len(text) for text in result.output.splitlines()) <= 80
 
 
 @pytest.mark.django_db
