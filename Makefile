@@ -4,6 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+TEST_STAMP := $(VENV)/.test-installed-stamp
 WHEELHOUSE := $(VENV)/wheelhouse
 
 # Embedded defaults for `make run`: DEBUG on, SQLite and a filesystem broker under var/ unless the
@@ -26,36 +27,47 @@ PYTEST_ARGS ?= -n 2
 help:  ## Show the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(STAMP): pyproject.toml $(wildcard agent/pyproject.toml) docker/controller-requirements.txt
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]' $(if $(wildcard agent/pyproject.toml),-e './agent[kubernetes]')
+# `make run` installs what running needs; `make test` adds the test and benchmark extras (pytest, browsers'
+# driver, S3 and Kubernetes fakes, fuzzers, linters, Helm) on top.
+$(STAMP): pyproject.toml $(wildcard agent/pyproject.toml)
+	@test -x $(BIN)/python || { echo "==> creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	@echo "==> installing Host and the agent (runtime only; the first time takes a few minutes)"
+	$(BIN)/python -m pip install --upgrade pip --progress-bar on
+	$(BIN)/python -m pip install --progress-bar on -e . $(if $(wildcard agent/pyproject.toml),-e ./agent)
+	@touch $(STAMP)
+
+$(TEST_STAMP): $(STAMP) pyproject.toml $(wildcard agent/pyproject.toml) docker/controller-requirements.txt
+	@echo "==> installing the test and benchmark extras"
+	$(BIN)/python -m pip install --progress-bar on -e '.[dev]' $(if $(wildcard agent/pyproject.toml),-e './agent[kubernetes]')
 	@# The controller image's pinned build tools, so tests/deploy/test_images.py can replay its install offline.
 	$(BIN)/python -m pip download --quiet --no-deps --dest $(WHEELHOUSE) \
 		$$(grep -E '^(setuptools|wheel)==' docker/controller-requirements.txt)
-	@touch $(STAMP)
+	@touch $(TEST_STAMP)
 
-venv: $(STAMP)  ## Create .venv and install Host, the agent and the dev tools
+venv: $(TEST_STAMP)  ## Create .venv and install Host, the agent and the dev tools
 
-run: $(STAMP)  ## Migrate, load the demo and serve Host (web :8000 + worker + beat); Ctrl-C stops all
+run: $(STAMP)  ## Local settings, migrate, load the demo and serve Host (web :8000 + worker + beat); Ctrl-C stops all
 	@mkdir -p var/broker/queue var/broker/processed var/broker/control
+	@echo "==> local settings (var/forest.env) and the database"
+	$(RUN_ENV) $(BIN)/python -m apps.core.localenv
+	@echo "==> migrating"
 	$(RUN_ENV) $(BIN)/python manage.py migrate --noinput
 	$(RUN_ENV) $(BIN)/python manage.py load_demo
 	@echo "Forest Host on http://127.0.0.1:8000/  (admin: /admin/, API schema: /api/schema/)"
 	$(RUN_ENV) $(BIN)/honcho start -f Procfile
 
-test: $(STAMP)  ## Architecture contracts, the image linter, then the whole suite against real PostgreSQL and Redis
+test: $(TEST_STAMP)  ## Architecture contracts, the image linter, then the whole suite against real PostgreSQL and Redis
 	$(BIN)/lint-imports
 	$(BIN)/hadolint docker/host.Dockerfile docker/controller.Dockerfile
 	@scripts/services-up.sh
 	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
-fuzz: $(STAMP)  ## The API fuzz and hostile corpus with many more examples (FOREST_FUZZ_EXAMPLES, default 150)
+fuzz: $(TEST_STAMP)  ## The API fuzz and hostile corpus with many more examples (FOREST_FUZZ_EXAMPLES, default 150)
 	@scripts/services-up.sh
 	$(TEST_ENV) FOREST_FUZZ_EXAMPLES=$${FOREST_FUZZ_EXAMPLES:-150} $(BIN)/python -m pytest -q \
 		tests/core/test_schemathesis_api.py tests/core/test_hostile.py tests/groves/test_schemathesis.py
 
-lint: $(STAMP)  ## ruff and the import-linter contracts
+lint: $(TEST_STAMP)  ## ruff and the import-linter contracts
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 

@@ -136,7 +136,8 @@ class Heartbeats(threading.Thread):
 
         with psycopg.connect(DB_URL, autocommit=True) as conn:
             while not self.stop.wait(HEARTBEAT_EVERY_S):
-                conn.execute("UPDATE groves_grove SET last_heartbeat_at = now()")
+                # Live and ready, as agents that heartbeat and poll for work keep their Groves.
+                conn.execute("UPDATE groves_grove SET last_heartbeat_at = now(), last_polled_at = now()")
 
 
 def copy_floor(rows_sql: str) -> float:

@@ -14,6 +14,7 @@ def grove_rows(index: int, *, native: bool, roles: list[str], platforms: list[st
     capacity = {"placement_units": report_units, "accelerators": accelerators}
     grove = Grove(slug=f"g{index:05d}", name=f"g{index}", roles=roles, substrate="native" if native else "kubernetes",
                   platforms=platforms, isolation_modes=isolation, change_kinds=kinds, last_heartbeat_at=now,
+                  last_polled_at=now,  # ready: an agent polls for its work (docs/decisions.md "Grove readiness")
                   capacity=capacity, capacity_reported_at=now)
     units = [PlacementUnit(grove=grove, unit_id=u["id"], cpu_milli_allocatable=u["cpu_milli"]["allocatable"],
                            cpu_milli_free=u["cpu_milli"]["free"],

@@ -232,7 +232,8 @@ def waiting_fleet(n: int):
     now = timezone.now()
     grove = Grove.objects.create(slug="adm-gpu", name="adm-gpu", roles=["compute"], substrate="kubernetes",
                                  platforms=["linux/amd64"], isolation_modes=["container"], change_kinds=["k8s.job"],
-                                 last_heartbeat_at=now + timedelta(hours=1), capacity_reported_at=now)
+                                 last_heartbeat_at=now + timedelta(hours=1), last_polled_at=now + timedelta(hours=1),
+                                 capacity_reported_at=now)
     PlacementUnit.objects.create(grove=grove, unit_id="node-0", cpu_milli_allocatable=64000, cpu_milli_free=64000,
                                  memory_bytes_allocatable=64 * GIB, memory_bytes_free=64 * GIB,
                                  accelerators=[{"inventory_id": "GPU-0", "allocatable": 1, "free": 1}])

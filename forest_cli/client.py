@@ -156,8 +156,19 @@ class ForestClient:
         return self.request("GET", f"/artifacts/runs/{run_id}/lineage")
 
     # placements
-    def placements_explain(self, subject: str) -> list[dict]:
-        """``subject`` is ``TYPE:ID`` (``pipeline_node:42``) or ``RUN_ID:NODE`` (a node of a run)."""
+    def placements_explain(self, subject: str, step: str | None = None) -> list[dict]:
+        """The stored decisions behind ``subject``: a placement id (``17``), a compute job id (every step's, or
+        ``step``'s), ``RUN_ID:NODE`` (a node of a run) or ``TYPE:ID`` (``pipeline_node:42``)."""
+        subject = subject.strip()
+        if subject.isdigit():
+            return [self.request("GET", f"/placements/{subject}")]
+        if _UUID.fullmatch(subject):
+            job = self.compute_get(subject)
+            steps = [s for s in job["steps"] if step is None or s["name"] == step]
+            if not steps:
+                raise ForestClientError("step_not_found", f"Compute job {subject} has no step '{step}'.")
+            return [row for s in steps if (s.get("decision") or {}).get("id")
+                    for row in [self.request("GET", f"/placements/{s['decision']['id']}")]]
         subject_type, subject_id = _subject(subject)
         if subject_type == "run":
             run_id, node_id = subject_id.split(":", 1)
@@ -181,7 +192,8 @@ _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 def _subject(subject: str) -> tuple[str, str]:
     head, sep, tail = subject.partition(":")
     if not sep or not tail:
-        raise ForestClientError("invalid_subject", "Give a subject as TYPE:ID (pipeline_node:42) or RUN_ID:NODE.")
+        raise ForestClientError("invalid_subject", "Give a placement id (17), a compute job id [STEP], RUN_ID:NODE "
+                                "or TYPE:ID (pipeline_node:42).")
     if _UUID.match(head):
         return "run", subject
     return head, tail

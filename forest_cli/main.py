@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from apps.core import localenv
 from forest_cli.client import TERMINAL, ForestClient, ForestClientError
 
 app = typer.Typer(help="Forest: place work on Groves and explain why.", no_args_is_help=True)
@@ -33,6 +34,8 @@ app.add_typer(artifacts, name="artifacts")
 
 out = Console()
 err = Console(stderr=True)
+# A checkout where `make run` ran: FOREST_HOST (and anything else set there) from var/forest.env, under the env.
+localenv.load()
 
 Host = Annotated[str | None, typer.Option("--host", envvar="FOREST_HOST", help="Host URL, e.g. https://forest.example")]
 Token = Annotated[str | None, typer.Option("--token", envvar="FOREST_TOKEN", help="API token", show_default=False)]
@@ -93,6 +96,10 @@ def _notes(view: dict, *, item: str) -> list[Text]:
     sentence, the flag that would refuse) and the runner pool."""
     lines = []
     for entry in view.get("steps", view.get("nodes", [])):
+        if entry.get("signal"):  # assigned and not claimed (docs/decisions.md "Unclaimed jobs")
+            name, signal = entry.get("name") or entry.get("id"), entry["signal"]
+            lines.append(Text("unclaimed ", style="red") + Text(f"{item} {name}: [{signal['code']}] "
+                                                                f"{signal['detail']}"))
         refusal = entry.get("refusal")
         if refusal:
             name = entry.get("name") or entry.get("id")
@@ -149,6 +156,20 @@ def _watch(ctx: typer.Context, client: ForestClient, job_id: str, interval: floa
             time.sleep(interval)
             job = client.compute_get(job_id)
         _print_json(job)
+        return job
+    if not out.is_terminal:  # piped or logged: a live view draws nothing there, so print each change instead
+        seen = None
+        while True:
+            state = (job["status"], tuple((step["name"], step["status"], step.get("attempt")) for step in job["steps"]))
+            if state != seen:
+                seen = state
+                out.print(f"{job['status']}: " + ", ".join(f"{name} {status} (attempt {attempt or 1})"
+                                                           for name, status, attempt in state[1]), soft_wrap=True)
+            if job["status"] in TERMINAL:
+                break
+            time.sleep(interval)
+            job = client.compute_get(job_id)
+        out.print(_job_view(job), soft_wrap=True)
         return job
     with Live(_job_view(job), console=out, refresh_per_second=4) as live:
         while job["status"] not in TERMINAL:
@@ -362,9 +383,10 @@ def artifacts_lineage(
 
 @placements.command("explain")
 def placements_explain(ctx: typer.Context, subject: Annotated[str, typer.Argument(
-        help="TYPE:ID (pipeline_node:42, compute_step:x) or RUN_ID:NODE")]) -> None:
+        help="a placement id (17), a compute job id, RUN_ID:NODE or TYPE:ID (pipeline_node:42)")],
+        step: Annotated[str | None, typer.Argument(help="with a compute job id: only this step")] = None) -> None:
     """Why a subject was placed where it was: Grove, platform, chooser, incompatibilities, candidates."""
-    rows = _call(ctx, lambda c: c.placements_explain(subject))
+    rows = _call(ctx, lambda c: c.placements_explain(subject, step))
     if ctx.obj["json"]:
         _print_json(rows)
         return
@@ -374,8 +396,9 @@ def placements_explain(ctx: typer.Context, subject: Annotated[str, typer.Argumen
     for row in rows:
         decision = row.get("decision", {})
         if row.get("outcome", "placed") != "placed":
-            out.print(f"[bold]{row.get('subject_type')}:{row.get('subject_id')}[/bold] [red]{row['outcome']}[/red] "
-                      + escape(f"[{row.get('code')}] {decision.get('detail', '')}"))
+            out.print(f"[bold]{row.get('subject_type')}:{row.get('subject_id')}[/bold] {_verdict(row, codes=False)} "
+                      + escape(f"[{row.get('code')}] " + (decision.get("detail", "")
+                                                          or (row.get("verdict") or {}).get("sentence", ""))))
             _candidates_table(decision)
             continue
         out.print(f"[bold]{row.get('subject_type')}:{row.get('subject_id')}[/bold] -> Grove "
@@ -430,7 +453,9 @@ def _age(iso: str | None) -> str:
 
 
 def _gib(value) -> str:
-    return "-" if value is None else f"{value / 1024**3:g} GiB"
+    if value is None:
+        return "-"
+    return f"{value / 1024**3:.1f}".removesuffix(".0") + " GiB"  # 23.5 GiB, not 23.5401 GiB
 
 
 @app.command("groves")
@@ -531,16 +556,43 @@ def placements_list(
     if ctx.obj["json"]:
         _print_json(rows)
         return
-    table = Table("id", "subject", "status", "grove", "platform", "chooser", "verdict", "placed")
+    # Readable at 80 columns: the id, the verdict and the age never wrap; platform and chooser only when wide.
+    wide = out.width >= 120
+    table = Table(show_lines=False)
+    table.add_column("id", no_wrap=True)
+    table.add_column("subject", overflow="fold", min_width=10)
+    table.add_column("status")
+    table.add_column("grove", overflow="fold")
+    if wide:
+        table.add_column("platform")
+        table.add_column("chooser")
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("placed", no_wrap=True)
     for row in rows:
-        codes = " ".join(i.get("code", "") for i in row["decision"].get("incompatibilities", []))
-        verdict = (f"[red]{row['outcome']}[/red] {row.get('code', '')}" if row.get("outcome", "placed") != "placed"
-                   else f"[yellow]would refuse[/yellow] {codes}" if row["would_refuse"]
-                   else f"[red]refused[/red] {codes}" if codes else "[green]compatible[/green]")
-        table.add_row(str(row["id"]), row["subject"].get("label") or f"{row['subject_type']}:{row['subject_id']}",
-                      row["subject"].get("status") or "-", row["grove_slug"] or "-", row["selected_platform"] or "-",
-                      row["chooser"], verdict, _age(row["created_at"]))
+        cells = [str(row["id"]), row["subject"].get("label") or f"{row['subject_type']}:{row['subject_id']}",
+                 row["subject"].get("status") or "-", row["grove_slug"] or "-"]
+        if wide:
+            cells += [row["selected_platform"] or "-", row["chooser"]]
+        table.add_row(*cells, _verdict(row, first_code_only=True), _age(row["created_at"]))
     out.print(table)
+
+
+_VERDICT_STYLE = {"placed": "green", "would_refuse": "yellow", "refused": "red", "waiting": "yellow"}
+
+
+def _verdict(row: dict, *, codes: bool = True, first_code_only: bool = False) -> str:
+    """Host's own rendering of the outcome (``verdict``: apps/placement/outcome.py), coloured by its key;
+    ``first_code_only`` (a table cell): the first code and how many more (``explain`` lists them all)."""
+    shown = row.get("verdict") or {"key": row.get("outcome", "placed"), "label": row.get("outcome", "placed"),
+                                   "codes": [row["code"]] if row.get("code") else []}
+    style = _VERDICT_STYLE.get(shown["key"], "white")
+    label = f"[{style}]{escape(shown['label'])}[/{style}]"
+    found = list(shown["codes"])
+    if not codes or not found:
+        return label
+    if first_code_only and len(found) > 1:
+        return f"{label} {escape(found[0])} +{len(found) - 1}"
+    return f"{label} " + escape(" ".join(found))
 
 
 @app.command("refusals")

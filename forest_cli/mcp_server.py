@@ -71,6 +71,21 @@ class ComputeRequest(BaseModel):
     steps: list[ComputeStep] = Field(..., description="Steps, run one after another")
 
 
+class PipelineNode(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str = Field(..., description="Node id, unique in the graph")
+    kind: str = Field(..., description="exec, build_image, deploy, ...")
+    needs: list[str] | None = Field(None, description="Ids of the nodes it runs after")
+
+
+class PipelineGraph(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    nodes: list[PipelineNode] = Field(..., description="The graph's nodes")
+
+
+RunKind = Literal["build", "deploy", "compute"]
+
+
 def _body(model: BaseModel) -> dict:
     return model.model_dump(exclude_none=True)
 
@@ -91,8 +106,15 @@ def build_server(*, host: str | None, token: str | None) -> MCPServer:
             client.close()
 
     @server.tool()
-    def compute_submit(request: ComputeRequest) -> dict:
-        """Submit a compute job; its steps run one after another on Groves."""
+    def compute_submit(
+            name: Annotated[str, Field(description="Job name")],
+            steps: Annotated[list[ComputeStep], Field(description="Steps, run one after another")],
+            environment: str | None = None, team: str | None = None,
+            grove: Annotated[str | None, Field(description="Pin every step to this Grove (id or slug)")] = None,
+    ) -> dict:
+        """Submit a compute job; its steps run one after another on Groves. The request's fields are the
+        tool's own arguments (no wrapper object)."""
+        request = ComputeRequest(name=name, steps=steps, environment=environment, team=team, grove=grove)
         return call(lambda c: c.compute_submit(_body(request)))
 
     @server.tool()
@@ -133,15 +155,30 @@ def build_server(*, host: str | None, token: str | None) -> MCPServer:
 
     @server.tool()
     def placements_explain(subject: Annotated[str, Field(
-            description="TYPE:ID (pipeline_node:42, compute_step:x) or RUN_ID:NODE")]) -> list[dict]:
-        """Stored placement decisions for one subject."""
-        return call(lambda c: c.placements_explain(subject))
+            description="a placement id (17), a compute job id, RUN_ID:NODE or TYPE:ID (pipeline_node:42)")],
+            step: Annotated[str | None, Field(description="with a compute job id: only this step")] = None,
+    ) -> list[dict]:
+        """Stored placement decisions for one subject (each with its ``verdict``: placed, would_refuse, refused
+        or waiting)."""
+        return call(lambda c: c.placements_explain(subject, step))
 
     @server.tool()
-    def plan(request: Annotated[dict[str, Any], Field(
-            description='A compute request ({"name", "steps": [...]}) or a run request ({"graph", "kind"})')]) -> dict:
-        """Preview where each node would run and why, before submitting. Nothing is stored."""
-        return call(lambda c: c.plan(request))
+    def plan(
+            name: Annotated[str | None, Field(description="A compute request: the job name (with steps)")] = None,
+            steps: Annotated[list[ComputeStep] | None, Field(description="A compute request: its steps")] = None,
+            environment: str | None = None, team: str | None = None,
+            grove: Annotated[str | None, Field(description="A compute request: pin every step")] = None,
+            graph: Annotated[PipelineGraph | None, Field(description="A run request: the graph (with kind)")] = None,
+            kind: Annotated[RunKind | None, Field(description="A run request: build, deploy or compute")] = None,
+    ) -> dict:
+        """Preview where each node would run and why, before submitting. Nothing is stored. Give a compute
+        request (name, steps, ...) or a run request (graph, kind), as the tool's own arguments."""
+        if graph is not None:
+            body = {"graph": graph.model_dump(exclude_none=True), **({"kind": kind} if kind else {})}
+        else:
+            body = _body(ComputeRequest(name=name or "plan", steps=steps or [], environment=environment,
+                                        team=team, grove=grove))
+        return call(lambda c: c.plan(body))
 
     @server.tool()
     def groves_list(substrate: SubstrateName | None = None, role: RoleName | None = None,

@@ -11,6 +11,11 @@ from pathlib import Path
 
 import dj_database_url
 
+from apps.core import localenv
+
+# `make run`'s local settings file (var/forest.env), under whatever the environment already says.
+localenv.load()
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("FOREST_VAR_DIR", BASE_DIR / "var"))
 
@@ -221,6 +226,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Offline: the system's fonts (templates/drf_spectacular/redoc.html loads none from the internet).
+    "REDOC_UI_SETTINGS": {"theme": {"typography": {"fontFamily": "system-ui, sans-serif",
+                                                   "headings": {"fontFamily": "system-ui, sans-serif"}}}},
 }
 
 # --- Celery -------------------------------------------------------------------------------------
@@ -272,6 +280,15 @@ REDIS_URL = os.environ.get(
 # --- Forest -------------------------------------------------------------------------------------
 # A Grove whose last heartbeat is older than this is stale: not chosen for new work.
 GROVE_STALE_AFTER_S = int(os.environ.get("GROVE_STALE_AFTER_S", "90"))
+# Readiness, apart from liveness: a Grove that has not polled `changes` (or claimed) within this long is live
+# but not ready for dispatch, and never chosen for new work (docs/decisions.md "Grove readiness"). Keep it
+# above the agent's long-poll wait (30 s at most) plus the coarse poll stamp and the liveness touch window.
+GROVE_READY_WITHIN_S = int(os.environ.get("GROVE_READY_WITHIN_S", "90"))
+# A poll writes the Grove's last_polled_at at most this often (the hot path's write stays rare).
+GROVE_POLL_STAMP_S = int(os.environ.get("GROVE_POLL_STAMP_S", "10"))
+# A job assigned this long without a claim is `unclaimed`; the sweep ends it with that code when its Grove is
+# not ready (docs/decisions.md "Unclaimed jobs").
+GROVE_JOB_UNCLAIMED_AFTER_S = int(os.environ.get("GROVE_JOB_UNCLAIMED_AFTER_S", "30"))
 # Capacity reports kept per Grove (a new row only when the reported capacity changes).
 GROVE_REPORT_HISTORY = int(os.environ.get("GROVE_REPORT_HISTORY", "20"))
 GROVE_LOG_TAIL_LINES = int(os.environ.get("GROVE_LOG_TAIL_LINES", "200"))

@@ -8,7 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HOST_URL=${FOREST_LOCAL_HOST_URL:-http://127.0.0.1:8000}
-STATE=${FOREST_AGENT_STATE_DIR:-var/agent}
+# One identity per database (var/agent/<key of DATABASE_URL>): an identity enrolled against SQLite is unknown
+# to PostgreSQL, so switching databases enrolls afresh instead of stopping the stack.
+STATE=${FOREST_AGENT_STATE_DIR:-var/agent/$(.venv/bin/python -c 'from apps.core.localenv import database_key; print(database_key())')}
 
 .venv/bin/python - "$HOST_URL" <<'PY'
 import sys, time, httpx

@@ -76,13 +76,16 @@ def grove_client():
 
 @pytest.fixture
 def fresh_grove(enroll):
-    """A native compute Grove that has heartbeated once (so it is fresh), with its credential."""
+    """A native compute Grove that has heartbeated once (so it is live) and polled for work (so it is ready,
+    as a running agent is), with its credential. ``polled=False``: live but not ready."""
 
     def _make(name="box", substrate="native", roles=("compute",), platforms=("linux/amd64",), gpus=0,
-              change_kinds=None):
+              change_kinds=None, polled=True):
         grove, credential = enroll(name=name, substrate=substrate, roles=roles, platforms=platforms)
         grove = grove_services.grove_heartbeat_record(
             grove=grove, body=heartbeat_body(substrate=substrate, gpus=gpus, change_kinds=change_kinds))
+        if polled:
+            grove_services.grove_poll_record(grove=grove)
         return grove, credential
 
     return _make

@@ -5,6 +5,8 @@
 """
 import os
 
+os.environ.setdefault("FOREST_ENV_FILE", "")  # never a developer's `make run` settings file
+
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/forest")
 os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("SECRET_KEY", "forest-test-secret-key-not-for-production")

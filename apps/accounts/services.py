@@ -185,3 +185,31 @@ def roles_sync(*, permission_model=Permission, group_model=Group, content_type_m
             wanted.append(permission)
         group.permissions.set(wanted)
     return list(roles.ROLES)
+
+
+def user_create(*, username: str, email: str = "", password: str | None = None, actor=None,
+                via: str = AuditVia.COMMAND, actor_label: str = ""):
+    """A person who can log in (roles and teams are granted apart: ``role_grant``, ``team_member_set``).
+    Without a password the account cannot log in with one until ``changepassword`` sets it. Audited."""
+    username = (username or "").strip()
+    model = get_user_model()
+    if not username:
+        raise ValidationFailed("field_blank", "Give a username.", field="username")
+    if model.objects.filter(username=username).exists():
+        raise Conflict("user_exists", f"A user '{username}' already exists.", field="username")
+    with transaction.atomic():
+        user = model.objects.create_user(username=username, email=email, password=password)
+        audit_record(actor=actor, via=via, action="user.create", target_type="auth.user", target_id=user.pk,
+                     actor_label=actor_label, detail={"user": username})
+    return user
+
+
+def team_create(*, slug: str, name: str = "", actor=None, via: str = AuditVia.COMMAND, actor_label: str = "") -> Team:
+    """A new team (members come with ``team_member_set``). Audited; an existing slug is refused."""
+    if Team.objects.filter(slug=slug).exists():
+        raise Conflict("team_exists", f"A team '{slug}' already exists.", field="team")
+    with transaction.atomic():
+        team = team_ensure(slug=slug, name=name)
+        audit_record(actor=actor, via=via, action="team.create", target_type="accounts.team", target_id=slug,
+                     team=slug, actor_label=actor_label, detail={"name": team.name})
+    return team

@@ -8,6 +8,7 @@ from apps.artifacts.selectors import run_lineage
 from apps.compute.models import ComputeJob
 from apps.core.errors import Forbidden, NotFound
 from apps.dispatch.models import GroveJob
+from apps.dispatch.selectors import job_signal
 from apps.flags.registry import COMPUTE_JOBS
 from apps.flags.selectors import is_enabled
 from apps.pipelines.models import PipelineNode
@@ -46,14 +47,16 @@ def _step_view(node: PipelineNode, queue: dict, decisions: dict, outputs: dict |
             "log_tail": job.log_tail[-20:] if job else [],
             "inputs": [{key: item.get(key) for key in ("name", "artifact_id", "digest", "path")}
                        for item in node.spec.get("inputs", [])],
-            "outputs": (outputs or {}).get(node.node_id, [])}
+            "outputs": (outputs or {}).get(node.node_id, []),
+            # assigned and not claimed within GROVE_JOB_UNCLAIMED_AFTER_S: {"code": "unclaimed", ...}
+            "signal": job_signal(job)}
 
 
 def compute_job_view(job: ComputeJob, *, runner: dict | None = None) -> dict:
     """The compute response shape: ``{"id", "run_id", "status", "steps": [...]}`` plus name/environment, the
     runner pool, and ``warnings`` (what enforcement would have refused). A waiting step carries ``queue``
     (its position, what it waits on, its deadline); a refused or waiting one its stored ``decision``."""
-    nodes = list(job.run.nodes.select_related("grove", "current_job").order_by("position"))
+    nodes = list(job.run.nodes.select_related("grove", "current_job", "current_job__grove").order_by("position"))
     queue, decisions = queue_positions(nodes), stored_decisions(nodes)
     outputs: dict[str, list] = {}
     if any(node.spec.get("outputs") for node in nodes):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 from typing import Any
 
 from apps.core import validation as v
@@ -50,3 +51,22 @@ def changes_wait(raw: str | None, *, default: int = CHANGES_WAIT_DEFAULT_S, maxi
     if not 0 <= value <= maximum:
         raise ValidationFailed("invalid_wait", f"wait must be between 0 and {maximum} seconds.", field="wait")
     return value
+
+
+UNCLAIMED = "unclaimed"
+
+
+def unclaimed_signal(*, status: str, created_at: datetime, grove_slug: str, grove_last_polled_at: datetime | None,
+                     now: datetime, after_s: float) -> dict | None:
+    """The coded signal of a job assigned to a Grove that has not claimed it within ``after_s``
+    (``GROVE_JOB_UNCLAIMED_AFTER_S``), with the Grove's last poll age; None for any other job. One
+    definition for the API status, the CLI, the staff pages and ``/metrics`` (docs/decisions.md
+    "Unclaimed jobs")."""
+    if status != "assigned" or (now - created_at).total_seconds() < after_s:
+        return None
+    age = None if grove_last_polled_at is None else max(0, int((now - grove_last_polled_at).total_seconds()))
+    polled = "has never polled for work" if age is None else f"last polled for work {age} s ago"
+    return {"code": UNCLAIMED, "grove": grove_slug, "assigned_for_s": int((now - created_at).total_seconds()),
+            "grove_last_poll_age_s": age,
+            "detail": f"Assigned to Grove {grove_slug} {int((now - created_at).total_seconds())} s ago and not "
+                      f"claimed; the Grove {polled}."}

@@ -1,7 +1,12 @@
 """Reads for dispatch: a job as the wire spells it, and what one Grove should see in ``changes``."""
 from __future__ import annotations
 
-from apps.dispatch import hooks
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from apps.dispatch import hooks, rules
 from apps.dispatch.models import GroveJob
 from apps.dispatch.vocabulary import CHANGES_MAX_CANCELS, CHANGES_MAX_JOBS, JobStatus
 from apps.groves.models import Grove
@@ -29,3 +34,23 @@ def grove_changes(*, grove: Grove) -> tuple[dict, bool]:
         news = news or fresh
     body["cancel"] = [str(pk) for pk in cancel]
     return body, news
+
+
+def job_signal(job: GroveJob | None, *, now=None) -> dict | None:
+    """The job's coded signal (``rules.unclaimed_signal``: assigned, not claimed within
+    ``GROVE_JOB_UNCLAIMED_AFTER_S``, with its Grove's last poll age), or None. Reads ``job.grove`` (select
+    it related)."""
+    if job is None or job.status != JobStatus.ASSIGNED:
+        return None
+    return rules.unclaimed_signal(status=job.status, created_at=job.created_at, grove_slug=job.grove.slug,
+                                  grove_last_polled_at=job.grove.last_polled_at, now=now or timezone.now(),
+                                  after_s=settings.GROVE_JOB_UNCLAIMED_AFTER_S)
+
+
+def unclaimed_count(*, now=None) -> int:
+    """Assigned jobs past ``GROVE_JOB_UNCLAIMED_AFTER_S`` (the ``/metrics`` gauge), through the partial index of
+    assigned jobs."""
+    now = now or timezone.now()
+    return GroveJob.objects.filter(
+        status=JobStatus.ASSIGNED,
+        created_at__lte=now - timedelta(seconds=settings.GROVE_JOB_UNCLAIMED_AFTER_S)).count()

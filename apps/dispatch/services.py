@@ -15,6 +15,7 @@ from functools import partial
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.core.datatoken import data_token_sign
@@ -24,6 +25,7 @@ from apps.dispatch import hooks, rules, wakeups
 from apps.dispatch.models import GroveJob
 from apps.dispatch.states import JOB, JOB_LIVE, JOB_TERMINAL
 from apps.dispatch.vocabulary import DEFAULT_TIMEOUT_S, JobStatus
+from apps.groves import services as grove_services
 from apps.groves.models import Grove
 
 log = logging.getLogger(__name__)
@@ -95,9 +97,16 @@ def _job_sql(lock: bool, vendor: str) -> str:
             f"WHERE j.id = %s AND j.grove_id = %s" + (lock_clause() if lock else ""))
 
 
-@transaction.atomic
 def grove_job_claim(*, grove: Grove, job_id) -> GroveJob:
-    """Exactly one claimer wins: the row lock serialises claimers and only ``assigned`` can be claimed."""
+    """Exactly one claimer wins: the row lock serialises claimers and only ``assigned`` can be claimed.
+    Any claim, won or lost, shows the Grove's executor at work: it keeps the Grove ready (coarsely, before
+    the claim's own transaction, so the Grove row is never locked while the job's is)."""
+    grove_services.grove_poll_record(grove=grove)
+    return _claim(grove, job_id)
+
+
+@transaction.atomic
+def _claim(grove: Grove, job_id) -> GroveJob:
     job = _grove_job(grove, job_id, lock=True)
     if job.status in (JobStatus.CANCELLED, JobStatus.TIMED_OUT):
         raise Conflict("job_cancelled", f"Job {job.id} was {job.status.replace('_', ' ')} by Host; do not run it.")
@@ -188,6 +197,43 @@ def grove_jobs_time_out_overdue(*, now: datetime, limit: int) -> int:
     """The sweep's part for jobs: time out live jobs past their deadline (through a partial index)."""
     overdue = GroveJob.objects.filter(status__in=JOB_LIVE, deadline_at__lte=now).values_list("pk", flat=True)
     return sum(grove_job_time_out(job_id=job_id, now=now) for job_id in list(overdue[:limit]))
+
+
+def grove_job_end_unclaimed(*, job_id, now: datetime | None = None) -> bool:
+    """The unclaimed policy (docs/decisions.md "Unclaimed jobs"): a job still ``assigned`` past
+    ``GROVE_JOB_UNCLAIMED_AFTER_S`` on a Grove that is not ready (no poll or claim within
+    ``GROVE_READY_WITHIN_S``) ends ``timed_out`` with the reason ``unclaimed`` at once, instead of waiting out
+    its deadline: nothing there would run it. The owner's hooks end (or retry) its node as for any timeout."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        job = (GroveJob.objects.select_for_update(skip_locked=True, no_key=True).select_related("grove")
+               .filter(pk=job_id).first())
+        if job is None or job.status != JobStatus.ASSIGNED or not _unclaimed_and_unready(job, now):
+            return False
+        signal = rules.unclaimed_signal(status=job.status, created_at=job.created_at, grove_slug=job.grove.slug,
+                                        grove_last_polled_at=job.grove.last_polled_at, now=now,
+                                        after_s=settings.GROVE_JOB_UNCLAIMED_AFTER_S)
+        job_end_by_host(job=job, to=JobStatus.TIMED_OUT, reason=rules.UNCLAIMED, now=now)
+    log.warning("grove job unclaimed; ended", extra={"job": str(job.id), "key": job.idempotency_key,
+                                                     "grove": job.grove.slug, "detail": signal["detail"]})
+    return True
+
+
+def _unclaimed_and_unready(job: GroveJob, now: datetime) -> bool:
+    polled = job.grove.last_polled_at
+    return (now - job.created_at >= timedelta(seconds=settings.GROVE_JOB_UNCLAIMED_AFTER_S)
+            and (polled is None or now - polled > timedelta(seconds=settings.GROVE_READY_WITHIN_S)))
+
+
+def grove_jobs_end_unclaimed(*, now: datetime, limit: int) -> int:
+    """The sweep's part for the unclaimed policy: assigned jobs past the threshold whose Grove is not ready
+    (through the partial index of assigned jobs)."""
+    due = (GroveJob.objects.filter(status=JobStatus.ASSIGNED,
+                                   created_at__lte=now - timedelta(seconds=settings.GROVE_JOB_UNCLAIMED_AFTER_S))
+           .filter(Q(grove__last_polled_at__isnull=True)
+                   | Q(grove__last_polled_at__lt=now - timedelta(seconds=settings.GROVE_READY_WITHIN_S)))
+           .values_list("pk", flat=True))
+    return sum(grove_job_end_unclaimed(job_id=job_id, now=now) for job_id in list(due[:limit]))
 
 
 def grove_job_cancel(*, job_id, reason: str = "cancelled") -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
+from django.contrib.admin.utils import quote, unquote
 from django.db.models import OuterRef, Subquery
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import path, reverse
@@ -149,13 +150,15 @@ class FlagAdmin(admin.ModelAdmin):
         # Read-only mirror of the registry: no Save buttons; the toggle form below is the only write.
         extra = {"show_save": False, "show_save_and_continue": False, "show_save_and_add_another": False,
                  "show_delete": False, "toggle_form": FlagToggleForm(),
+                 # object_id arrives quoted as admin writes it in URLs (``_`` → ``_5F``); kept quoted here.
                  "toggle_url": reverse("admin:flags_flag_toggle", args=[object_id]),
                  "can_toggle": self.has_change_permission(request), **(extra_context or {})}
         return super().change_view(request, object_id, form_url, extra_context=extra)
 
     def toggle_view(self, request, object_id):
-        flag = get_object_or_404(Flag, pk=object_id)
-        change_url = reverse("admin:flags_flag_change", args=[flag.pk])
+        # The URL carries admin's quoted primary key (``_5F`` for ``_``), as every admin URL does.
+        flag = get_object_or_404(Flag, pk=unquote(object_id))
+        change_url = reverse("admin:flags_flag_change", args=[quote(flag.pk)])
         if request.method != "POST" or not self.has_change_permission(request, flag):
             return redirect(change_url)
         form = FlagToggleForm(request.POST)

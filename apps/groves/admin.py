@@ -76,9 +76,15 @@ class CredentialInline(admin.TabularInline):
 @admin.register(Grove)
 class GroveAdmin(admin.ModelAdmin):
     list_display = ("slug", "name", "substrate", "roles", "platforms", "enabled", "last_heartbeat_at",
-                    "stale_display", "version")
-    list_filter = ("substrate", "enabled")
+                    "stale_display", "ready_display", "simulated", "version")
+    list_filter = ("substrate", "enabled", "simulated")
     search_fields = ("slug", "name")
+
+    @admin.display(description="ready", boolean=True)
+    def ready_display(self, obj: Grove) -> bool:
+        """Polls for work (readiness apart from liveness: docs/decisions.md "Grove readiness")."""
+        return obj.ready
+
     readonly_fields = ("id", "substrate", "platforms", "isolation_modes", "change_kinds", "version",
                        "last_heartbeat_at", "stale_since", "capacity_reported_at", "log_tail", "created_at")
     fields = ("id", "slug", "name", "enabled", "roles", *readonly_fields[1:])

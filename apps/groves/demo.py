@@ -1,6 +1,10 @@
 """The demo estate ``make run`` loads: Groves of each substrate, platform mix and accelerator kind.
 
-The capacity reports go through ``grove_heartbeat_record`` exactly as an agent's would.
+The capacity reports go through ``grove_heartbeat_record`` exactly as an agent's would, but they are
+*simulated*: nothing runs these Groves' jobs. So they say so: each is marked ``simulated`` (a badge on every
+page that shows a Grove) and reports the version ``SIMULATED_VERSION``; and since nothing polls for their
+work they are never ready (docs/decisions.md "Grove readiness"), so unpinned work never lands on them. Work
+pinned to one is signalled ``unclaimed`` and ended with that code by the sweep.
 """
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from apps.groves import services
 from apps.groves.models import Grove
 
 GIB = 1024**3
+SIMULATED_VERSION = "forest-demo simulator (simulated: runs nothing)"
 
 
 def _unit(unit_id: str, cpu: int, mem_gib: int, accelerators: list[dict] | None = None) -> dict:
@@ -20,7 +25,7 @@ DEMO_GROVES = [
     {
         "slug": "k8s-build-1", "name": "Build cluster (amd64 + arm64)", "substrate": "kubernetes",
         "roles": ["build"], "platforms": ["linux/amd64", "linux/arm64"],
-        "heartbeat": {"version": "forest-controller 0.1.0", "change_kinds": ["k8s.build_job", "k8s.job"],
+        "heartbeat": {"version": SIMULATED_VERSION, "change_kinds": ["k8s.build_job", "k8s.job"],
                       "isolation": ["container"],
                       "capacity": {"placement_units": [_unit("node-a", 16000, 64), _unit("node-b", 16000, 64),
                                                        _unit("node-c", 8000, 32)], "accelerators": []}},
@@ -28,7 +33,7 @@ DEMO_GROVES = [
     {
         "slug": "k8s-runtime-arm", "name": "Runtime cluster (arm64)", "substrate": "kubernetes",
         "roles": ["runtime"], "platforms": ["linux/arm64"],
-        "heartbeat": {"version": "forest-controller 0.1.0", "change_kinds": ["k8s.deployment", "k8s.job"],
+        "heartbeat": {"version": SIMULATED_VERSION, "change_kinds": ["k8s.deployment", "k8s.job"],
                       "isolation": ["container"],
                       "capacity": {"placement_units": [_unit("node-1", 4000, 16), _unit("node-2", 4000, 16)],
                                    "accelerators": []}},
@@ -37,7 +42,7 @@ DEMO_GROVES = [
         "slug": "k8s-gpu-1", "name": "GPU cluster (NVIDIA A100)", "substrate": "kubernetes",
         "roles": ["compute"], "platforms": ["linux/amd64"],
         "heartbeat": {
-            "version": "forest-controller 0.1.0", "change_kinds": ["k8s.job"], "isolation": ["container"],
+            "version": SIMULATED_VERSION, "change_kinds": ["k8s.job"], "isolation": ["container"],
             "capacity": {
                 "placement_units": [_unit("gpu-node-1", 32000, 256, [
                     {"inventory_id": "gpu-node-1/nvidia-a100-80gb", "allocatable": 4, "free": 4}])],
@@ -50,7 +55,7 @@ DEMO_GROVES = [
         "slug": "gpu-box-1", "name": "Linux box with 2 x H100", "substrate": "native",
         "roles": ["compute"], "platforms": ["linux/amd64"],
         "heartbeat": {
-            "version": "forest-agent 0.1.0", "change_kinds": ["native.job"], "isolation": ["host_process"],
+            "version": SIMULATED_VERSION, "change_kinds": ["native.job"], "isolation": ["host_process"],
             "capacity": {
                 "placement_units": [_unit("machine", 64000, 512, [
                     {"inventory_id": "GPU-0", "allocatable": 1, "free": 1},
@@ -64,7 +69,7 @@ DEMO_GROVES = [
         "slug": "mac-studio-1", "name": "Mac Studio (M2 Ultra)", "substrate": "native",
         "roles": ["build", "compute"], "platforms": ["darwin/arm64"],
         "heartbeat": {
-            "version": "forest-agent 0.1.0", "change_kinds": ["native.job", "native.workload"],
+            "version": SIMULATED_VERSION, "change_kinds": ["native.job", "native.workload"],
             "isolation": ["host_process"],
             "capacity": {
                 "placement_units": [_unit("machine", 24000, 192, [
@@ -82,8 +87,11 @@ def demo_load() -> list[Grove]:
     for spec in DEMO_GROVES:
         grove = Grove.objects.filter(slug=spec["slug"]).first() or services.grove_create(
             name=spec["name"], slug=spec["slug"], substrate=spec["substrate"], roles=spec["roles"],
-            platforms=spec["platforms"],
+            platforms=spec["platforms"], simulated=True,
         )
+        if not grove.simulated:  # a demo Grove loaded before Groves were marked
+            Grove.objects.filter(pk=grove.pk).update(simulated=True)
+            grove.simulated = True
         groves.append(services.grove_heartbeat_record(grove=grove, body=spec["heartbeat"]))
     return groves
 

@@ -29,6 +29,9 @@ class Grove(models.Model):
     # Not indexed, like every column a heartbeat writes: the liveness UPDATE stays HOT (heap-only, no index
     # entry written). Stale sweeps and "fresh" filters scan the table, which is cheap beside the heartbeats.
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Readiness (apart from liveness): when the Grove last polled `changes` or claimed a job, written coarsely
+    # (GROVE_POLL_STAMP_S) by apps.groves.services.grove_poll_record. Not indexed, like the liveness columns.
+    last_polled_at = models.DateTimeField(null=True, blank=True)
     # Set by the beat task when the Grove goes quiet, cleared by its next heartbeat.
     stale_since = models.DateTimeField(null=True, blank=True)
     # The latest reported capacity, verbatim ({"placement_units": [...], "accelerators": [...]}).
@@ -44,6 +47,10 @@ class Grove(models.Model):
     mesh_proxy_port = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     enabled = models.BooleanField(default=True, help_text="A disabled Grove is never chosen for new work.")
+    # The demo's simulated Groves (apps.groves.demo): Host's own heartbeats, no executor. Shown with a badge on
+    # every page that shows a Grove; never ready (nothing polls), so never chosen unpinned.
+    simulated = models.BooleanField(default=False, help_text="A demo Grove: Host simulates its reports; nothing "
+                                                             "runs its jobs.")
     # Placement's fleet snapshot reloads Groves changed since its watermark. On PostgreSQL a trigger
     # (migration 0002) stamps every INSERT/UPDATE with the database clock, including queryset .update().
     # A heartbeat that only moves liveness keeps updated_at (so its UPDATE touches no indexed column and
@@ -65,6 +72,12 @@ class Grove(models.Model):
         if self.last_heartbeat_at is None:
             return True
         return timezone.now() - self.last_heartbeat_at > timedelta(seconds=settings.GROVE_STALE_AFTER_S)
+
+    @property
+    def ready(self) -> bool:
+        """Ready for dispatch: it polled ``changes`` (or claimed) within ``GROVE_READY_WITHIN_S``."""
+        return self.last_polled_at is not None and (
+            timezone.now() - self.last_polled_at <= timedelta(seconds=settings.GROVE_READY_WITHIN_S))
 
 
 class GroveCapability(models.Model):

@@ -7,7 +7,7 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.text import slugify
@@ -84,11 +84,12 @@ def grove_capabilities_sync(*, grove: Grove) -> None:
 
 
 def grove_create(*, name: str, substrate: str, roles: list[str], platforms: list[str],
-                 slug: str = "", version: str = "") -> Grove:
-    """Create a Grove directly (enrollment, demo data, tests); platforms are validated and normalised."""
+                 slug: str = "", version: str = "", simulated: bool = False) -> Grove:
+    """Create a Grove directly (enrollment, demo data, tests); platforms are validated and normalised.
+    ``simulated``: a demo Grove whose reports Host makes up (nothing runs its jobs)."""
     grove = Grove.objects.create(
         slug=slug or _unique_slug(name), name=name, substrate=substrate, roles=roles,
-        platforms=rules.platforms(platforms), version=version,
+        platforms=rules.platforms(platforms), version=version, simulated=simulated,
     )
     grove_capabilities_sync(grove=grove)
     return grove
@@ -379,3 +380,27 @@ def grove_stale_mark() -> int:
     for slug in slugs:
         log.warning("grove went stale", extra={"grove": slug})
     return count
+
+
+def poll_stamp_due(grove: Grove, *, now: datetime | None = None) -> bool:
+    """Whether a poll or claim by this Grove (its row as just authenticated) should write ``last_polled_at``:
+    never stamped, or stamped more than ``GROVE_POLL_STAMP_S`` ago. Free: it reads the row in hand."""
+    stamped = grove.last_polled_at
+    now = now or timezone.now()
+    return stamped is None or now - stamped >= timedelta(seconds=settings.GROVE_POLL_STAMP_S)
+
+
+def grove_poll_record(*, grove: Grove, now: datetime | None = None) -> bool:
+    """Readiness (docs/decisions.md "Grove readiness"): the Grove polled ``changes`` or claimed a job. Written
+    coarsely, one guarded UPDATE at most every ``GROVE_POLL_STAMP_S`` per Grove, so a long-polling fleet adds
+    few writes; a stamp after a silence longer than the liveness touch window (or the first) also moves
+    ``updated_at`` (groves migration 0005), so the fleet snapshot learns the Grove became ready at its
+    next refresh. Returns whether it wrote."""
+    now = now or timezone.now()
+    if not poll_stamp_due(grove, now=now):
+        return False
+    due = now - timedelta(seconds=settings.GROVE_POLL_STAMP_S)
+    written = Grove.objects.filter(pk=grove.pk).filter(
+        models.Q(last_polled_at__isnull=True) | models.Q(last_polled_at__lte=due)).update(last_polled_at=now)
+    grove.last_polled_at = now
+    return bool(written)

@@ -238,7 +238,8 @@ def node_validate(value: Any, field: str) -> dict:
                      f"{field}.image")
     if not native:
         if value.get("image") is None:
-            raise v.fail("image_required", f"A {kind} node with a container needs an image.", f"{field}.image")
+            article = "An" if kind[:1] in "aeiou" else "A"
+            raise v.fail("image_required", f"{article} {kind} node with a container needs an image.", f"{field}.image")
         if isinstance(value["image"], dict):
             # An image given as a recorded artifact: Host pins it at submit (``require_oci_image``).
             image = v.obj(value["image"], f"{field}.image", allowed={"artifact"}, required={"artifact"})

@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 from apps.core.errors import NotFound
 from apps.pipelines.models import PipelineNode, PipelineNodeWait, PipelineNodeWaitGrove, PipelineRun
 from apps.pipelines.vocabulary import NodeStatus, WaitMode
-from apps.placement.choices import COMPATIBILITY_FLAG, Outcome, SubjectType
+from apps.placement.choices import COMPATIBILITY_FLAG, SubjectType
 from apps.placement.models import ExecutionPlacement
 
 
@@ -93,13 +93,12 @@ def queue_positions(nodes: list[PipelineNode]) -> dict[int, dict]:
 
 
 def stored_decisions(nodes: list[PipelineNode]) -> dict[int, dict]:
-    """The stored refused or waiting decision of each node that has one: ``{"id", "outcome", "code",
-    "summary"}`` (``forest placements explain`` shows the rest). One query for all the nodes."""
-    ids = [str(node.pk) for node in nodes if node.status in (NodeStatus.FAILED, NodeStatus.WAITING,
-                                                             NodeStatus.TIMED_OUT)]
+    """The stored decision of each node that has one, placed or not: ``{"id", "outcome", "code", "summary"}``
+    (``forest placements explain ID`` shows the rest). One query for all the nodes."""
+    ids = [str(node.pk) for node in nodes]
     if not ids:
         return {}
     rows = (ExecutionPlacement.objects.filter(subject_type=SubjectType.PIPELINE_NODE, subject_id__in=ids)
-            .exclude(outcome=Outcome.PLACED).values_list("subject_id", "pk", "outcome", "code", "decision"))
+            .values_list("subject_id", "pk", "outcome", "code", "decision"))
     return {int(subject_id): {"id": pk, "outcome": outcome, "code": code, "summary": decision.get("summary", "")}
             for subject_id, pk, outcome, code, decision in rows}

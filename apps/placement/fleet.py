@@ -19,7 +19,7 @@ import heapq
 import itertools
 from bisect import bisect_left, insort
 from collections.abc import Hashable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from apps.placement import rules
 from apps.placement.requirements import ExecutionRequirement
@@ -99,6 +99,7 @@ class FleetIndex:
         self._expiry: list[tuple[float, str]] = []  # (heartbeat, slug) of fresh Groves, lazily pruned
         self._cutoff = float("-inf")
         self._shapes: dict[tuple, _Shape] = {}
+        self._polls: list[tuple[float, str]] = []  # (last poll, slug) of ready Groves, lazily pruned
         self._rules = rules.RULES  # the table the indexes were built from
         self.version = next(_VERSIONS)
 
@@ -149,6 +150,12 @@ class FleetIndex:
             else:
                 self._sorted.append(record.slug)
             self._facts_changed()
+        if record.ready and record.last_polled_at is not None:
+            heapq.heappush(self._polls, (record.last_polled_at.timestamp(), record.slug))
+            if len(self._polls) > 4 * len(self.records) + 64:
+                self._polls = [(item.last_polled_at.timestamp(), slug) for slug, item in self.records.items()
+                               if item.ready and item.last_polled_at is not None]
+                heapq.heapify(self._polls)
         heartbeat = record.heartbeat
         if heartbeat is not None and heartbeat >= self._cutoff:
             self._stale.discard(record.slug)
@@ -170,6 +177,20 @@ class FleetIndex:
         cutoff = self._cutoff
         self.replace_all(list(self.records.values()))
         self.stale(cutoff)
+
+    def unready(self, cutoff: float) -> list[str]:
+        """File again, as not ready, every ready Grove whose last poll is before ``cutoff`` (a timestamp):
+        readiness is a fact the rules read (``rules.READINESS``), and it expires with time alone. Amortised
+        like ``stale``: only expiries are touched. Returns the slugs that became unready."""
+        became = []
+        while self._polls and self._polls[0][0] < cutoff:
+            _, slug = heapq.heappop(self._polls)
+            record = self.records.get(slug)
+            if (record is not None and record.ready
+                    and (record.last_polled_at is None or record.last_polled_at.timestamp() < cutoff)):
+                self.upsert(replace(record, ready=False))
+                became.append(slug)
+        return became
 
     # --- reads -----------------------------------------------------------------------------------
 
@@ -213,7 +234,8 @@ class FleetIndex:
         return eligible
 
     def _shape(self, requirement: ExecutionRequirement, role_only: bool) -> _Shape:
-        table = (rules.ROLE,) if role_only else self._rules
+        # The role-only fallback (shadow mode) still never picks a Grove that would not claim the work.
+        table = (rules.ROLE, rules.READINESS) if role_only else self._rules
         # What each rule accepts *is* the shape (with what the ranking reads: platforms and the API).
         accepts = tuple(rule.accepts(requirement) for rule in table)
         allowed = requirement.compatibility.platform.allowed

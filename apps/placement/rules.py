@@ -55,6 +55,11 @@ class GroveFacts:
     claimed: tuple[tuple[tuple[str, str], int], ...] = ()
     unit_free: tuple[tuple[str, int, int], ...] = ()
     unit_allocatable: tuple[tuple[str, int, int], ...] = ()
+    # Readiness apart from liveness (docs/decisions.md "Grove readiness"): the Grove polled ``changes`` or
+    # claimed within ``GROVE_READY_WITHIN_S`` when these facts were built; the snapshot files it again as
+    # unready once that poll grows too old (``fleet.FleetIndex.unready``). A heartbeat alone never sets it.
+    ready: bool = True
+    last_polled_at: datetime | None = None
 
     @property
     def heartbeat(self) -> float | None:
@@ -203,7 +208,22 @@ def _change_kind(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompati
 CHANGE_KIND = Rule("change_kind", ("change_kind_not_advertised",), check=_change_kind,
                    keys=lambda grove: grove.change_kinds, accepts=lambda req: (req.compatibility.change_kind,))
 
-RULES: tuple[Rule, ...] = (ROLE, PLATFORM, SUBSTRATE, ISOLATION, TRUST, CHANGE_KIND)
+def _readiness(req: ExecutionRequirement, grove: GroveFacts) -> list[Incompatibility]:
+    if grove.ready:
+        return []
+    polled = ("has never polled for work" if grove.last_polled_at is None
+              else f"last polled for work at {grove.last_polled_at:%Y-%m-%d %H:%M:%S} UTC")
+    return [Incompatibility(
+        "grove_not_polling",
+        f"Grove {grove.slug} is live (it heartbeats) but not ready: it {polled}, so nothing there would claim "
+        "this work.", grove.slug)]
+
+
+# Every requirement needs a ready Grove, whatever else it needs: the rule constrains every requirement.
+READINESS = Rule("readiness", ("grove_not_polling",), check=_readiness, keys=lambda grove: (grove.ready,),
+                 accepts=lambda req: (True,))
+
+RULES: tuple[Rule, ...] = (ROLE, PLATFORM, SUBSTRATE, ISOLATION, TRUST, CHANGE_KIND, READINESS)
 CODES = tuple(code for rule in RULES for code in rule.codes)
 
 

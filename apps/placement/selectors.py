@@ -9,12 +9,13 @@ import uuid
 from django.db.models import QuerySet
 
 from apps.groves.models import Grove
+from apps.placement import outcome
 from apps.placement.choices import Outcome
 from apps.placement.models import ExecutionPlacement, PlacementVerdicts
 
 # Every Grove column placement reads (``snapshot.grove_facts`` turns a row of them into ``GroveFacts``).
 FACT_FIELDS = ("id", "slug", "substrate", "roles", "platforms", "isolation_modes", "change_kinds", "enabled",
-               "last_heartbeat_at", "capacity_reported_at")
+               "last_heartbeat_at", "capacity_reported_at", "last_polled_at")
 
 
 def groves_by_reference(reference: str) -> QuerySet[Grove]:
@@ -70,3 +71,14 @@ def placement_decision(placement: ExecutionPlacement, *, shared: dict[str, dict]
             verdict = {**verdict, "rank": rank}
         rest.append(verdict)
     return {**decision, "candidates": own + rest, "shared_summary": body.get("summary", "")}
+
+
+def placement_outcome(placement: ExecutionPlacement) -> outcome.Rendered:
+    """The stored decision's outcome as every surface shows it (``apps.placement.outcome``). Reads the row's
+    ``incompatibilities`` annotation when the list selected only that part of the decision."""
+    found = getattr(placement, "incompatibilities", None)
+    if found is None:
+        found = (placement.decision or {}).get("incompatibilities", [])
+    return outcome.render(outcome=placement.outcome, would_refuse=placement.would_refuse,
+                          grove_slug=placement.grove_slug, grove_gone=placement.grove_id is None,
+                          code=placement.code, incompatibilities=[item.get("code", "") for item in found or []])

@@ -60,6 +60,7 @@ def grove_facts(grove, *, units: Iterable = (), devices: Iterable = (), apis: It
     counts). The compatibility rules read only the row: a re-check of a stored or chosen Grove passes no
     more."""
     units = list(units)
+    polled = getattr(grove, "last_polled_at", None)
     reported_at = getattr(grove, "capacity_reported_at", None)
     load = {row.unit_id: (row.cpu_milli, row.memory_bytes) for row in loads if row.reported_at == reported_at}
     unit_free = tuple((unit.unit_id, unit.cpu_milli_free - load.get(unit.unit_id, (0, 0))[0],
@@ -73,7 +74,8 @@ def grove_facts(grove, *, units: Iterable = (), devices: Iterable = (), apis: It
         devices=tuple(accelerator_selectors.devices_from_rows(devices)),
         claimed=tuple(sorted(accelerator_selectors.claimed_counts(claims).items())), unit_free=unit_free,
         unit_allocatable=tuple((unit.unit_id, unit.cpu_milli_allocatable, unit.memory_bytes_allocatable)
-                               for unit in units))
+                               for unit in units),
+        ready=polled is not None and polled.timestamp() >= ready_cutoff(), last_polled_at=polled)
 
 
 def _load(groves: QuerySet[Grove], *, every: bool, enabled_only: bool = True) -> tuple[list, list[GroveFacts]]:
@@ -203,6 +205,11 @@ def _resync() -> int:
     return len(rows)
 
 
+def ready_cutoff() -> float:
+    """The timestamp before which a Grove's last poll makes it unready (``GROVE_READY_WITHIN_S``)."""
+    return (timezone.now() - timedelta(seconds=settings.GROVE_READY_WITHIN_S)).timestamp()
+
+
 def stale_cutoff() -> float:
     """The timestamp before which a Grove's last heartbeat makes it stale (``GROVE_STALE_AFTER_S``)."""
     return (timezone.now() - timedelta(seconds=settings.GROVE_STALE_AFTER_S)).timestamp()
@@ -217,6 +224,8 @@ def held() -> Iterator[tuple[fleet.FleetIndex, set[str], dict]]:
         fleet_refresh()
     cutoff = stale_cutoff()
     with _LOCK:
+        if _FLEET.unready(ready_cutoff()):
+            _CURSORS.clear()
         stale = _FLEET.stale(cutoff)
         if stale != _CURSORS.get("stale"):  # a Grove back from stale may have room
             _CURSORS.clear()
@@ -238,4 +247,5 @@ def candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool
         fleet_refresh()
     cutoff = stale_cutoff()
     with _LOCK:
+        _FLEET.unready(ready_cutoff())
         return _FLEET.select(requirement, limit=limit, cap=COUNT_CAP, cutoff=cutoff, role_only=role_only)

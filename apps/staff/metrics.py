@@ -16,10 +16,12 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from apps.dispatch.models import GroveJob
+from apps.dispatch.selectors import unclaimed_count
 from apps.groves.models import Grove
 from apps.pipelines.models import PipelineNode, PipelineOutbox
 from apps.pipelines.vocabulary import NodeStatus
 from apps.placement.models import ExecutionPlacement
+from apps.placement.outcome import outcome_key
 from apps.staff.selectors import LIVE_JOBS, refusal_codes
 
 RECENT = timedelta(hours=1)
@@ -47,6 +49,12 @@ class ForestCollector(Collector):
             for state in ("fresh", "stale", "disabled"):
                 family.add_metric([row["substrate"], state], row[state])
         yield family
+        ready_cutoff = now - timedelta(seconds=settings.GROVE_READY_WITHIN_S)
+        unready = Grove.objects.filter(enabled=True, last_heartbeat_at__gte=cutoff).filter(
+            Q(last_polled_at__isnull=True) | Q(last_polled_at__lt=ready_cutoff)).count()
+        yield GaugeMetricFamily("forest_groves_unready",
+                                "Live Groves (fresh heartbeats) that are not ready: no poll or claim within "
+                                "GROVE_READY_WITHIN_S, so placement does not choose them.", value=unready)
         oldest = Grove.objects.filter(enabled=True).aggregate(oldest=Min("last_heartbeat_at"))["oldest"]
         yield GaugeMetricFamily("forest_grove_oldest_report_age_seconds",
                                 "Age of the oldest last report among enabled Groves.",
@@ -55,10 +63,14 @@ class ForestCollector(Collector):
     def _placements(self, now):
         recent = ExecutionPlacement.objects.filter(created_at__gte=now - RECENT)
         family = GaugeMetricFamily("forest_placement_decisions_recent",
-                                   "Placement decisions stored in the last hour by outcome and chooser.",
-                                   labels=["outcome", "chooser"])
-        for row in recent.values("would_refuse", "chooser").annotate(n=Count("id")):
-            family.add_metric(["would_refuse" if row["would_refuse"] else "placed", row["chooser"]], row["n"])
+                                   "Placement decisions stored in the last hour by outcome (placed, would_refuse, "
+                                   "refused, waiting) and chooser.", labels=["outcome", "chooser"])
+        counts: dict[tuple[str, str], int] = {}
+        for row in recent.values("outcome", "would_refuse", "chooser").annotate(n=Count("id")):
+            key = (outcome_key(outcome=row["outcome"], would_refuse=row["would_refuse"]), row["chooser"])
+            counts[key] = counts.get(key, 0) + row["n"]
+        for (key, chooser), n in sorted(counts.items()):
+            family.add_metric([key, chooser], n)
         yield family
         codes = GaugeMetricFamily("forest_placement_incompatibilities_recent",
                                   "Incompatibility codes of refused / would-refuse placements in the last hour.",
@@ -87,6 +99,9 @@ class ForestCollector(Collector):
         for row in GroveJob.objects.filter(status__in=LIVE_JOBS).values("status").annotate(n=Count("id")):
             live.add_metric([row["status"]], row["n"])
         yield live
+        yield GaugeMetricFamily("forest_grove_jobs_unclaimed",
+                                "Grove jobs assigned and not claimed within GROVE_JOB_UNCLAIMED_AFTER_S (code "
+                                "unclaimed).", value=unclaimed_count(now=now))
         ended = GaugeMetricFamily("forest_grove_job_outcomes_recent", "Grove jobs ended in the last hour, by status.",
                                   labels=["status"])
         for row in (GroveJob.objects.filter(finished_at__gte=now - RECENT).values("status")

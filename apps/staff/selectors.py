@@ -56,8 +56,11 @@ LIVE_JOBS = (JobStatus.ASSIGNED, JobStatus.CLAIMED, JobStatus.RUNNING)
 PLACEMENTS_COUNTED = 10_000
 # Refused or would-refuse. Its SQL is the predicate of the partial index in staff migration 0002 (keep
 # them in step: PostgreSQL uses that index only when the query implies its predicate).
-REFUSED = Q(would_refuse=True) | Q(decision__incompatibilities__0__isnull=False, enforced=True)
-REFUSED_SQL = "(p.would_refuse OR ((p.decision #> '{incompatibilities,0}') IS NOT NULL AND p.enforced))"
+# Refused or would-refuse: a stored refusal (``outcome`` refused: incompatible with enforcement on, never fits,
+# policy) or a shadow-mode placement enforcement would have refused (apps/placement/outcome.py).
+REFUSED = Q(would_refuse=True) | Q(outcome="refused") | Q(decision__incompatibilities__0__isnull=False, enforced=True)
+REFUSED_SQL = ("(p.would_refuse OR p.outcome = 'refused' OR ((p.decision #> '{incompatibilities,0}') IS NOT NULL "
+               "AND p.enforced))")
 REFUSAL_ROLLUP = "refusals"  # the rollup's watermark row
 ROLLUP_NEVER = datetime(1970, 1, 1, tzinfo=UTC)  # a watermark that has never moved: the next run rebuilds
 
@@ -270,7 +273,7 @@ def placement_rows(user, *, whole: bool = False) -> QuerySet[ExecutionPlacement]
     if whole:
         return rows
     return rows.only("id", "subject_type", "subject_id", "grove_id", "grove_slug", "selected_platform", "chooser",
-                     "enforced", "would_refuse", "team", "created_at").annotate(
+                     "enforced", "would_refuse", "outcome", "code", "team", "created_at").annotate(
         incompatibilities=KeyTransform("incompatibilities", "decision"))
 
 
@@ -281,13 +284,17 @@ def subjects_describe(placements) -> dict[int, dict]:
     nodes = {str(pk): (node_id, status, run_id, kind) for pk, node_id, status, run_id, kind in
              PipelineNode.objects.filter(pk__in=node_ids).values_list("pk", "node_id", "status", "run_id",
                                                                      "run__kind")}
+    jobs = compute_jobs_by_run({run_id for _n, _s, run_id, kind in nodes.values() if kind == "compute"})
     described = {}
     for placement in placements:
         node = nodes.get(str(placement.subject_id)) if placement.subject_type == "pipeline_node" else None
         if node:
             node_id, status, run_id, kind = node
-            described[placement.pk] = {"label": f"{kind} node {node_id}", "status": status, "run_id": run_id,
-                                       "node_id": node_id}
+            job = jobs.get(run_id)
+            # Named by job and step, as the person who submitted it knows them (a compute run's nodes are steps).
+            label = f"job {job[1]} · step {node_id}" if job else f"{kind} run {str(run_id)[:8]} · node {node_id}"
+            described[placement.pk] = {"label": label, "status": status, "run_id": run_id,
+                                       "node_id": node_id, "compute_job_id": job[0] if job else None}
         else:
             described[placement.pk] = {"label": f"{placement.get_subject_type_display()} {placement.subject_id}",
                                        "status": "", "run_id": None, "node_id": None}
@@ -339,7 +346,8 @@ def run_detail(user, *, run_id) -> tuple[PipelineRun, list[PipelineNode], dict[s
     if run is None:
         raise NotFound("run_not_found", f"No pipeline run '{run_id}'.")
     team_authorize(user, run.team, what="this run")
-    nodes = list(run.nodes.select_related("grove", "current_job", "seeded_from_run").order_by("position"))
+    nodes = list(run.nodes.select_related("grove", "current_job", "current_job__grove", "seeded_from_run")
+                 .order_by("position"))
     placements = {p.subject_id: p for p in ExecutionPlacement.objects.filter(
         subject_type="pipeline_node", subject_id__in=[str(n.pk) for n in nodes]).only(
         "id", "subject_id", "grove_slug", "selected_platform", "would_refuse", "chooser")}
@@ -395,7 +403,8 @@ def refused_sql() -> RefusedSql:
         return RefusedSql(REFUSED_SQL, "jsonb_array_elements(p.decision -> 'incompatibilities') AS e",
                           "e ->> 'code'", "(p.created_at AT TIME ZONE 'UTC')::date")
     # SQLite (``make run``): the same predicate and elements in its JSON functions.
-    return RefusedSql("(p.would_refuse OR (json_array_length(p.decision, '$.incompatibilities') > 0 AND p.enforced))",
+    return RefusedSql("(p.would_refuse OR p.outcome = 'refused' OR "
+                      "(json_array_length(p.decision, '$.incompatibilities') > 0 AND p.enforced))",
                       "json_each(p.decision, '$.incompatibilities') AS e",
                       "json_extract(e.value, '$.code')", "date(p.created_at)")
 
@@ -502,3 +511,46 @@ def _by_label(user, counts: list[tuple[str, int]]) -> list[tuple[str, int]]:
 def refusal_codes(*, since: datetime, until: datetime, limit: int = 50) -> list[tuple[str, int]]:
     """Counts per incompatibility code in [since, until) (the rollup's days and the placements' rest)."""
     return _counts(_split(since, until), key="code", limit=limit)
+
+
+# --- compute jobs (issue 21) --------------------------------------------------------------------------
+
+@dataclass
+class ComputeJobPage:
+    job: object  # apps.compute.models.ComputeJob
+    steps: list[dict]
+    attempts: list[GroveJob]
+
+
+def compute_job_page(*, user, job_id) -> ComputeJobPage:
+    """One compute job as its staff page shows it, for ``user`` (only their teams' jobs unless they act for
+    every team): each step with its node, stored placement (and that decision's outcome), current Grove job
+    (with its ``unclaimed`` signal and output tail), and every attempt's Grove job. Four queries."""
+    from apps.dispatch.selectors import job_signal
+    from apps.placement.selectors import placement_outcome
+
+    job = compute_job_detail(user, job_id=job_id)  # 404 compute_job_not_found, 403 team_forbidden
+    nodes = list(job.run.nodes.select_related("grove", "current_job", "current_job__grove").order_by("position"))
+    placements = {p.subject_id: p for p in ExecutionPlacement.objects.filter(
+        subject_type="pipeline_node", subject_id__in=[str(n.pk) for n in nodes]).only(
+        "id", "subject_id", "grove_id", "grove_slug", "selected_platform", "would_refuse", "outcome", "code",
+        "chooser", "decision")}
+    attempts = list(GroveJob.objects.filter(run_id=job.run_id).select_related("grove")
+                    .defer("payload", "outputs").order_by("node_id", "attempt"))
+    steps = []
+    for node in nodes:
+        placement = placements.get(str(node.pk))
+        current = node.current_job if node.current_job_id else None
+        steps.append({"node": node, "placement": placement,
+                      "verdict": placement_outcome(placement) if placement else None,
+                      "job": current, "signal": job_signal(current),
+                      "log_tail": list(current.log_tail or [])[-20:] if current else []})
+    return ComputeJobPage(job=job, steps=steps, attempts=attempts)
+
+
+def compute_jobs_by_run(run_ids) -> dict:
+    """run id → (compute job id, name) for the compute runs among ``run_ids``: one query."""
+    from apps.compute.models import ComputeJob
+
+    return {run_id: (job_id, name) for job_id, name, run_id in
+            ComputeJob.objects.filter(run_id__in=list(run_ids)).values_list("id", "name", "run_id")}

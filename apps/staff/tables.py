@@ -29,6 +29,7 @@ from apps.groves.models import Grove
 from apps.ingress.models import IngressRoute
 from apps.pipelines.models import PipelineRun
 from apps.placement.models import ExecutionPlacement
+from apps.placement.selectors import placement_outcome
 
 # A value for each URL converter the staff pages use: reversed once, then split around it.
 _SENTINELS = {"int": "918273645", "slug": "sentinel-slug-918273645", "uuid": "91827364-5000-4000-8000-918273645000"}
@@ -198,6 +199,10 @@ class GroveTable(StaffTable):
 
     def render_last_heartbeat_at(self, record):
         badge = _badge("stale", "bad") if record.stale else _badge("fresh", "good")
+        if not record.stale and not record.ready:  # live, not ready: placement passes it over
+            badge += _badge("not polling", "bad")
+        if record.simulated:
+            badge += _badge("simulated", "warn")
         return mark_safe(f"{badge} {esc(formatting.age(record.last_heartbeat_at))}")
 
     def value_last_heartbeat_at(self, record):
@@ -231,7 +236,10 @@ class PlacementTable(StaffTable):
         return self.subjects.get(record.pk) or {"label": f"{record.subject_type}:{record.subject_id}", "status": ""}
 
     def render_subject(self, record):
-        return mark_safe(f'{_link(url_for("staff:placement-detail", "int", record.pk), self._subject(record)["label"])}'
+        subject = self._subject(record)
+        job = (f' · <a href="{url_for("staff:compute-job", "uuid", subject["compute_job_id"])}">job page</a>'
+               if subject.get("compute_job_id") else "")
+        return mark_safe(f'{_link(url_for("staff:placement-detail", "int", record.pk), subject["label"])}{job}'
                          f'<br><span class="muted">{esc(record.subject_type)}:{esc(record.subject_id)}</span>')
 
     def value_subject(self, record):
@@ -264,18 +272,13 @@ class PlacementTable(StaffTable):
         return f"{record.chooser} enforced" if record.enforced else record.chooser
 
     def render_verdict(self, record):
-        codes = _codes(record.incompatibilities)
-        if record.would_refuse:
-            label = _badge("would refuse", "warn")
-        elif codes:
-            label = _badge("refused", "bad")
-        else:
-            return _badge("compatible", "good")
-        return mark_safe(f"{label} " + " ".join(f"<code>{esc(code)}</code>" for code in codes))
+        shown = placement_outcome(record)  # one rendering for every surface (apps/placement/outcome.py)
+        return mark_safe(f"{_badge(shown.label, shown.badge)} " + " ".join(f"<code>{esc(code)}</code>"
+                                                                          for code in shown.codes))
 
     def value_verdict(self, record):
-        codes = _codes(record.incompatibilities)
-        return ("would_refuse " if record.would_refuse else "refused " if codes else "compatible") + " ".join(codes)
+        shown = placement_outcome(record)
+        return " ".join([shown.key, *shown.codes])
 
     def render_created_at(self, value):
         return _time(value)

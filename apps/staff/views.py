@@ -37,6 +37,7 @@ from apps.artifacts.selectors import artifact_get, artifact_lineage, run_lineage
 from apps.core.csvsafe import csv_row
 from apps.core.errors import ForestError
 from apps.core.permissions import StaffAccess, is_staff_user, staff_access
+from apps.dispatch.selectors import job_signal
 from apps.flags.registry import FLAGS
 from apps.flags.selectors import is_enabled
 from apps.groves.filtersets import GroveFilterSet
@@ -45,7 +46,7 @@ from apps.ingress.selectors import ingress_status, routes_visible
 from apps.pipelines.filtersets import RunFilterSet
 from apps.pipelines.services import pipeline_run_cancel_as
 from apps.placement.filtersets import ExecutionPlacementFilterSet
-from apps.placement.selectors import placement_decision
+from apps.placement.selectors import placement_decision, placement_outcome
 from apps.staff import capabilities, charts, selectors
 from apps.staff.metrics import forest_registry
 from apps.staff.tables import GroveTable, IngressRouteTable, PlacementTable, RunTable
@@ -125,13 +126,25 @@ def _table_page(request: HttpRequest, *, queryset, filterset_class, table_class,
         return _csv(table_class(list(ordered[:EXPORT_MAX_ROWS]), exclude=exclude), export_name, describe)
     table = table_class(rows, exclude=exclude)
     _paginate(request, table)
+    total = _capped_total(rows) if status == 200 else None
     if describe is not None:
         describe(table, [row.record for row in table.page.object_list])
-    context = {"filter": filterset, "table": table, "per_page_choices": PER_PAGE_CHOICES,
+    context = {"filter": filterset, "table": table, "per_page_choices": PER_PAGE_CHOICES, "total": total,
                "per_page": _per_page(request), "page_error": page_error, "column_choices": [
                    (name, column.verbose_name or name, name not in exclude)
                    for name, column in table_class.base_columns.items()], **(extra or {})}
     return render(request, "staff/_results.html" if request.htmx else template, context, status=status)
+
+
+# A list's total is exact up to this many rows and "more than" beyond: counting a million placements on every
+# page view would cost more than the page (the count reads at most TOTAL_CAP + 1 index entries).
+TOTAL_CAP = 1000
+
+
+def _capped_total(rows) -> str:
+    """The number of rows matching, exact below ``TOTAL_CAP``, else "more than TOTAL_CAP" (a bounded count)."""
+    found = rows.order_by().values("pk")[:TOTAL_CAP + 1].count()
+    return f"more than {TOTAL_CAP:,}" if found > TOTAL_CAP else f"{found:,}"
 
 
 def _excluded_columns(request: HttpRequest, table_class) -> list[str]:
@@ -223,6 +236,8 @@ def placement_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
     platform = (requirement.get("compatibility") or {}).get("platform") or {}
     return render(request, "staff/placement_detail.html", {
         "placement": placement, "decision": placement_decision(placement), "node": node,
+        "verdict": placement_outcome(placement),
+        "compute_job": selectors.compute_jobs_by_run([node.run_id]).get(node.run_id) if node else None,
         "platform_allowed": platform.get("allowed", []), "platform_sources": platform.get("sources", []),
         "resources": requirement.get("resources") or {}, "accelerators": requirement.get("accelerators"),
     })
@@ -239,8 +254,10 @@ def run_list_view(request: HttpRequest) -> HttpResponse:
 @observability_page
 def run_detail_view(request: HttpRequest, run_id) -> HttpResponse:
     run, nodes, placements = selectors.run_detail(request.user, run_id=run_id)
-    rows = [(node, placements.get(str(node.pk))) for node in nodes]
-    return render(request, "staff/run_detail.html", {"run": run, "rows": rows,
+    rows = [(node, placements.get(str(node.pk)), job_signal(node.current_job if node.current_job_id else None))
+            for node in nodes]
+    compute = selectors.compute_jobs_by_run([run.id]).get(run.id)
+    return render(request, "staff/run_detail.html", {"run": run, "rows": rows, "compute_job": compute,
                                                      "cancellable": _cancellable(request.user, run),
                                                      "lineage": run_lineage(run_id=run.id, user=request.user)})
 
@@ -257,6 +274,14 @@ def artifact_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
     lineage = artifact_lineage(artifact=artifact, user=request.user)
     return render(request, "staff/artifact_detail.html", {
         "artifact": artifact, "lineage": lineage, "graph": mark_safe(charts.lineage_svg(lineage))})
+
+
+@observability_page
+def compute_job_view(request: HttpRequest, job_id) -> HttpResponse:
+    """One compute job: its steps (status, attempt, Grove, placement outcome, unclaimed signal, output tail),
+    every attempt's Grove job, and links to its run, placements and Groves. Scoped to the acting user's teams."""
+    page = selectors.compute_job_page(user=request.user, job_id=job_id)
+    return render(request, "staff/compute_job.html", {"page": page, "job": page.job})
 
 
 @observability_page

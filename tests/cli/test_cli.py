@@ -74,6 +74,8 @@ def test_submit_file_and_watch_until_done(cli, k8s_grove, native_grove, tmp_path
     worker.join(30)
     assert watched.exit_code == 0, watched.output
     assert "succeeded" in watched.output and "mac" in watched.output
+    # Not a terminal (CliRunner): each change is printed as it happens, then the final table.
+    assert "succeeded: prep succeeded (attempt 1), train succeeded (attempt 1)" in watched.output
 
 
 def test_runs_and_placements_explain(cli, k8s_grove, tmp_path):

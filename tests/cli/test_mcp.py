@@ -4,6 +4,7 @@ refusal comes back as a tool error with its code."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import anyio
@@ -29,7 +30,9 @@ def test_mcp_tools_over_stdio(live_server, staff_user, flag_on, k8s_grove):
     flag_on("host.deploy.forest_compute_jobs")
     token = api_token_for(staff_user, "cli")
     params = StdioServerParameters(command=FOREST, args=["mcp"],
-                                   env={"FOREST_HOST": live_server.url, "FOREST_TOKEN": token})
+                                   env={"FOREST_HOST": live_server.url, "FOREST_TOKEN": token,
+                                        # this checkout's code first, as the test process has it
+                                        **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}})
     seen: dict = {}
 
     async def session_run():
@@ -41,11 +44,11 @@ def test_mcp_tools_over_stdio(live_server, staff_user, flag_on, k8s_grove):
             await session.initialize()
             seen["tools"] = {tool.name for tool in (await session.list_tools()).tools}
             request = {"name": "mcp-job", "steps": [{"name": "a", "image": IMAGE, "command": ["true"]}]}
-            submitted = _payload(await session.call_tool("compute_submit", {"request": request}))
+            submitted = _payload(await session.call_tool("compute_submit", request))  # no {"request": ...} wrapper
             seen["submitted"] = submitted
             seen["status"] = _payload(await session.call_tool("compute_status", {"job_id": submitted["id"]}))
             seen["cancelled"] = _payload(await session.call_tool("compute_cancel", {"job_id": submitted["id"]}))
-            bad = await session.call_tool("compute_submit", {"request": {"name": "x", "steps": []}})
+            bad = await session.call_tool("compute_submit", {"name": "x", "steps": []})
             seen["error"] = (bad.is_error, bad.content[0].text)
 
     anyio.run(session_run)

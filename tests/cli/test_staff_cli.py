@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import anyio
@@ -85,7 +86,7 @@ def test_placements_refused_and_refusals(cli, k8s_grove, native_grove, tmp_path)
     listed = cli("placements")
     assert listed.exit_code == 0 and "mac" in listed.output
     rows = json.loads(cli("--json", "placements").output)
-    assert rows[0]["subject"]["label"] == "compute node a" and rows[0]["subject"]["status"] == "awaiting"
+    assert rows[0]["subject"]["label"] == "job shadow · step a" and rows[0]["subject"]["status"] == "awaiting"
     refused = json.loads(cli("--json", "placements", "--refused").output)
     assert len(refused) == 1 and refused[0]["would_refuse"] is True
     codes = {i["code"] for i in ExecutionPlacement.objects.get().decision["incompatibilities"]}
@@ -134,7 +135,9 @@ def test_compute_logs_show_job_output(cli, k8s_grove, wire):
 def test_mcp_staff_tools_typed_schemas_and_version(live_server, token, flag_on, k8s_grove, native_grove):
     flag_on(STAFF_FLAG)
     params = StdioServerParameters(command=FOREST, args=["mcp"],
-                                   env={"FOREST_HOST": live_server.url, "FOREST_TOKEN": token})
+                                   env={"FOREST_HOST": live_server.url, "FOREST_TOKEN": token,
+                                        # this checkout's code first, as the test process has it
+                                        **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}})
     seen: dict = {}
 
     async def session_run():
@@ -145,8 +148,8 @@ def test_mcp_staff_tools_typed_schemas_and_version(live_server, token, flag_on, 
                 groves = await session.call_tool("groves_list", {"substrate": "native"})
                 seen["groves"] = json.loads(groves.content[0].text) if not groves.structured_content else \
                     groves.structured_content.get("result")
-                plan = await session.call_tool("plan", {"request": {"kind": "compute", "graph": {"nodes": [
-                    {"id": "a", "kind": "exec", "image": IMAGE, "command": ["true"]}]}}})
+                plan = await session.call_tool("plan", {"kind": "compute", "graph": {"nodes": [
+                    {"id": "a", "kind": "exec", "image": IMAGE, "command": ["true"]}]}})
                 seen["plan"] = plan.structured_content or json.loads(plan.content[0].text)
                 bad = await session.call_tool("runs_list", {"status": "sideways"})
                 seen["bad"] = bad.is_error
@@ -158,6 +161,9 @@ def test_mcp_staff_tools_typed_schemas_and_version(live_server, token, flag_on, 
     assert {"groves_list", "inventory", "placements_list", "refusals_report", "plan", "compute_logs"} <= set(tools)
     submit = tools["compute_submit"].input_schema
     assert "ComputeStep" in json.dumps(submit) and "command" in json.dumps(submit)
+    assert {"name", "steps"} <= set(submit["properties"]) and "request" not in submit["properties"]
+    plan_schema = tools["plan"].input_schema  # typed: a compute request's fields or a run's graph and kind
+    assert {"steps", "graph", "kind"} <= set(plan_schema["properties"]) and "PipelineGraph" in json.dumps(plan_schema)
     status = tools["runs_list"].input_schema["properties"]["status"]
     assert "running" in json.dumps(status) and "enum" in json.dumps(status)
     assert [g["slug"] for g in seen["groves"]] == ["mac"]

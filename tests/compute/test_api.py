@@ -121,6 +121,7 @@ def test_grove_pin_is_validated_and_stored_before_the_run_starts(staff_client, c
     assert GroveJob.objects.get(node_id=node.pk).grove_id == other[0].id
     missing = staff_client.post(URL, {**body, "grove": "nowhere"}, format="json")
     assert missing.status_code == 404 and missing.json()["code"] == "grove_not_found"
+    assert missing.json()["field"] == "grove"  # the request's own field, not placement's target.grove_id
     assert ComputeJob.objects.count() == 1
 
 

@@ -370,7 +370,7 @@ def test_the_trigger_names_every_grove_column():
     must be added to its comparison (migration) or to liveness here, or the snapshot would miss its writes."""
     from importlib import import_module
 
-    trigger = import_module("apps.groves.migrations.0003_grove_hot_liveness").TRIGGER
+    trigger = import_module("apps.groves.migrations.0005_grove_readiness").TRIGGER
     liveness = {"last_heartbeat_at", "stale_since", "log_tail", "updated_at", "liveness_stamped_at",
                 "capacity",  # capacity only changes with its digests, which are compared
                 # written with every heartbeat like liveness; read from the table by ingress, never by the
@@ -412,3 +412,35 @@ def test_waiting_long_polls_hold_no_database_connection(fresh_grove):
     answers = asyncio.run(go())
     assert [a.status_code for a in answers] == [200] * 40
     assert seen["sessions"] < 20, seen
+
+
+@pytest.mark.parametrize("lean_on", [True, False])
+def test_a_poll_or_a_claim_makes_a_grove_ready_and_writes_at_most_once_per_window(fresh_grove, settings, lean_on):
+    """Readiness comes from polling (lean route or Django alike), written coarsely: a second poll within
+    GROVE_POLL_STAMP_S writes nothing; a claim stamps too."""
+    settings.FOREST_LEAN_WIRE = lean_on
+    grove, credential = fresh_grove(polled=False)
+    assert Grove.objects.get(pk=grove.pk).ready is False  # heartbeats alone: live, not ready
+    assert get(f"{V1}/groves/{grove.id}/changes?wait=0", credential=credential).status_code == 200
+    first = Grove.objects.get(pk=grove.pk).last_polled_at
+    assert first is not None and Grove.objects.get(pk=grove.pk).ready is True
+    assert get(f"{V1}/groves/{grove.id}/changes?wait=0", credential=credential).status_code == 200
+    assert Grove.objects.get(pk=grove.pk).last_polled_at == first  # within the window: no write
+    Grove.objects.filter(pk=grove.pk).update(last_polled_at=None)
+    job = _job(grove, 40 + lean_on)
+    assert post(f"{V1}/groves/{grove.id}/jobs/{job.id}/claim", credential=credential, body={}).status_code == 200
+    assert Grove.objects.get(pk=grove.pk).last_polled_at is not None
+
+
+def test_the_first_poll_stamps_updated_at_and_a_steady_one_stays_hot(fresh_grove):
+    """The trigger (groves migration 0005): a first poll (or one after a silence) moves ``updated_at`` so
+    every fleet snapshot reloads the Grove as ready; a poll stamp close to the last one does not."""
+    grove, _credential = fresh_grove(polled=False)
+    before = Grove.objects.get(pk=grove.pk).updated_at
+    grove_services.grove_poll_record(grove=Grove.objects.get(pk=grove.pk))
+    stamped = Grove.objects.get(pk=grove.pk)
+    assert stamped.updated_at > before
+    first, first_updated = stamped.last_polled_at, stamped.updated_at
+    assert grove_services.grove_poll_record(grove=stamped, now=first + timedelta(seconds=11))
+    again = Grove.objects.get(pk=grove.pk)
+    assert again.last_polled_at == first + timedelta(seconds=11) and again.updated_at == first_updated

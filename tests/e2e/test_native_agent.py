@@ -121,3 +121,28 @@ def test_a_second_agent_on_the_same_state_dir_refuses_to_start(enrolled, agents,
                             timeout=30)
     assert second.returncode != 0
     assert "lock" in (second.stdout + second.stderr).lower()
+
+
+def test_the_readme_hello_job_without_a_grove_runs_on_the_agent_not_a_simulated_grove(enrolled, agents, worker,
+                                                                                     compute_on):
+    """`make run`'s estate: the demo's simulated Groves (gpu-box-1 outranks the agent by slug) and the real
+    agent. The README's hello job names no Grove: it is placed on the agent (the only Grove that polls) and
+    ends succeeded; the simulated Grove is passed over with ``grove_not_polling``."""
+    from django.core.management import call_command
+
+    from apps.placement.models import ExecutionPlacement
+
+    call_command("load_demo")
+    grove, state_dir = enrolled
+    agents(state_dir, "--enable-native-jobs")
+    wait_for(lambda: Grove.objects.get(pk=grove.pk).ready, what="the agent's first poll")
+    worker()
+    job = compute_job_submit(body={"name": "hello", "environment": "dev", "steps": [
+        {"name": "hi", "kind": "native", "command": ["/bin/echo", "hello"], "timeout_s": 30}]})
+    done = _terminal(_job(job.run, "hi"))
+    assert (done.status, done.grove_id) == ("succeeded", grove.pk)
+    assert any("hello" in line for line in done.log_tail)
+    wait_for(lambda: PipelineRun.objects.get(pk=job.run_id).status == "succeeded", what="the job to succeed")
+    decision = ExecutionPlacement.objects.get(grove=grove).decision
+    passed_over = {c["grove_slug"]: c for c in decision["candidates"]}
+    assert [i["code"] for i in passed_over["gpu-box-1"]["incompatibilities"]] == ["grove_not_polling"]

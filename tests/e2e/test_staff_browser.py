@@ -9,10 +9,14 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from apps.accelerators.models import AcceleratorEntitlement
 from apps.flags.models import FlagAudit
+from apps.flags.registry import FLAGS
+from apps.flags.selectors import is_enabled
 from apps.flags.services import flag_override_set
+from apps.groves.models import Grove
 from apps.pipelines import services as pipelines
 from apps.pipelines.models import PipelineNode, PipelineRun
 from apps.placement.models import ExecutionPlacement
@@ -41,6 +45,9 @@ def _login(page, live_server, django_user_model, next_url="/staff/groves/"):
 def _estate() -> PipelineRun:
     """The demo Groves, a compute run (one node placed by selection, one pinned to the Mac: would refuse)."""
     call_command("load_demo")
+    # As if each demo Grove had an agent polling for its work (the demo's own Groves never poll, so are never
+    # ready: tests/placement/test_readiness.py); the pages below show placements made on a ready fleet.
+    Grove.objects.update(last_polled_at=timezone.now())
     flag_override_set(name=FLAG, enabled=True, reason="browser test")
     AcceleratorEntitlement.objects.create(team="ml", api="cuda", max_concurrent=4, budget_accelerator_seconds=36000)
     run = None
@@ -66,6 +73,7 @@ def test_inventory_filters_swap_the_table_and_push_the_url(live_server, browser_
     assert page.evaluate("window.__marker") == "same document"  # swapped by htmx, not reloaded
     rows = page.locator("#groves-table tbody").inner_text()
     assert "mac-studio-1" in rows and "gpu-box-1" in rows and "k8s-build-1" not in rows
+    assert rows.count("simulated") == 2 and rows.count("not polling") == 2  # the demo's Groves say what they are
     assert "unified (not enforced)" in rows
     page.screenshot(path=os.environ.get("FOREST_SCREENSHOT_STAFF", str(shots / "groves.png")), full_page=True)
     page.reload()  # the pushed URL is shareable: the filter survives a reload
@@ -100,7 +108,7 @@ def test_placements_filter_sort_and_why_not(live_server, browser_page, django_us
     page.goto(f"{live_server.url}/staff/placements/?substrate=x&would_refuse=perhaps")
     assert page.locator("#filter-errors").is_visible() and "perhaps" in page.locator("#filter-errors").inner_text()
     page.goto(f"{live_server.url}/staff/placements/?would_refuse=true")
-    page.locator("#placements-table tbody tr a", has_text="compute node render").first.click()
+    page.locator("#placements-table tbody tr a", has_text="node render").first.click()
     page.wait_for_selector("#candidates")
     assert "/staff/placements/" in page.url and page.locator("main").count() == 1  # a page of its own
     text = page.locator("main").inner_text()
@@ -140,10 +148,37 @@ def test_cancel_a_run_with_confirmation(live_server, browser_page, django_user_m
     assert run.status == "cancelled" and run.reason == "wrong dataset"
 
 
+def test_every_declared_flag_toggles_from_its_own_admin_page(live_server, browser_page, django_user_model, shots):
+    """Each flag's page is reached the way a person reaches it (the list's link, so admin's quoted id:
+    ``_`` is ``_5F`` in the URL), asks for a reason before anything changes, applies, and lists the change."""
+    page = browser_page
+    _login(page, live_server, django_user_model, "/admin/flags/flag/")
+    for number, (name, definition) in enumerate(FLAGS.items()):
+        page.goto(f"{live_server.url}/admin/flags/flag/")
+        page.locator("#result_list a", has_text=name).first.click()
+        page.wait_for_selector("#flag-toggle")
+        assert page.locator("input[name=_save]").count() == 0  # a read-only mirror: no Save button
+        target = "off" if definition.default else "on"
+        page.select_option("#toggle select[name=value]", target)
+        page.click("#flag-toggle")  # no reason yet: the browser asks for one and nothing is posted
+        prompt = page.locator("#toggle textarea[name=reason]").evaluate("field => field.validationMessage")
+        assert prompt and FlagAudit.objects.filter(flag_id=name).count() == 0, name
+        reason = f"drill {number}: flip {name}"
+        page.fill("#toggle textarea[name=reason]", reason)
+        page.click("#flag-toggle")
+        page.wait_for_selector("text=the change is audited")
+        assert page.locator("#flag-toggle").count() == 1, f"{name}: the toggle did not return to the flag's page"
+        assert page.locator("tr", has_text=reason).count() >= 1, name  # the audit list shows it
+        assert is_enabled(name) is (target == "on"), name
+    assert FlagAudit.objects.count() == len(FLAGS)
+
+
 def test_toggle_a_flag_in_admin_with_a_reason(live_server, browser_page, django_user_model, shots):
     page = browser_page
     name = "host.deploy.forest_compatibility"
-    _login(page, live_server, django_user_model, f"/admin/flags/flag/{name}/change/")
+    _login(page, live_server, django_user_model, "/admin/flags/flag/")
+    page.locator("#result_list a", has_text=name).first.click()
+    page.wait_for_selector("#flag-toggle")
     assert page.locator("input[name=_save]").count() == 0  # a read-only mirror: no Save button
     page.select_option("#toggle select[name=value]", "on")
     page.fill("#toggle textarea[name=reason]", "pilot: refuse before dispatch on staging")

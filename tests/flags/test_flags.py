@@ -191,3 +191,20 @@ def test_flag_page_has_no_save_button_toggles_with_reason_and_shows_audit(client
     client.post(toggle, {"value": "default", "scope": "team", "scope_value": "ml", "reason": "pilot over"})
     assert is_enabled(COMPAT, team="ml") is False
     assert list(FlagAudit.objects.values_list("reason", flat=True)) == ["pilot over", "ml pilot week"]
+
+
+@pytest.mark.parametrize("name", sorted(FLAGS))
+def test_every_flag_page_links_a_toggle_that_works(client, django_user_model, name):
+    """The change page's toggle URL is admin's quoted id (``_5F`` for ``_``); following it must find the flag."""
+    import re
+
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw-123456789")
+    client.force_login(admin)
+    listing = client.get("/admin/flags/flag/").content.decode()
+    change_url = re.search(r'href="(/admin/flags/flag/[^"]+/change/)"[^>]*>' + re.escape(name) + "<", listing)[1]
+    page = client.get(change_url).content.decode()
+    toggle = re.search(r'id="flag-toggle-form" method="post" action="([^"]+)"', page)[1]
+    value = "off" if FLAGS[name].default else "on"
+    done = client.post(toggle, {"value": value, "scope": "global", "scope_value": "", "reason": "drill"})
+    assert done.status_code == 302 and done["Location"] == change_url
+    assert is_enabled(name) is (value == "on")

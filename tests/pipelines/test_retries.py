@@ -115,8 +115,10 @@ def test_timed_out_attempt_is_retried_and_a_cancelled_one_is_not(k8s_grove, deta
     wire.claim(job.id)
     wire.report(job.id, state="running")
     job.refresh_from_db()
+    # The Grove kept polling meanwhile (ready): the other run's unclaimed job is left alone by the sweep.
+    Grove.objects.filter(pk=k8s_grove[0].pk).update(last_polled_at=job.deadline_at)
     counts = services.pipeline_sweep(now=job.deadline_at + timedelta(seconds=1))
-    assert counts["timed_out"] == 1
+    assert counts["timed_out"] == 1 and counts["unclaimed"] == 0
     retry = _next_job(timed, after=job.id)
     assert retry.attempt == 2 and _node(timed).reason == "wait_detached:eligible"
     wire.run_job(retry.id)

@@ -11,7 +11,9 @@ DEFAULT_KINDS = {"native": ["native.job", "native.workload"], "kubernetes": ["k8
 
 
 def grove_make(name: str, *, substrate: str = "kubernetes", roles=("build",), platforms=("linux/amd64",),
-               change_kinds=None, isolation=None, units=None, accelerators=None, heartbeat: bool = True):
+               change_kinds=None, isolation=None, units=None, accelerators=None, heartbeat: bool = True,
+               polled: bool = True):
+    """``heartbeat``: live (else stale); ``polled``: it polled for work too, so ready (else live, not ready)."""
     grove = grove_services.grove_create(name=name, slug=name, substrate=substrate, roles=list(roles),
                                         platforms=list(platforms))
     if not heartbeat:
@@ -24,7 +26,10 @@ def grove_make(name: str, *, substrate: str = "kubernetes", roles=("build",), pl
         "capacity": {"placement_units": units if units is not None else [unit()],
                      "accelerators": accelerators or []},
     }
-    return grove_services.grove_heartbeat_record(grove=grove, body=body)
+    grove = grove_services.grove_heartbeat_record(grove=grove, body=body)
+    if polled:
+        grove_services.grove_poll_record(grove=grove)
+    return grove
 
 
 @pytest.fixture

@@ -25,7 +25,8 @@ from apps.placement.rules import MAX_GROVE_PLATFORMS, NO_PLATFORM_RANK, GroveFac
 # a large fleet would make each decision's cost grow with the fleet.
 COUNT_CAP = 200
 _CAP = "EXISTS (SELECT 1 FROM groves_grovecapability c WHERE c.grove_id = g.id AND c.kind = '{kind}' AND {test})"
-_COLUMNS = "g.id, g.slug, g.substrate, g.roles, g.platforms, g.isolation_modes, g.change_kinds, g.last_heartbeat_at"
+_COLUMNS = ("g.id, g.slug, g.substrate, g.roles, g.platforms, g.isolation_modes, g.change_kinds, g.last_heartbeat_at, "
+            "g.last_polled_at, g.last_polled_at >= %(ready_cutoff)s")
 
 
 def _json(value):
@@ -47,10 +48,12 @@ def needed_substrate(requirement: ExecutionRequirement) -> set[str]:
 def _rows_to_candidates(rows) -> list[Candidate]:
     """Candidates with the Grove columns as facts; the reported units, devices and APIs are filled in after."""
     out = []
-    for eligible, grove_id, slug, substrate, roles, platforms, isolation, kinds, heartbeat, prank, fit in rows:
+    for (eligible, grove_id, slug, substrate, roles, platforms, isolation, kinds, heartbeat, polled, ready, prank,
+         fit) in rows:
         facts = GroveFacts(id=str(grove_id), slug=slug, substrate=substrate, roles=tuple(_json(roles)),
                            platforms=tuple(_json(platforms)), isolation_modes=tuple(_json(isolation)),
-                           change_kinds=tuple(_json(kinds)), last_heartbeat_at=heartbeat)
+                           change_kinds=tuple(_json(kinds)), last_heartbeat_at=heartbeat, last_polled_at=polled,
+                           ready=bool(ready))
         out.append(Candidate(facts=facts, eligible=eligible,
                              platform_rank=NO_PLATFORM_RANK if prank is None else prank, fits_cpu_memory=fit))
     return out
@@ -71,6 +74,7 @@ def sql_candidates(requirement: ExecutionRequirement, *, limit: int, role_only: 
     compat = requirement.compatibility
     params: dict = {
         "cutoff": timezone.now() - timedelta(seconds=settings.GROVE_STALE_AFTER_S), "limit": limit,
+        "ready_cutoff": timezone.now() - timedelta(seconds=settings.GROVE_READY_WITHIN_S),
         "cap": COUNT_CAP, "substrates": sorted(needed_substrate(requirement)),
         "allowed": list(compat.platform.allowed), "cpu": requirement.resources.cpu_milli,
         "memory": requirement.resources.memory_bytes,
@@ -79,8 +83,9 @@ def sql_candidates(requirement: ExecutionRequirement, *, limit: int, role_only: 
         "isolation_json": json.dumps([compat.isolation]),
     }
     fresh = "g.enabled AND g.last_heartbeat_at >= %(cutoff)s"
+    ready = "coalesce(g.last_polled_at >= %(ready_cutoff)s, false)"  # the readiness rule
     if role_only:
-        condition = "g.roles @> %(role_json)s::jsonb"
+        condition = f"g.roles @> %(role_json)s::jsonb AND {ready}"
     elif params["substrates"]:
         condition = " AND ".join([
             "g.substrate = ANY(%(substrates)s)",
@@ -88,6 +93,7 @@ def sql_candidates(requirement: ExecutionRequirement, *, limit: int, role_only: 
             "g.change_kinds @> %(change_kind_json)s::jsonb",
             "g.isolation_modes @> %(isolation_json)s::jsonb",
             *(["g.platforms ?| %(allowed)s::text[]"] if compat.platform.allowed else []),
+            ready,
         ])
     else:
         condition = "false"
@@ -110,7 +116,7 @@ def sql_candidates(requirement: ExecutionRequirement, *, limit: int, role_only: 
         (SELECT false, {_COLUMNS}, {NO_PLATFORM_RANK}, false, 0 FROM groves_grove g
           WHERE {fresh} AND NOT ({condition}) ORDER BY g.slug LIMIT %(limit)s)
         UNION ALL
-        SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+        SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                (SELECT count(*) FROM (SELECT 1 FROM groves_grove g WHERE {fresh} AND {condition}
                                        LIMIT %(cap)s) e)::int, NULL,
                (SELECT count(*) FROM (SELECT 1 FROM groves_grove g WHERE {fresh} AND NOT ({condition})
@@ -118,9 +124,9 @@ def sql_candidates(requirement: ExecutionRequirement, *, limit: int, role_only: 
     with connection.cursor() as cursor:
         cursor.execute(first, params)
         *rows, totals = cursor.fetchall()
-        eligible_total, ineligible_total = totals[9], totals[11]
-        result = CandidateSet(eligible=_rows_to_candidates(r[:11] for r in rows if r[0]),
-                              others=_rows_to_candidates(r[:11] for r in rows if not r[0]),
+        eligible_total, ineligible_total = totals[11], totals[13]
+        result = CandidateSet(eligible=_rows_to_candidates(r[:13] for r in rows if r[0]),
+                              others=_rows_to_candidates(r[:13] for r in rows if not r[0]),
                               eligible_total=eligible_total, ineligible_total=ineligible_total, cap=COUNT_CAP)
         if len(result.eligible) < min(limit, eligible_total):
             cursor.execute(f"""

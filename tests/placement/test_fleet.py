@@ -59,6 +59,7 @@ grove_spec = st.booleans().flatmap(lambda native: st.fixed_dictionaries({
     "units": st.lists(st.tuples(st.integers(0, 16), st.integers(0, 16)), max_size=3),
     "apis": st.lists(st.sampled_from(["cuda", "metal", "rocm"]), max_size=2, unique=True),
     "stale": st.integers(0, 5).map(lambda n: n == 0),
+    "unready": st.integers(0, 5).map(lambda n: n == 0),  # live, never polled (the demo's simulated Groves)
     "enabled": st.integers(0, 6).map(lambda n: n != 0),
 }))
 requirement_spec = st.builds(
@@ -87,7 +88,8 @@ def load_fleet(specs: list[dict]) -> None:
                     substrate="native" if spec["native"] else "kubernetes", roles=spec["roles"],
                     platforms=spec["platforms"], isolation_modes=spec["isolation"], change_kinds=spec["kinds"],
                     enabled=spec["enabled"],
-                    last_heartbeat_at=now - timedelta(seconds=600 if spec["stale"] else 1))
+                    last_heartbeat_at=now - timedelta(seconds=600 if spec["stale"] else 1),
+                    last_polled_at=None if spec["unready"] else now - timedelta(seconds=1))
               for index, spec in enumerate(specs)]
     Grove.objects.bulk_create(groves)
     PlacementUnit.objects.bulk_create([

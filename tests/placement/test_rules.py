@@ -134,7 +134,8 @@ def test_design_note_examples_report_every_incompatibility(name, requirement, fa
 
 def test_codes_are_the_stable_list():
     assert set(rules.CODES) == {"role_missing", "platform_mismatch", "substrate_mismatch", "host_process_needs_native",
-                                "isolation_unavailable", "untrusted_needs_kubernetes", "change_kind_not_advertised"}
+                                "isolation_unavailable", "untrusted_needs_kubernetes", "change_kind_not_advertised",
+                                "grove_not_polling"}
 
 
 @pytest.mark.parametrize(("allowed", "grove_platforms", "platform", "rank"), [

@@ -48,7 +48,7 @@ def test_staff_placements_describe_subjects_and_list_refusals(staff_client, obse
     body = staff_client.get(f"{V1}/staff/placements").json()
     assert body["count"] == 2
     labels = {item["subject"]["label"] for item in body["results"]}
-    assert labels == {"compute node train", "compute node pinned"}
+    assert labels == {f"compute run {str(run.id)[:8]} · node train", f"compute run {str(run.id)[:8]} · node pinned"}
     assert {item["subject"]["run_id"] for item in body["results"]} == {str(run.id)}
     refused = staff_client.get(f"{V1}/staff/placements", {"refused": "true"}).json()
     assert refused["count"] == 1 and refused["results"][0]["would_refuse"] is True

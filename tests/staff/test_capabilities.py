@@ -34,3 +34,28 @@ def test_check_fails_on_a_stale_readme(tmp_path, settings):
     call_command("capability_status", "--write")
     call_command("capability_status", "--check")
     assert "| Jobs on an NVIDIA GPU (CUDA) | needs hardware not present |" in (tmp_path / "README.md").read_text()
+
+
+def _repo():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    return (lambda path: (root / path).exists()), (lambda path: (root / path).read_text())
+
+
+def test_every_row_names_tests_and_code_that_exist_and_no_row_calls_existing_code_missing():
+    exists, source = _repo()
+    assert capabilities.problems(exists, source) == []
+
+
+def test_the_check_catches_a_missing_test_and_a_row_that_calls_existing_code_missing():
+    exists, source = _repo()
+    broken = (capabilities.Capability("Kubernetes Groves", capabilities.HARDWARE,
+                                      "no forest-controller is in this repository yet",
+                                      tests=("tests/e2e/test_kube_controller.py::test_nothing_by_this_name",
+                                             "tests/nowhere.py"),
+                                      code=("agent/src/forest_agent/kube/controller.py",)),)
+    found = capabilities.problems(exists, source, broken)
+    assert any("has no test test_nothing_by_this_name" in item for item in found)
+    assert any("tests/nowhere.py does not exist" in item for item in found)
+    assert any("says its code is missing" in item for item in found)

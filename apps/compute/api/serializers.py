@@ -47,6 +47,14 @@ class StepOutputSerializer(serializers.Serializer):
     size = serializers.IntegerField(allow_null=True)
 
 
+class SignalSerializer(serializers.Serializer):
+    code = serializers.CharField(help_text="unclaimed")
+    detail = serializers.CharField()
+    grove = serializers.CharField()
+    assigned_for_s = serializers.IntegerField()
+    grove_last_poll_age_s = serializers.IntegerField(allow_null=True, help_text="null: the Grove never polled")
+
+
 class StepSerializer(serializers.Serializer):
     name = serializers.CharField()
     status = serializers.CharField()
@@ -61,10 +69,13 @@ class StepSerializer(serializers.Serializer):
     retries = serializers.IntegerField()
     retry_at = serializers.DateTimeField(allow_null=True)
     queue = QueueSerializer(allow_null=True, help_text="set while the step waits for capacity")
-    decision = DecisionRefSerializer(allow_null=True, help_text="its stored refused or waiting decision")
+    decision = DecisionRefSerializer(allow_null=True, help_text="its stored decision (placed, refused or waiting): "
+                                     "`forest placements explain ID`")
     log_tail = serializers.ListField(child=serializers.CharField())
     inputs = StepInputSerializer(many=True, help_text="each input as resolved at submit")
     outputs = StepOutputSerializer(many=True, help_text="the artifacts the step's attempts uploaded")
+    signal = SignalSerializer(allow_null=True, help_text="set while the step's job sits assigned and unclaimed past "
+                              "GROVE_JOB_UNCLAIMED_AFTER_S (docs/decisions.md \"Unclaimed jobs\")")
 
 
 class StepWarningSerializer(WarningSerializer):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions as drf
@@ -98,7 +99,10 @@ def forest_exception_handler(exc, context):
             response["Retry-After"] = str(exc.extra["retry_after_s"])
         return response
     if isinstance(exc, RequestDataTooBig):
-        return Response({"code": "payload_too_large", "detail": str(exc)}, status=413)
+        # Django's own message names its setting (DATA_UPLOAD_MAX_MEMORY_SIZE); say what an operator sets.
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        detail = f"The request body is larger than the limit of {limit} bytes (FOREST_MAX_BODY_BYTES)."
+        return Response({"code": "payload_too_large", "detail": detail}, status=413)
     if isinstance(exc, drf.ValidationError):
         field, message, code = _first_error(exc.detail)
         body = {"code": validation_code(code), "detail": message}

@@ -18,6 +18,7 @@ from apps.core.db import released
 from apps.core.errors import ForestError
 from apps.dispatch import rules, selectors, wakeups
 from apps.dispatch.api.views import ChangesSchemaView
+from apps.groves import services as grove_services
 from apps.groves.api.authentication import WWW_AUTHENTICATE, grove_for_request
 
 
@@ -43,6 +44,9 @@ async def changes_answer(grove, wait: int, *, thread_sensitive: bool = True) -> 
     reads on the shared executor instead of the request's own thread."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
+    if grove_services.poll_stamp_due(grove):  # readiness, written coarsely: most polls write nothing
+        await sync_to_async(released(grove_services.grove_poll_record),
+                            thread_sensitive=thread_sensitive)(grove=grove)
     read = sync_to_async(released(selectors.grove_changes), thread_sensitive=thread_sensitive)
     async with wakeups.GroveWaiter(grove.pk) as waiter:
         # Subscribed before the first read: work assigned between the read and the wait still wakes us.

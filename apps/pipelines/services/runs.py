@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.accounts.selectors import authorize
-from apps.core.errors import NotFound
+from apps.core.errors import ForestError, NotFound
 from apps.dispatch.models import GroveJob
 from apps.dispatch.services import job_end_by_host
 from apps.dispatch.states import JOB_LIVE
@@ -68,9 +68,14 @@ def pipeline_run_create(*, graph: dict, kind: str, environment: str = "", team: 
         row = PipelineNode.objects.create(**fields)
         if node.get("grove"):
             # An explicit Grove pin is validated and stored as the node's placement before the run starts.
-            placement_pin(subject_type="pipeline_node", subject_id=str(row.pk),
-                          requirement=ExecutionRequirement.from_json(row.requirement), grove=node["grove"],
-                          team=run.team or None, environment=run.environment or None)
+            try:
+                placement_pin(subject_type="pipeline_node", subject_id=str(row.pk),
+                              requirement=ExecutionRequirement.from_json(row.requirement), grove=node["grove"],
+                              team=run.team or None, environment=run.environment or None)
+            except ForestError as exc:
+                if exc.field == "target.grove_id":  # placement's name for it; the request said "grove"
+                    exc.field = "grove"
+                raise
     run_transition(run=run, to=RunStatus.RUNNING)
     run_advance(run)
     return run

@@ -9,7 +9,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from apps.dispatch.models import GroveJob
-from apps.dispatch.services import grove_jobs_time_out_overdue
+from apps.dispatch.services import grove_jobs_end_unclaimed, grove_jobs_time_out_overdue
 from apps.dispatch.states import JOB_TERMINAL
 from apps.pipelines.models import PipelineNode, PipelineOutbox
 from apps.pipelines.services.admission_queue import admission_sweep
@@ -22,11 +22,12 @@ log = logging.getLogger(__name__)
 
 def pipeline_sweep(*, now: datetime | None = None, limit: int = 500) -> dict:
     """Touches only due rows, each through a partial index: undone outbox rows past ``next_send_at``;
-    awaiting nodes whose job is terminal with no resume pending; live jobs past their deadline; queued
+    awaiting nodes whose job is terminal with no resume pending; live jobs past their deadline; assigned jobs
+    nobody claims on a Grove that is not ready (the unclaimed policy, ``grove_jobs_end_unclaimed``); queued
     nodes whose execute message is overdue; then the admission queue's safety net (overdue waits expire,
     every Grove something waits for is woken)."""
     now = now or timezone.now()
-    counts = {"resent": 0, "orphans": 0, "timed_out": 0, "requeued": 0}
+    counts = {"resent": 0, "orphans": 0, "timed_out": 0, "unclaimed": 0, "requeued": 0}
     with transaction.atomic():
         due = list(PipelineOutbox.objects.select_for_update(skip_locked=True, no_key=True)
                    .filter(done_at__isnull=True, next_send_at__lte=now).order_by("next_send_at")[:limit])
@@ -48,6 +49,7 @@ def pipeline_sweep(*, now: datetime | None = None, limit: int = 500) -> dict:
                 counts["orphans"] += 1
 
     counts["timed_out"] = grove_jobs_time_out_overdue(now=now, limit=limit)
+    counts["unclaimed"] = grove_jobs_end_unclaimed(now=now, limit=limit)
 
     stale_before = now - timedelta(seconds=resume_resend_after_s())
     with transaction.atomic():

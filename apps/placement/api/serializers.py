@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from apps.placement.choices import Outcome
 from apps.placement.models import ExecutionPlacement
-from apps.placement.selectors import placement_decision
+from apps.placement.selectors import placement_decision, placement_outcome
 
 
 class IncompatibilitySerializer(serializers.Serializer):
@@ -88,13 +88,20 @@ class ExecutionPlacementSerializer(serializers.ModelSerializer):
     # A batch placement's compact decision is shown joined to its shared verdicts (explain sees them all).
     decision = serializers.SerializerMethodField()
 
+    verdict = serializers.SerializerMethodField(
+        help_text="the outcome as every surface shows it: key (placed | would_refuse | refused | waiting), label, "
+                  "codes, sentence (apps/placement/outcome.py)")
+
     def get_decision(self, placement: ExecutionPlacement) -> dict:
         return placement_decision(placement, shared=self.context.setdefault("verdicts", {}))
+
+    def get_verdict(self, placement: ExecutionPlacement) -> dict:
+        return placement_outcome(placement).to_json()
 
     class Meta:
         model = ExecutionPlacement
         fields = ["id", "subject_type", "subject_id", "outcome", "code", "grove_id", "grove_slug",
                   "selected_platform", "chooser",
                   "enforced", "would_refuse", "team", "environment", "created_at", "updated_at", "requirement",
-                  "decision", "history"]
+                  "decision", "history", "verdict"]
         read_only_fields = fields

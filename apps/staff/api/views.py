@@ -73,7 +73,8 @@ class StaffPlacementSerializer(ExecutionPlacementSerializer):
 
     def get_subject(self, obj) -> dict:
         described = self.context.get("subjects", {}).get(obj.pk, {})
-        return {**described, "run_id": str(described["run_id"]) if described.get("run_id") else None}
+        return {**described, "run_id": str(described["run_id"]) if described.get("run_id") else None,
+                "compute_job_id": str(described["compute_job_id"]) if described.get("compute_job_id") else None}
 
 
 class StaffPlacementListView(generics.ListAPIView):

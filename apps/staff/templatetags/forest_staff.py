@@ -5,8 +5,10 @@ import json
 
 from django import template
 from django.utils import timezone
+from django.utils.html import format_html
 
 from apps.core import formatting
+from apps.placement.outcome import candidate_fit_label
 
 register = template.Library()
 
@@ -60,3 +62,11 @@ def query_with(context, **changes) -> str:
 @register.simple_tag
 def device_name(vendor, model) -> str:
     return formatting.device_name(vendor or "", model or "")
+
+
+@register.simple_tag
+def candidate_fit(verdict: dict) -> str:
+    """A candidate's "eligible" cell: compatible and fitting, compatible but never (or later), or not
+    (``apps.placement.outcome.candidate_fit_label``)."""
+    label, kind = candidate_fit_label(verdict)
+    return format_html('<span class="badge {}">{}</span>', kind, label)

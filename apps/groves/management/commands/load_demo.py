@@ -27,7 +27,8 @@ class Command(BaseCommand):
                 f"Created staff login  admin / {password}   (shown once; change it with "
                 f"`.venv/bin/python manage.py changepassword admin`)"))
         groves = demo_load()
-        self.stdout.write(f"Demo Groves ready: {', '.join(g.slug for g in groves)}")
+        self.stdout.write(f"Demo Groves loaded, simulated (they report; nothing runs their jobs, so unpinned work "
+                          f"never lands on them): {', '.join(g.slug for g in groves)}")
 
     def _simulate(self, interval: float) -> None:
         self.stdout.write(f"Heartbeating the simulated demo Groves every {interval:g}s (Ctrl-C stops).")

@@ -1,0 +1,62 @@
+"""Small truths of the first hour (issue 21, point 8): labelled Grove filters, a 413 that names the setting an
+operator sets, the article of an error sentence."""
+from __future__ import annotations
+
+import pytest
+
+from apps.core.errors import ValidationFailed
+from apps.groves.filtersets import GroveFilterSet
+
+
+def test_every_grove_filter_has_a_label_of_its_own():
+    labels = {name: field.label for name, field in GroveFilterSet().form.fields.items()}
+    assert "[invalid name]" not in labels.values()
+    assert labels["role"] == "Role" and labels["stale"] == "Stale" and labels["ready"].startswith("Ready")
+
+
+def test_a_body_too_large_for_django_names_forest_s_setting(settings):
+    from django.core.exceptions import RequestDataTooBig
+
+    from apps.core.api.exceptions import forest_exception_handler
+
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 100
+    response = forest_exception_handler(
+        RequestDataTooBig("Request body exceeded settings.DATA_UPLOAD_MAX_MEMORY_SIZE."), {})
+    assert response.status_code == 413 and response.data["code"] == "payload_too_large"
+    assert "FOREST_MAX_BODY_BYTES" in response.data["detail"] and "100 bytes" in response.data["detail"]
+    assert "DATA_UPLOAD_MAX_MEMORY_SIZE" not in response.data["detail"]
+
+
+def test_an_exec_node_error_reads_an_exec_node():
+    from apps.pipelines import rules
+
+    with pytest.raises(ValidationFailed, match=r"^An exec node with a container needs an image"):
+        rules.node_validate({"id": "a", "kind": "exec", "command": ["true"]}, "nodes[0]")
+
+
+@pytest.mark.django_db
+def test_staff_lists_show_a_total_capped_without_an_unbounded_count(client, staff_user, fresh_grove, settings):
+    from apps.flags.services import flag_override_set
+    from apps.staff import views
+
+    flag_override_set(name="host.staff.execution_observability", enabled=True, reason="test")
+    client.force_login(staff_user)
+    fresh_grove(name="a")
+    fresh_grove(name="b")
+    page = client.get("/staff/groves/").content.decode()
+    assert 'id="list-total">2 matching' in page
+    views.TOTAL_CAP = 1
+    try:
+        assert 'id="list-total">more than 1 matching' in client.get("/staff/groves/").content.decode()
+    finally:
+        views.TOTAL_CAP = 1000
+
+
+@pytest.mark.django_db
+def test_the_api_docs_load_nothing_from_the_internet(client):
+    import re
+
+    for url in ("/api/redoc/", "/api/docs/"):
+        page = client.get(url).content.decode()
+        external = re.findall(r'(?:src|href)="(https?://[^"]+)"', page)
+        assert external == [] and "googleapis" not in page, (url, external)

@@ -1,0 +1,108 @@
+"""A staff page per compute job (issue 21): steps with their decision and its outcome, attempts, the output
+tail, links to the run, placements and Groves; scoped to the acting user's teams. Subjects named by job and
+step on the placement pages; the decision id on every step of the status API; ``forest placements explain``
+by job id (+ step) and by placement id."""
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from apps.compute.services import compute_job_submit
+from apps.dispatch.models import GroveJob
+from apps.dispatch.services import grove_job_claim, grove_job_report
+from apps.flags.services import flag_override_set
+from apps.pipelines import services as pipelines
+from apps.pipelines.models import PipelineNode
+from forest_cli.main import app
+from tests.factories import UserFactory, api_token_for, grant
+
+
+def _job(grove, team="ml"):
+    flag_override_set(name="host.deploy.forest_compute_jobs", enabled=True, reason="test")
+    job = compute_job_submit(body={"name": "hello", "team": team, "steps": [
+        {"name": "hi", "kind": "native", "command": ["/bin/echo", "hello"], "timeout_s": 30}]})
+    for node in PipelineNode.objects.filter(run=job.run, status="queued"):
+        pipelines.pipeline_node_execute(node_id=node.pk)
+    grove_job = GroveJob.objects.get(run_id=job.run_id)
+    grove_job_claim(grove=grove, job_id=grove_job.pk)
+    grove_job_report(grove=grove, job_id=grove_job.pk, body={"state": "succeeded", "exit_code": 0,
+                                                              "log_tail": ["hello"]})
+    return job
+
+
+@pytest.mark.django_db
+def test_the_compute_job_page_links_everything_and_names_the_step(client, fresh_grove, observability_on):
+    grove, _ = fresh_grove(name="local-box")
+    job = _job(grove)
+    member = UserFactory(username="ana")
+    grant(member, "viewer", teams=("ml",))
+    client.force_login(member)
+    page = client.get(f"/staff/compute/{job.id}/").content.decode()
+    assert "Compute job hello" in page and 'id="output-hi"' in page and "hello" in page
+    assert f'/staff/runs/{job.run_id}/' in page and "/staff/groves/local-box/" in page
+    assert "/staff/placements/" in page and ">placed</span>" in page
+    assert "hello:hi:1" in page or ":1</code>" in page  # the attempt's Grove job
+    run_page = client.get(f"/staff/runs/{job.run_id}/").content.decode()
+    assert f"/staff/compute/{job.id}/" in run_page
+    listing = client.get("/staff/placements/").content.decode()
+    assert "job hello · step hi" in listing and f"/staff/compute/{job.id}/" in listing
+
+
+@pytest.mark.django_db
+def test_the_page_is_scoped_to_the_acting_user_s_teams(client, fresh_grove, observability_on):
+    grove, _ = fresh_grove(name="local-box")
+    job = _job(grove, team="ml")
+    outsider = UserFactory(username="bo")
+    grant(outsider, "viewer", teams=("web",))
+    client.force_login(outsider)
+    assert client.get(f"/staff/compute/{job.id}/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_every_step_carries_its_decision_id(staff_client, fresh_grove, observability_on):
+    grove, _ = fresh_grove(name="local-box")
+    job = _job(grove)
+    body = staff_client.get(f"/api/forest/v1/compute/jobs/{job.id}").json()
+    decision = body["steps"][0]["decision"]
+    assert decision["id"] and decision["outcome"] == "placed"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_explain_takes_a_job_id_a_step_and_a_placement_id(live_server, staff_user, fresh_grove, observability_on):
+    grove, _ = fresh_grove(name="local-box")
+    job = _job(grove)
+    token = api_token_for(staff_user)
+    runner = CliRunner()
+
+    def explain(*args):
+        return runner.invoke(app, ["--host", live_server.url, "--token", token, "--json", "placements", "explain",
+                                   *args], catch_exceptions=False)
+
+    by_job = explain(str(job.id))
+    assert by_job.exit_code == 0 and '"grove_slug": "local-box"' in by_job.output
+    by_step = explain(str(job.id), "hi")
+    assert by_step.exit_code == 0 and '"verdict"' in by_step.output
+    import json
+
+    placement_id = json.loads(by_job.output)[0]["id"]
+    by_id = explain(str(placement_id))
+    assert by_id.exit_code == 0 and json.loads(by_id.output)[0]["id"] == placement_id
+    missing = explain(str(job.id), "nope")
+    assert missing.exit_code != 0 and "step_not_found" in missing.output
+
+
+@pytest.mark.django_db
+def test_an_unclaimed_step_is_signalled_on_the_run_job_pages_and_status(client, staff_client, staff_user, settings,
+                                                                        fresh_grove, observability_on):
+    fresh_grove(name="sim", polled=False)
+    flag_override_set(name="host.deploy.forest_compute_jobs", enabled=True, reason="test")
+    job = compute_job_submit(body={"name": "stuck", "grove": "sim", "steps": [
+        {"name": "hi", "kind": "native", "command": ["/bin/echo", "hello"], "timeout_s": 30}]})
+    for node in PipelineNode.objects.filter(run=job.run, status="queued"):
+        pipelines.pipeline_node_execute(node_id=node.pk)
+    settings.GROVE_JOB_UNCLAIMED_AFTER_S = 0  # past the threshold at once
+    client.force_login(staff_user)
+    assert ">unclaimed</span>" in client.get(f"/staff/compute/{job.id}/").content.decode()
+    assert ">unclaimed</span>" in client.get(f"/staff/runs/{job.run_id}/").content.decode()
+    step = staff_client.get(f"/api/forest/v1/compute/jobs/{job.id}").json()["steps"][0]
+    assert step["signal"]["code"] == "unclaimed" and step["signal"]["grove_last_poll_age_s"] is None
