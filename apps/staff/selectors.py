@@ -522,7 +522,7 @@ class ComputeJobPage:
     attempts: list[GroveJob]
 
 
-def compute_job_page(*, user, job_id) -> ComputeJobPage:
+def compute_job_page(user, *, job_id) -> ComputeJobPage:
     """One compute job as its staff page shows it, for ``user`` (only their teams' jobs unless they act for
     every team): each step with its node, stored placement (and that decision's outcome), current Grove job
     (with its ``unclaimed`` signal and output tail), and every attempt's Grove job. Four queries."""

@@ -280,7 +280,7 @@ def artifact_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
 def compute_job_view(request: HttpRequest, job_id) -> HttpResponse:
     """One compute job: its steps (status, attempt, Grove, placement outcome, unclaimed signal, output tail),
     every attempt's Grove job, and links to its run, placements and Groves. Scoped to the acting user's teams."""
-    page = selectors.compute_job_page(user=request.user, job_id=job_id)
+    page = selectors.compute_job_page(request.user, job_id=job_id)
     return render(request, "staff/compute_job.html", {"page": page, "job": page.job})
 
 

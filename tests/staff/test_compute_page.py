@@ -55,7 +55,10 @@ def test_the_page_is_scoped_to_the_acting_user_s_teams(client, fresh_grove, obse
     outsider = UserFactory(username="bo")
     grant(outsider, "viewer", teams=("web",))
     client.force_login(outsider)
-    assert client.get(f"/staff/compute/{job.id}/").status_code == 404
+    # one rule for every door (docs/permissions.md): another team's object is 403 team_forbidden
+    answer = client.get(f"/staff/compute/{job.id}/")
+    assert answer.status_code == 403 and b"team_forbidden" in answer.content
+    assert client.get("/staff/compute/00000000-0000-0000-0000-000000000000/").status_code == 404
 
 
 @pytest.mark.django_db
