@@ -134,7 +134,9 @@ def build_server(*, host: str | None, token: str | None) -> MCPServer:
     @server.tool()
     def placements_explain(subject: Annotated[str, Field(
             description="TYPE:ID (pipeline_node:42, compute_step:x) or RUN_ID:NODE")]) -> list[dict]:
-        """Stored placement decisions for one subject."""
+        """Stored placement decisions for one subject: the chosen Grove, why here (``decision.scores``: the
+        policy, weights, the chosen and runner-up Groves' score per plugin and total, and a sentence), and
+        every candidate's verdict (eligible or its rule codes, its fit, its ``score`` per plugin and total)."""
         return call(lambda c: c.placements_explain(subject))
 
     @server.tool()

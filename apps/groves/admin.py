@@ -2,6 +2,7 @@
 from django import forms
 from django.contrib import admin, messages
 
+from apps.accounts.admin import AuditedAdmin
 from apps.core import formatting
 from apps.groves import services
 from apps.groves.choices import Role, Substrate
@@ -72,14 +73,17 @@ class CredentialInline(admin.TabularInline):
 
 
 @admin.register(Grove)
-class GroveAdmin(admin.ModelAdmin):
-    list_display = ("slug", "name", "substrate", "roles", "platforms", "enabled", "last_heartbeat_at",
+class GroveAdmin(AuditedAdmin):
+    """Staff edit a Grove's name, roles, enabled switch and placement preference; each save is audited."""
+
+    list_display = ("slug", "name", "substrate", "roles", "platforms", "enabled", "placement_preference",
+                    "last_heartbeat_at",
                     "stale_display", "version")
     list_filter = ("substrate", "enabled")
     search_fields = ("slug", "name")
     readonly_fields = ("id", "substrate", "platforms", "isolation_modes", "change_kinds", "version",
                        "last_heartbeat_at", "stale_since", "capacity_reported_at", "log_tail", "created_at")
-    fields = ("id", "slug", "name", "enabled", "roles", *readonly_fields[1:])
+    fields = ("id", "slug", "name", "enabled", "roles", "placement_preference", *readonly_fields[1:])
     inlines = [PlacementUnitInline, AcceleratorInline, CredentialInline]
 
     @admin.display(boolean=True, description="stale")

@@ -2,6 +2,7 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -40,6 +41,11 @@ class Grove(models.Model):
     log_tail = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     enabled = models.BooleanField(default=True, help_text="A disabled Grove is never chosen for new work.")
+    # Read by placement's "preference" score plugin (apps/placement/scoring.py); edits are audited in admin.
+    placement_preference = models.PositiveSmallIntegerField(
+        default=50, validators=[MinValueValidator(0), MaxValueValidator(100)],
+        help_text="Operator preference for placing work here, 0-100 (50 neutral): one weighted score among "
+                  "spread or bin-pack, platform order and run spread.")
     # Placement's fleet snapshot reloads Groves changed since its watermark. On PostgreSQL a trigger
     # (migration 0002) stamps every INSERT/UPDATE with the database clock, including queryset .update().
     # A heartbeat that only moves liveness keeps updated_at (so its UPDATE touches no indexed column and

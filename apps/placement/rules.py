@@ -16,6 +16,7 @@ from datetime import datetime
 from apps.groves.vocabulary import MAX_PLATFORMS as MAX_GROVE_PLATFORMS
 from apps.groves.vocabulary import IsolationMode, Substrate
 from apps.placement.requirements import ExecutionRequirement, substrate_for_change_kind
+from apps.placement.scoring import PREFERENCE_DEFAULT
 from apps.placement.vocabulary import Trust
 
 # A Grove reports at most MAX_GROVE_PLATFORMS platforms; the ranking looks no further.
@@ -55,6 +56,8 @@ class GroveFacts:
     claimed: tuple[tuple[tuple[str, str], int], ...] = ()
     unit_free: tuple[tuple[str, int, int], ...] = ()
     unit_allocatable: tuple[tuple[str, int, int], ...] = ()
+    # The operator's preference for this Grove (0..100; staff set it in admin), read by a score plugin.
+    preference: int = PREFERENCE_DEFAULT
 
     @property
     def heartbeat(self) -> float | None:
