@@ -34,9 +34,9 @@ from apps.flags.selectors import is_enabled
 from apps.groves.filtersets import GroveFilterSet
 from apps.pipelines.filtersets import RunFilterSet
 from apps.pipelines.services import pipeline_run_cancel
+from apps.placement import scoring
 from apps.placement.filtersets import ExecutionPlacementFilterSet
 from apps.placement.models import ExecutionPlacement
-from apps.placement import scoring
 from apps.placement.selectors import placement_decision
 from apps.staff import capabilities, charts, selectors
 from apps.staff.metrics import forest_registry

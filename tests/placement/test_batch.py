@@ -176,7 +176,7 @@ def test_compact_decisions_share_verdicts_and_explain_round_trips(make_grove):
     assert f"{first} chosen over {other}" in compact["scores"]["why"]
     full = selectors.placement_decision(rows[2])
     mine = rows[2].grove_slug
-    assert [c["grove_slug"] for c in full["candidates"]][0] == mine  # its own order, then the rest
+    assert full["candidates"][0]["grove_slug"] == mine  # its own order, then the rest
     assert full["candidates"][-1]["grove_slug"] == "arm"
     assert full["candidates"][0]["rank"] == 1 and full["candidates"][0]["unit"] == f"{mine}1"
     assert full["candidates"][0]["score"]["total"] > 0
