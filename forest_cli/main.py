@@ -328,17 +328,25 @@ def placements_explain(ctx: typer.Context, subject: Annotated[str, typer.Argumen
         _candidates_table(decision)
 
 
+def _score_cell(stored: dict | None) -> str:
+    """Every plugin's score and the total ("—" when the candidate was not scored: not eligible, or no room)."""
+    cells = scoring.cells(stored)
+    if stored is None:
+        return cells[-1]
+    return f"{cells[-1]} = " + ", ".join(f"{name} {cell}" for name, cell in zip(scoring.NAMES, cells, strict=False))
+
+
 def _candidates_table(decision: dict) -> None:
     """Each candidate Grove's verdict: compatible or not and why, its resource fit (now/later/never), and its
     score per plugin and total (every column, zeros shown; "—" for a candidate that was not scored)."""
-    table = Table("grove", "eligible", "fit", *scoring.NAMES, "total", "why not")
+    table = Table("grove", "eligible", "fit", "score: total = weighted plugins", "why not")
     for candidate in decision.get("candidates", []):
         fit = candidate.get("fit") or {}
         reasons = [i.get("code", "") for i in candidate.get("incompatibilities", [])]
         if fit.get("code"):
             reasons.append(f"{fit['code']}: {fit.get('message', '')}")
         table.add_row(candidate.get("grove_slug", "?"), str(candidate.get("eligible")), fit.get("state", "-"),
-                      *scoring.cells(candidate.get("score")), "; ".join(reasons))
+                      _score_cell(candidate.get("score")), "; ".join(reasons))
     out.print(table)
 
 

@@ -200,6 +200,11 @@ def test_staff_detail_page_shows_shared_verdicts(make_grove, client):
     page = client.get(f"/staff/placements/{outcome.placement_id}/")
     assert page.status_code == 200
     assert b"platform_mismatch" in page.content and b"arm" in page.content
+    # Why here: the sentence, the chosen Grove's every plugin column, and each candidate's scores.
+    assert b'id="why-here"' in page.content and b"the only Grove with room now" in page.content
+    for column in (b"<th scope=\"col\">spread</th>", b"<th scope=\"col\">binpack</th>",
+                   b"<th scope=\"col\">preference</th>", b"<th scope=\"col\">total</th>"):
+        assert column in page.content
 
 
 def api(user_roles=(), staff=True) -> APIClient:
@@ -345,3 +350,19 @@ def test_batch_api_reports_bad_items_each_with_its_code(item, code):
     response = api().post(f"{URL}/batch", {"items": [item]}, format="json")
     assert response.status_code == 200, response.content
     assert response.json()["results"][0]["error"]["code"] == code
+
+
+def test_a_full_batch_body_fits_the_endpoints_own_limit(make_grove, settings):
+    """The batch endpoint reads up to ``PLACEMENT_BATCH_MAX_BODY_BYTES`` (a full batch is ~1.7 MB); every other
+    endpoint keeps the site-wide limit."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
+    settings.PLACEMENT_BATCH_MAX_BODY_BYTES = 256 * 1024
+    make_grove("a", units=[unit("a1", cpu=64000, mem_gib=256)])
+    body = {"items": [{"subject_type": "pipeline_node", "subject_id": f"big-{i}", "requirement": requirement_json(100)}
+                      for i in range(400)]}  # ~120 KB: over the site limit, within the endpoint's
+    response = api().post(f"{URL}/batch", body, format="json")
+    assert response.status_code == 200, response.content[:300]
+    assert response.json()["placed"] == 400
+    body["items"] *= 3  # ~360 KB: over the endpoint's limit too
+    response = api().post(f"{URL}/batch", body, format="json")
+    assert response.status_code == 413 and response.json()["code"] == "payload_too_large"

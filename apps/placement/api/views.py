@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 from apps.accounts.api.authentication import ApiTokenAuthentication
 from apps.accounts.api.permissions import requires
 from apps.accounts.selectors import team_authorize, team_for_write, visible
-from apps.core.api.parsers import BoundedJSONParser
+from apps.core.api.parsers import LargeBodyJSONParser
 from apps.core.api.serializers import ErrorSerializer
 from apps.core.errors import ForestError, ValidationFailed
 from apps.flags.selectors import is_enabled
@@ -147,7 +147,7 @@ class PlacementReplaceView(PlacementAPIView):
 
 
 
-class BatchJSONParser(BoundedJSONParser):
+class BatchJSONParser(LargeBodyJSONParser):
     """The batch endpoint's own body limit (``PLACEMENT_BATCH_MAX_BODY_BYTES``): a full batch is ~1.7 MB."""
 
     def limit(self) -> int:
