@@ -155,7 +155,7 @@ def copy_floor(rows_sql: str) -> float:
     """Seconds for a bare COPY of the rows this run wrote, into a table with the same columns and indexes."""
     import psycopg
 
-    from apps.placement.batch import COLUMNS
+    from apps.placement.writes import COLUMNS
 
     columns = ", ".join(COLUMNS)
     with psycopg.connect(DB_URL, autocommit=True) as conn:

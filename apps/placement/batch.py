@@ -124,7 +124,7 @@ class _Round:
         self.shapes: dict[tuple, _Shape] = {}
 
     def view(self, requirement: ExecutionRequirement, *, limit: int, role_only: bool = False,
-             start: int = 0) -> CandidateSet:
+             start: int = 0, with_others: bool = True) -> CandidateSet:
         """The snapshot's sample, with room judged on the batch's assumed free counts."""
         cpu, memory = requirement.resources.cpu_milli, requirement.resources.memory_bytes
         free = self.free
@@ -136,7 +136,7 @@ class _Round:
             return any(c >= cpu and m >= memory for _u, c, m in rows)
 
         return self.index.select(requirement, limit=limit, cap=snapshot.COUNT_CAP, cutoff=self.cutoff,
-                                 role_only=role_only, start=start, fits=fits)
+                                 role_only=role_only, start=start, fits=fits, with_others=with_others)
 
     def shape(self, requirement: ExecutionRequirement, enforced: bool) -> _Shape:
         key = (requirement, enforced)

@@ -26,8 +26,11 @@ from apps.placement.requirements import ExecutionRequirement
 from apps.placement.vocabulary import WAITING_FOR_CAPACITY
 
 # Candidates a decision samples and scores, and keeps as ranked verdicts (with as many non-eligible ones): a
-# decision's size and cost do not grow with the fleet (totals are still counted, up to a cap).
-CANDIDATE_LIMIT = 20
+# decision's size and cost do not grow with the fleet (totals are still counted, up to a cap). Eight is
+# kube-scheduler's percentageOfNodesToScore idea taken further: the best of eight Groves sampled round the
+# ring from the subject's point spreads work as evenly as scoring all of them (power of d choices), and
+# keeps a batch's per-subject cost flat (docs/decisions.md "Scoring").
+CANDIDATE_LIMIT = 8
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class Fleet(Protocol):
     view of it whose ``fits`` reads the batch's assumed free counts."""
 
     def __call__(self, requirement: ExecutionRequirement, *, limit: int, role_only: bool = False,
-                 start: int = 0) -> fleet.CandidateSet: ...
+                 start: int = 0, with_others: bool = True) -> fleet.CandidateSet: ...
 
 
 @dataclass
@@ -151,6 +154,16 @@ def fit_on(needs: admission.Needs, facts: rules.GroveFacts, *, free=None,
            claimed: Mapping | None = None) -> admission.Fit:
     """``needs`` admitted on one unit of this Grove, from its facts; ``free`` (unit id, free CPU, free
     memory) and ``claimed`` replace the facts' own when a batch has assumed work on the Grove."""
+    if needs.accelerators is None:
+        # The common case, what ``admission.fit`` answers "now" with, without building its unit objects: the
+        # first unit (in the Grove's order) whose allocatable and free both hold the work.
+        rows = facts.unit_free if free is None else free
+        cpu, memory = needs.cpu_milli, needs.memory_bytes
+        if len(rows) == len(facts.unit_allocatable):  # the same units in the same order (``grove_facts``)
+            for (unit_id, cpu_allocatable, memory_allocatable), row in zip(facts.unit_allocatable, rows, strict=True):
+                if (row[0] == unit_id and cpu_allocatable >= cpu and memory_allocatable >= memory
+                        and row[1] >= cpu and row[2] >= memory):
+                    return admission.Fit(FitState.NOW, unit_id=unit_id)
     if free is None and claimed is None:
         return _per_facts(_FITS, needs, facts, _fit_now)
     return admission.fit(needs, units=admission.units_of(facts, free=free), devices=facts.devices,
@@ -162,26 +175,42 @@ def _fit_now(needs: admission.Needs, facts: rules.GroveFacts) -> admission.Fit:
                          grove=facts.slug)
 
 
+_ALLOCATABLE: dict[str, tuple[rules.GroveFacts, int, int]] = {}
+
+
 def load_of(facts: rules.GroveFacts, *, free=None, group: int = 0, platform_rank: int = 0) -> scoring.Load:
     """What the score plugins read of a Grove: its allocatable and free totals, its group count, the
-    operator's preference and the work's platform position on it."""
-    rows = facts.unit_free if free is None else free
-    return scoring.Load(
-        cpu_allocatable=sum(row[1] for row in facts.unit_allocatable),
-        cpu_free=sum(max(row[1], 0) for row in rows),
-        memory_allocatable=sum(row[2] for row in facts.unit_allocatable),
-        memory_free=sum(max(row[2], 0) for row in rows),
-        group=group, preference=facts.preference, platform_rank=platform_rank)
+    operator's preference and the work's platform position on it. The allocatable totals are fleet facts,
+    kept per facts object; the free totals move with every placement and are summed each time (a Grove
+    reports a handful of units)."""
+    held = _ALLOCATABLE.get(facts.id)
+    if held is None or held[0] is not facts:
+        if len(_ALLOCATABLE) >= _CACHE_MAX:
+            _ALLOCATABLE.clear()
+        held = _ALLOCATABLE[facts.id] = (facts, sum(row[1] for row in facts.unit_allocatable),
+                                         sum(row[2] for row in facts.unit_allocatable))
+    cpu_free = memory_free = 0
+    for row in facts.unit_free if free is None else free:
+        if row[1] > 0:
+            cpu_free += row[1]
+        if row[2] > 0:
+            memory_free += row[2]
+    return scoring.Load(cpu_allocatable=held[1], cpu_free=cpu_free, memory_allocatable=held[2],
+                        memory_free=memory_free, group=group, preference=facts.preference,
+                        platform_rank=platform_rank)
 
 
 def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *, loads: Loads, subject: str,
-         policy: scoring.Policy, incompatible: bool = False) -> list[Ranked]:
-    """Filter and score: each candidate's resource fit (over ``loads``), every one with room now scored and
-    ordered by total and tie key, then the others in sampling order. ``incompatible`` (the shadow-mode
-    fallback) checks the rules too and puts the fewest incompatibilities first."""
+         policy: scoring.Policy, incompatible: bool = False, scored: int | None = None) -> list[Ranked]:
+    """Filter and score: each candidate's resource fit (over ``loads``), every one with room now ordered by
+    its total (highest first; equal totals by the tie key of subject and Grove), then the others in sampling
+    order. Every plugin's column is built for the first ``scored`` with room (all of them by default: a
+    batch's per-subject call needs only the chosen and the runner-up); the order reads only the total, which
+    is the same number to the bit. ``incompatible`` (the shadow-mode fallback) checks the rules too and puts
+    the fewest incompatibilities first."""
     needs = admission.Needs.of(requirement)
     sizes = scoring.Needs(requirement.resources.cpu_milli, requirement.resources.memory_bytes)
-    now, rest = [], []
+    now, rest, totals, states = [], [], {}, {}
     for candidate in found:
         facts = candidate.facts
         free = loads.free.get(facts.id)
@@ -189,12 +218,23 @@ def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *,
         row = Ranked(facts, candidate.platform_rank, candidate.fits_cpu_memory, fit,
                      incompatibilities=checked(requirement, facts) if incompatible else [])
         if fit.now:
-            row.score = scoring.score(sizes, load_of(facts, free=free, group=loads.group.get(facts.id, 0),
-                                                     platform_rank=candidate.platform_rank), policy)
+            state = states[id(row)] = load_of(facts, free=free, group=loads.group.get(facts.id, 0),
+                                              platform_rank=candidate.platform_rank)
+            totals[id(row)] = round(scoring.total(sizes, state, policy), scoring.TOTAL_DIGITS)
             now.append(row)
         else:
             rest.append(row)
-    now.sort(key=lambda row: scoring.order_key(row.score.total, subject, row.facts.id))
+    now.sort(key=lambda row: -totals[id(row)])
+    start = 0
+    while start < len(now):  # equal totals: the stable hash of (subject, Grove), computed only for ties
+        end = start + 1
+        while end < len(now) and totals[id(now[end])] == totals[id(now[start])]:
+            end += 1
+        if end - start > 1:
+            now[start:end] = sorted(now[start:end], key=lambda row: scoring.tie_key(subject, row.facts.id))
+        start = end
+    for row in now[:len(now) if scored is None else scored]:
+        row.score = scoring.score(sizes, states[id(row)], policy)
     ranked = now + rest
     if incompatible:
         ranked.sort(key=lambda row: len(row.incompatibilities))
@@ -303,8 +343,9 @@ def _explicit(requirement: ExecutionRequirement, reference: str, *, enforced: bo
 def _selection(requirement: ExecutionRequirement, *, fleet_view: Fleet, enforced: bool, admit_now: bool,
                loads: Loads, subject: str, policy: scoring.Policy, explain: bool) -> Decision:
     start = scoring.ring_point(subject)
-    found = fleet_view(requirement, limit=CANDIDATE_LIMIT, start=start)
-    ranked = rank(requirement, found.eligible, loads=loads, subject=subject, policy=policy)
+    found = fleet_view(requirement, limit=CANDIDATE_LIMIT, start=start, with_others=explain)
+    ranked = rank(requirement, found.eligible, loads=loads, subject=subject, policy=policy,
+                  scored=None if explain else 2)
     verdicts, summary = [], ""
     if explain:
         verdicts = [verdict(requirement, row, row.facts, [], rank=position)

@@ -252,17 +252,18 @@ class FleetIndex:
 
     def select(self, requirement: ExecutionRequirement, *, limit: int, cap: int, cutoff: float,
                role_only: bool = False, start: int = 0,
-               fits: Callable[[GroveFacts], bool] | None = None) -> CandidateSet:
+               fits: Callable[[GroveFacts], bool] | None = None, with_others: bool = True) -> CandidateSet:
         """A sample of ``limit`` fresh eligible Groves (the first that fit CPU and memory in ``walk`` order,
         then, when too few fit, the first that do not), ``limit`` other fresh Groves by slug, and capped
         totals. Per decision this walks the shape's cached levels and stops after ``limit`` fits. ``fits``
-        judges room (a batch's assumed free counts); by default the facts' own units."""
+        judges room (a batch's assumed free counts); by default the facts' own units. ``with_others`` off
+        skips the sample of non-eligible Groves (a decision that builds no verdicts)."""
         if self._rules is not rules.RULES:
             self._reindex()
         stale = self.stale(cutoff)
         shape = self._shape(requirement, role_only)
         eligible_count = len(shape.eligible) - (len(shape.eligible & stale) if stale else 0)
-        others = _take((slug for slug in shape.others if slug not in stale), limit)
+        others = _take((slug for slug in shape.others if slug not in stale), limit) if with_others else []
         cpu, memory = requirement.resources.cpu_milli, requirement.resources.memory_bytes
         fitting: list[Candidate] = []
         short: list[Candidate] = []

@@ -16,6 +16,7 @@ hash, never by slug: equal Groves share equal work, and the same subject always 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -116,9 +117,15 @@ class Policy:
     name: str
     weights: tuple[tuple[str, float], ...]
 
-    @property
+    @functools.cached_property
     def total_weight(self) -> float:
         return sum(weight for _name, weight in self.weights)
+
+    @functools.cached_property
+    def weighted(self) -> tuple:
+        """(weight, scorer) of every plugin whose weight is not 0, in column order."""
+        return tuple((weight, plugin.score) for (_name, weight), plugin in zip(self.weights, PLUGINS, strict=True)
+                     if weight)
 
     def to_json(self) -> dict:
         return {"policy": self.name, "weights": dict(self.weights)}
@@ -128,7 +135,14 @@ def policy_for(*, family: str, accelerators: bool, policies: Mapping[str, str],
                weights: Mapping[str, float]) -> Policy:
     """The policy for work of this family (accelerator work by the ``accelerators`` entry): the plugin
     the policy does not use (bin-pack under spread, spread under bin-pack) weighs 0."""
-    name = policies.get(ACCELERATORS if accelerators else family) or policies.get("default") or SPREAD
+    return _policy(ACCELERATORS if accelerators else family, tuple(sorted(policies.items())),
+                   tuple(sorted(weights.items())))
+
+
+@functools.lru_cache(maxsize=64)
+def _policy(key: str, policies: tuple, weights: tuple) -> Policy:
+    policies, weights = dict(policies), dict(weights)
+    name = policies.get(key) or policies.get("default") or SPREAD
     if name not in POLICIES:
         name = SPREAD
     unused = BINPACK if name == SPREAD else SPREAD
@@ -149,11 +163,32 @@ class Score:
         return body
 
 
-def score(needs: Needs, load: Load, policy: Policy) -> Score:
-    columns = tuple(plugin.score(needs, load) for plugin in PLUGINS)
+_SCORERS = tuple(plugin.score for plugin in PLUGINS)
+
+
+def total(needs: Needs, load: Load, policy: Policy) -> float:
+    """``score(...).total`` to the last bit, computing only the plugins with a weight (a zero-weight column
+    adds exactly 0.0): what ranking reads for every candidate; the columns are built for the few shown."""
     weight = policy.total_weight
-    total = (sum(w * c for (_n, w), c in zip(policy.weights, columns, strict=True)) / weight) if weight else 0.0
-    return Score(columns, total)
+    if not weight:
+        return 0.0
+    value = 0.0
+    for plugin_weight, scorer in policy.weighted:
+        value += plugin_weight * scorer(needs, load)
+    return value / weight
+
+
+def score(needs: Needs, load: Load, policy: Policy) -> Score:
+    """Every plugin's score and the weighted total (the module docstring's formula)."""
+    columns = tuple([scorer(needs, load) for scorer in _SCORERS])
+    weight = policy.total_weight
+    value = 0.0
+    if weight:
+        for (_name, plugin_weight), column in zip(policy.weights, columns, strict=True):
+            if plugin_weight:
+                value += plugin_weight * column
+        value /= weight
+    return Score(columns, value)
 
 
 def tie_key(subject: str, grove_id: str) -> int:

@@ -214,7 +214,7 @@ def held() -> Iterator[tuple[fleet.FleetIndex, float]]:
 
 
 def candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool = False,
-               start: int = 0) -> fleet.CandidateSet:
+               start: int = 0, with_others: bool = True) -> fleet.CandidateSet:
     """A sample of ``limit`` eligible fresh Groves (``fleet.FleetIndex.select``, walked from ring point
     ``start``), a sample of the others by slug, and totals capped at ``COUNT_CAP``, from the fleet snapshot
     (refreshed first when it is older than ``PLACEMENT_FLEET_REFRESH_S``). ``role_only`` samples every Grove
@@ -224,4 +224,4 @@ def candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool
     cutoff = stale_cutoff()
     with _LOCK:
         return _FLEET.select(requirement, limit=limit, cap=COUNT_CAP, cutoff=cutoff, role_only=role_only,
-                             start=start)
+                             start=start, with_others=with_others)

@@ -58,7 +58,7 @@ def _rows_to_candidates(rows) -> list[Candidate]:
 
 
 def sql_candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool = False,
-                   start: int = 0) -> CandidateSet:
+                   start: int = 0, with_others: bool = True) -> CandidateSet:
     """The ``limit`` first eligible Groves in sampling order, a sample of the others, and capped totals.
 
     Sampling order (``fleet.FleetIndex.walk``): Groves with room first, then by platform position, the wanted

@@ -357,7 +357,7 @@ def test_a_full_batch_body_fits_the_endpoints_own_limit(make_grove, settings):
     endpoint keeps the site-wide limit."""
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
     settings.PLACEMENT_BATCH_MAX_BODY_BYTES = 256 * 1024
-    make_grove("a", units=[unit("a1", cpu=64000, mem_gib=256)])
+    make_grove("a", units=[unit("a1", cpu=64000, mem_gib=512)])
     body = {"items": [{"subject_type": "pipeline_node", "subject_id": f"big-{i}", "requirement": requirement_json(100)}
                       for i in range(400)]}  # ~120 KB: over the site limit, within the endpoint's
     response = api().post(f"{URL}/batch", body, format="json")
