@@ -342,7 +342,9 @@ def _explicit(requirement: ExecutionRequirement, reference: str, *, enforced: bo
 
 def _selection(requirement: ExecutionRequirement, *, fleet_view: Fleet, enforced: bool, admit_now: bool,
                loads: Loads, subject: str, policy: scoring.Policy, explain: bool) -> Decision:
-    start = scoring.ring_point(subject)
+    # Spread samples round the ring from the subject's point (each subject its own Groves: even spread);
+    # bin-pack from one fixed point (every subject the same Groves, fullest first: they fill in order).
+    start = scoring.ring_point(subject if policy.name == scoring.SPREAD else "")
     found = fleet_view(requirement, limit=CANDIDATE_LIMIT, start=start, with_others=explain)
     ranked = rank(requirement, found.eligible, loads=loads, subject=subject, policy=policy,
                   scored=None if explain else 2)
