@@ -3,15 +3,16 @@
 The chooser decides from this (like kube-scheduler's informer cache) instead of querying the fleet per
 decision. Each Grove is filed under every key each compatibility rule declares for it (``Rule.keys``),
 so what a kind of requirement can ever match (its "shape": what each rule accepts, the accepted
-platforms and the accelerator API the ranking reads) comes from set intersections over those indexes,
-built from ``rules.RULES`` alone, and is cached as slug-ordered lists until some Grove's facts change;
-a heartbeat or a new free capacity changes none of them. Freshness is a stale set kept by a heap of
-heartbeat times. A decision then walks the cached lists, skipping stale Groves, and stops after
-``limit`` hits; only when the best rank level holds fewer than ``limit`` fresh Groves that fit does it
-rank every eligible Grove. The order is the chooser's: earliest accepted platform in the Grove's order,
-a unit that fits CPU and memory, the requested accelerator API, slug (the platform positions and the
-APIs are indexed for that ranking; they are preferences, not rules). ``snapshot`` loads it from the
-database; ``services`` re-verifies whatever it is about to persist against the database.
+platforms and the accelerator API the sampling reads) comes from set intersections over those indexes,
+built from ``rules.RULES`` alone, and is cached until some Grove's facts change; a heartbeat or a new
+free capacity changes none of them. Freshness is a stale set kept by a heap of heartbeat times.
+
+A decision samples (``select``): it walks the shape's eligible Groves by the position of the earliest
+accepted platform in each Grove's order (the wanted accelerator API first within a position) and, within
+that, round a ring of Grove points (a hash of the id) from a start the caller gives (the subject's point),
+skipping stale Groves, and stops after ``limit`` Groves with room. ``decide`` scores that sample
+(``scoring``). ``snapshot`` loads the index from the database; the writes re-verify against the database
+whatever is persisted.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from apps.placement.rules import MAX_GROVE_PLATFORMS, NO_PLATFORM_RANK, GroveFac
 from apps.placement.scoring import ring_point
 
 _EMPTY: frozenset = frozenset()
-# Index keys of the ranking (not rules): a platform at a position of the Grove's order, an accelerator API.
+# Index keys beside the rules': a platform at a position of the Grove's order (a reorder is a facts change),
+# an accelerator API.
 _POSITION, _API = "rank:position", "rank:api"
 # A fleet-facts version: a new number whenever some Grove's indexed facts change (the shape caches clear).
 _VERSIONS = itertools.count(1)

@@ -239,13 +239,6 @@ def selected_platform(req: ExecutionRequirement, grove: GroveFacts) -> str:
     return grove.platforms[rank if rank < len(grove.platforms) else 0]
 
 
-def rank_key(*, platform_rank: int, fits_cpu_memory: bool, fits_accelerators: bool, slug: str,
-             incompatibilities: int = 0) -> tuple:
-    """The chooser's order: compatible first, then (a) earliest platform in the Grove's order,
-    (b) a unit that fits CPU and memory, then accelerators, then the slug (unique) as tie-break."""
-    return (incompatibilities, platform_rank, not fits_cpu_memory, not fits_accelerators, slug)
-
-
 def summarise(verdicts: Sequence[dict]) -> str:
     """A scheduler-style line: '0/5 Groves eligible: 3 platform_mismatch, 2 substrate_mismatch'."""
     counts: dict[str, int] = {}
