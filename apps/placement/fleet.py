@@ -83,7 +83,7 @@ class _Shape:
 
 
 class FleetIndex:
-    """Facts by slug (unique, and the tie-break order), set indexes of slugs (one per rule, from
+    """Facts by slug (unique), set indexes of slugs (one per rule, from
     ``rules.RULES``, plus the ranking's), the stale set, and a cache of per-requirement-shape candidate
     lists. Not thread-safe: the caller holds one lock around updates and selections."""
 
