@@ -1,4 +1,4 @@
-"""The compatibility checker (docs/design.md §2) and the platform position the chooser scores. Pure: no Django, no database.
+"""The compatibility checker (docs/design.md §2) and the platform position the chooser scores. Pure: no Django.
 
 Each rule is a small ``Rule``: its check ``(requirement, grove) -> list[Incompatibility]`` and, beside
 it, the index key the fleet snapshot files a Grove under for it. ``check`` runs all of them and returns
