@@ -51,7 +51,8 @@ def test_spread_shares_identical_work_evenly_across_equal_groves(ci, make_grove)
         make_grove(f"eq-{i}", units=BIG)
     results = place(ci, 100)
     shares = Counter(r["grove_slug"] for r in results)
-    assert len(shares) == 10 and max(shares.values()) - min(shares.values()) <= 1, shares
+    # The best of a sample of eight per subject (power of choices): within a job of the even share.
+    assert len(shares) == 10 and max(shares.values()) <= 1.2 * 10 and min(shares.values()) >= 8, shares
     detail = ci.get(URL, {"subject_id": "job-7"}).json()["results"][0]["decision"]
     scores = detail["scores"]
     assert scores["policy"] == "spread" and scores["weights"]["binpack"] == 0
