@@ -43,8 +43,6 @@ from apps.placement.vocabulary import WAITING_FOR_CAPACITY
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Decision", "WaitingForCapacity", "fit_on"]  # the decision's types, for callers of these services
-
 # A decision from the fleet snapshot whose Grove no longer holds in the database is redone after a
 # refresh; this many tries before giving up (only a Grove changing again and again gets there).
 DECIDE_ATTEMPTS = 3
