@@ -31,6 +31,8 @@ from apps.placement.vocabulary import WAITING_FOR_CAPACITY
 # ring from the subject's point spreads work as evenly as scoring all of them (power of d choices), and
 # keeps a batch's per-subject cost flat (docs/decisions.md "Scoring").
 CANDIDATE_LIMIT = 8
+# Wider samples, tried in turn only when a full sample holds no Grove with room now (accelerators taken).
+WIDER = (64, 256)
 
 
 @dataclass(frozen=True)
@@ -345,9 +347,14 @@ def _selection(requirement: ExecutionRequirement, *, fleet_view: Fleet, enforced
     # Spread samples round the ring from the subject's point (each subject its own Groves: even spread);
     # bin-pack from one fixed point (every subject the same Groves, fullest first: they fill in order).
     start = scoring.ring_point(subject if policy.name == scoring.SPREAD else "")
-    found = fleet_view(requirement, limit=CANDIDATE_LIMIT, start=start, with_others=explain)
-    ranked = rank(requirement, found.eligible, loads=loads, subject=subject, policy=policy,
-                  scored=None if explain else 2)
+    for limit in (CANDIDATE_LIMIT, *WIDER):
+        found = fleet_view(requirement, limit=limit, start=start, with_others=explain)
+        ranked = rank(requirement, found.eligible, loads=loads, subject=subject, policy=policy,
+                      scored=None if explain else 2)
+        # The sample is judged on CPU and memory; when none of a full sample has room now (its accelerators
+        # are all taken), look further before waiting: a Grove past the sample may have them free.
+        if len(found.eligible) < limit or any(row.fit.now for row in ranked):
+            break
     verdicts, summary = [], ""
     if explain:
         verdicts = [verdict(requirement, row, row.facts, [], rank=position)
