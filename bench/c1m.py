@@ -1,25 +1,37 @@
 """C1M for Forest: a million requirements placed and persisted on 5,000 Groves, beside Nomad's C1M and a floor.
 
-    .venv/bin/python bench/c1m.py [--count 1000000] [--groves 5000] [--batch 5000]
+    .venv/bin/python bench/c1m.py [--count 1000000] [--groves 5000] [--batch 5000] [--modes api,inprocess]
 
 Loads ``--groves`` mixed Groves into a database of its own (Kubernetes and native, linux/amd64, linux/arm64
 and darwin/arm64 in several orders, some with NVIDIA or Apple GPUs, one to four units each), keeps them
 heartbeating during the run (one UPDATE of every Grove's liveness every 20 s from a thread of its own, as
-a live fleet would), then places ``--count`` subjects through ``apps.placement.batch.place_batch`` in
-batches of ``--batch``: one snapshot read, decisions in memory with the assume cache, the unit rows locked
-and re-verified, the ledger, shared verdicts and placements written (``COPY``) in one transaction per batch.
+a live fleet would), then places ``--count`` subjects in batches of ``--batch``:
+
+* ``api`` (the figure to read): through the HTTP batch API, ``POST /api/forest/v1/placements/batch``, served
+  by the Procfile's server (uvicorn, one worker: the other core is the client's) with a CI user's API token.
+  A full batch of 5,000 items is ~1.7 MB of JSON: the endpoint's own body limit
+  (``PLACEMENT_BATCH_MAX_BODY_BYTES``, 4 MiB by default) holds it, the rest of the API keeps 1 MiB.
+* ``inprocess`` (the second figure): ``apps.placement.batch.place_batch`` called in this process, on a
+  fresh database, to show what the HTTP layer costs.
+
+Either way each batch is one snapshot read, decisions in memory with the scoring chooser and the assume
+cache, the unit rows locked and re-verified, the ledger, shared verdicts and placements written (``COPY``)
+in one transaction. The bench runs ``ANALYZE`` on the placement table as autovacuum would (when the rows
+written since the last analyze pass 50 + 10% of the table), so a plan never rests on the statistics of
+an empty table; the existence check probes only the unique index whatever the statistics say.
 A mix of requirements is cycled: containers on amd64 / arm64 / any platform, native darwin work, untrusted
 work, one NVIDIA GPU (one in ``--gpu-every``), in four CPU/memory sizes; the fleet has room for all of it
 but the GPUs, which run out near the end (their refusals are ``no_capacity`` decisions).
 
-Prints progress, then the end-to-end time and rate (subjects placed or refused per second, every one a
-stored row or a per-subject error code), Nomad C1M's published rate (1,000,000 containers on 5,000 hosts
-in under 5 minutes: 3,750/s), and the floor: a bare ``COPY`` of the very rows this run wrote into a table
-with the same columns and indexes, in the same run (ours / floor is the ratio to read). Every unit's
-placed CPU and memory is checked against its reported free counts at the end (it must never overcommit).
+Prints progress, then per mode the end-to-end time and rate (subjects placed or refused per second, every
+one a stored row or a per-subject error code), Nomad C1M's published rate (1,000,000 containers on 5,000
+hosts in under 5 minutes: 3,750/s), and the floor: a bare ``COPY`` of the very rows this run wrote into a
+table with the same columns and indexes, in the same run (ours / floor is the ratio to read; the target is
+0.35). Every unit's placed CPU and memory is checked against its reported free counts at the end (it must
+never overcommit), and the spread of the compute work is shown (largest Grove share / mean).
 
-``--count 20000`` is a smoke run of about a minute. Needs PostgreSQL on 127.0.0.1; drops and creates the
-database named by ``BENCH_C1M_DATABASE_URL`` (default ``forest_bench_c1m``).
+``--count 20000`` is a smoke run of about a minute. Needs PostgreSQL and Redis on 127.0.0.1; drops and
+creates the database named by ``BENCH_C1M_DATABASE_URL`` (default ``forest_bench_c1m``).
 """
 from __future__ import annotations
 
@@ -144,7 +156,7 @@ def copy_floor(rows_sql: str) -> float:
     """Seconds for a bare COPY of the rows this run wrote, into a table with the same columns and indexes."""
     import psycopg
 
-    from apps.placement.batch import COLUMNS
+    from apps.placement.writes import COLUMNS
 
     columns = ", ".join(COLUMNS)
     with psycopg.connect(DB_URL, autocommit=True) as conn:
@@ -182,6 +194,183 @@ def overcommitted() -> int:
         return cursor.fetchone()[0]
 
 
+ANALYZE_THRESHOLD, ANALYZE_SCALE = 50, 0.1  # autovacuum_analyze_threshold / _scale_factor defaults
+
+
+class Analyzer:
+    """``ANALYZE`` of the placement table whenever autovacuum would: rows written since the last one past
+    50 + 10% of the table. Timed apart from nothing: it is part of the run, as it is in production."""
+
+    def __init__(self) -> None:
+        self.rows_at_last, self.pending, self.runs = 0, 0, 0
+
+    def written(self, rows: int) -> None:
+        from django.db import connection
+
+        self.pending += rows
+        if self.pending > ANALYZE_THRESHOLD + ANALYZE_SCALE * self.rows_at_last:
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE placement_executionplacement")
+            self.rows_at_last += self.pending
+            self.pending, self.runs = 0, self.runs + 1
+
+
+def start_web() -> tuple:
+    """The Procfile's server, one uvicorn worker, on this bench's database; its URL."""
+    import socket
+    import subprocess
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "ALLOWED_HOSTS": "127.0.0.1,localhost", "LOG_LEVEL": "ERROR"}
+    proc = subprocess.Popen([str(ROOT / ".venv/bin/uvicorn"), "forest_host.asgi:application", "--host", "127.0.0.1",
+                             "--port", str(port), "--workers", "1", "--log-level", "warning", "--no-access-log"],
+                            cwd=ROOT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            httpx.get(f"{url}/healthz", timeout=1)
+            return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    stop_web(proc)
+    raise SystemExit("the web server did not come up")
+
+
+def stop_web(proc) -> None:
+    import signal
+    import subprocess
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def ci_token() -> str:
+    """An API token of a CI user who may place (``placement.add_executionplacement``)."""
+    from django.contrib.auth import get_user_model
+
+    from apps.accounts.services import api_token_create
+
+    user = get_user_model().objects.create_user(username="c1m", is_staff=True, is_superuser=True)
+    return api_token_create(user=user, name="c1m")[1]
+
+
+def spread_of_compute() -> float:
+    """Largest per-Grove count of the compute-family placements over the mean (1.0 is perfectly even)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("""SELECT max(n)::float / avg(n) FROM (
+            SELECT grove_id, count(*) AS n FROM placement_executionplacement
+             WHERE requirement->>'family' = 'compute' AND requirement->'accelerators' IS NULL
+               AND requirement->'compatibility'->>'change_kind' = 'k8s.job' AND grove_id IS NOT NULL
+             GROUP BY 1) per_grove""")
+        return cursor.fetchone()[0] or 0.0
+
+
+def run_mode(mode: str, args, size: int) -> dict:
+    """One full run on a fresh database: load, place ``args.count`` subjects, measure the floor."""
+    from django.db import connection
+
+    prepare_database()
+    connection.close()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from apps.placement import batch, snapshot
+
+    t0 = time.perf_counter()
+    load_fleet(args.groves, random.Random(1))
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")
+    print(f"[{mode}] loaded {args.groves} Groves in {time.perf_counter() - t0:.1f} s", flush=True)
+    mix, gpu = requirements()
+    mix_json = [requirement.to_json() for requirement in mix]
+    gpu_json = gpu.to_json()
+    web, client = None, None
+    if mode == "api":
+        import httpx
+
+        token = ci_token()
+        web, url = start_web()
+        client = httpx.Client(base_url=url, headers={"Authorization": f"Token {token}"}, timeout=600)
+    else:
+        snapshot.fleet_refresh(full=True)
+    beats = Heartbeats()
+    beats.start()
+    analyzer = Analyzer()
+    placed = refused = 0
+    codes: dict[str, int] = {}
+    start = time.perf_counter()
+    last = start
+    try:
+        for first in range(0, args.count, size):
+            numbers = range(first, min(first + size, args.count))
+            if mode == "api":
+                body = {"items": [{"subject_type": "compute_step", "subject_id": f"c1m-{i}",
+                                   "requirement": gpu_json if i % args.gpu_every == args.gpu_every - 1
+                                   else mix_json[i % len(mix)]} for i in numbers]}
+                response = client.post("/api/forest/v1/placements/batch", json=body)
+                if response.status_code != 200:
+                    raise SystemExit(f"batch API answered {response.status_code}: {response.text[:300]}")
+                results = response.json()["results"]
+                errors = [r["error"]["code"] for r in results if r["status"] == "error"]
+            else:
+                items = [batch.BatchItem(subject_type="compute_step", subject_id=f"c1m-{i}",
+                                         requirement=gpu if i % args.gpu_every == args.gpu_every - 1
+                                         else mix[i % len(mix)]) for i in numbers]
+                errors = [o.error.code for o in batch.place_batch(items) if o.error is not None]
+            placed += len(numbers) - len(errors)
+            refused += len(errors)
+            for code in errors:
+                codes[code] = codes.get(code, 0) + 1
+            analyzer.written(len(numbers) - len(errors))
+            now = time.perf_counter()
+            if now - last >= 10 or first + size >= args.count:
+                done = placed + refused
+                print(f"  [{mode}] {done:>9,} decided ({placed:,} placed, {refused:,} refused) in "
+                      f"{now - start:6.1f} s: {done / (now - start):,.0f}/s", flush=True)
+                last = now
+    finally:
+        beats.stop.set()
+        if web is not None:
+            client.close()
+            stop_web(web)
+    elapsed = time.perf_counter() - start
+    from apps.placement.writes import COLUMNS
+
+    floor_s = copy_floor(f"SELECT {', '.join(COLUMNS)} FROM placement_executionplacement")
+    return {"mode": mode, "placed": placed, "refused": refused, "codes": codes, "elapsed": elapsed,
+            "floor_s": floor_s, "analyzes": analyzer.runs, "overcommitted": overcommitted(),
+            "spread": spread_of_compute()}
+
+
+def report(result: dict, args, size: int) -> None:
+    placed, refused, elapsed, floor_s = result["placed"], result["refused"], result["elapsed"], result["floor_s"]
+    codes = result["codes"]
+    rate = (placed + refused) / elapsed
+    how = ("through POST /api/forest/v1/placements/batch" if result["mode"] == "api"
+           else "in process (place_batch)")
+    print(f"\n[{result['mode']}] placed {placed:,} and refused {refused:,} "
+          f"({', '.join(f'{n:,} {c}' for c, n in sorted(codes.items())) or 'none'}) of {args.count:,} on "
+          f"{args.groves:,} Groves in {elapsed:.1f} s ({elapsed / 60:.2f} min), {how}")
+    print(f"ours:                    {rate:>9,.0f} subjects/s end to end (batches of {size:,}, one transaction "
+          f"each; {result['analyzes']} ANALYZE runs as autovacuum would)")
+    print(f"Nomad C1M (published):   {NOMAD_C1M_RATE:>9,.0f}/s   ours / Nomad = {rate / NOMAD_C1M_RATE:.2f}")
+    print(f"floor: bare COPY of the same {placed:,} rows (same columns and indexes): {floor_s:.1f} s = "
+          f"{placed / floor_s:,.0f} rows/s   ours / floor = {rate / (placed / floor_s):.2f} "
+          f"(time x{elapsed / floor_s:.1f}; target >= 0.35)")
+    print(f"units overcommitted (counted in SQL): {result['overcommitted']}; compute spread: largest Grove "
+          f"share / mean = {result['spread']:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -190,64 +379,21 @@ def main() -> None:
     parser.add_argument("--groves", type=int, default=5000, help="Groves in the fleet (default 5,000)")
     parser.add_argument("--batch", type=int, default=None, help="subjects per batch (default MAX_BATCH_SIZE)")
     parser.add_argument("--gpu-every", type=int, default=400, help="one GPU requirement in this many (default 400)")
+    parser.add_argument("--modes", default="api,inprocess", help="api and/or inprocess, in that order")
     args = parser.parse_args()
     prepare_database()
     import django
 
     django.setup()
     logging.getLogger("apps.placement").setLevel(logging.ERROR)
-    from django.core.management import call_command
-    from django.db import connection
-
-    call_command("migrate", verbosity=0)
-    from apps.placement import batch, snapshot
     from apps.placement.vocabulary import MAX_BATCH_SIZE
 
     size = args.batch or MAX_BATCH_SIZE
-    t0 = time.perf_counter()
-    load_fleet(args.groves, random.Random(1))
-    with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE")
-    print(f"loaded {args.groves} Groves in {time.perf_counter() - t0:.1f} s", flush=True)
-    snapshot.fleet_refresh(full=True)
-    mix, gpu = requirements()
-    beats = Heartbeats()
-    beats.start()
-    placed = refused = 0
-    codes: dict[str, int] = {}
-    start = time.perf_counter()
-    last = start
-    for first in range(0, args.count, size):
-        items = [batch.BatchItem(subject_type="compute_step", subject_id=f"c1m-{i}",
-                                 requirement=gpu if i % args.gpu_every == args.gpu_every - 1 else mix[i % len(mix)])
-                 for i in range(first, min(first + size, args.count))]
-        for outcome in batch.place_batch(items):
-            if outcome.error is None:
-                placed += 1
-            else:
-                refused += 1
-                codes[outcome.error.code] = codes.get(outcome.error.code, 0) + 1
-        now = time.perf_counter()
-        if now - last >= 10 or first + size >= args.count:
-            done = placed + refused
-            print(f"  {done:>9,} decided ({placed:,} placed, {refused:,} refused) in {now - start:6.1f} s: "
-                  f"{done / (now - start):,.0f}/s", flush=True)
-            last = now
-    elapsed = time.perf_counter() - start
-    beats.stop.set()
-    from apps.placement.batch import COLUMNS
-
-    floor_s = copy_floor(f"SELECT {', '.join(COLUMNS)} FROM placement_executionplacement")
-    rate = (placed + refused) / elapsed
-    print(f"\nplaced {placed:,} and refused {refused:,} ({', '.join(f'{n:,} {c}' for c, n in sorted(codes.items()))}"
-          f"{'' if codes else 'none'}) of {args.count:,} on {args.groves:,} Groves in {elapsed:.1f} s "
-          f"({elapsed / 60:.2f} min)")
-    print(f"ours:                    {rate:>9,.0f} subjects/s end to end (batches of {size:,}, one transaction each)")
-    print(f"Nomad C1M (published):   {NOMAD_C1M_RATE:>9,.0f}/s   ours / Nomad = {rate / NOMAD_C1M_RATE:.2f}")
-    print(f"floor: bare COPY of the same {placed:,} rows (same columns and indexes): {floor_s:.1f} s = "
-          f"{placed / floor_s:,.0f} rows/s   ours / floor = {rate / (placed / floor_s):.2f} "
-          f"(time x{elapsed / floor_s:.1f})")
-    print(f"units overcommitted (counted in SQL): {overcommitted()}")
+    results = [run_mode(mode.strip(), args, size) for mode in args.modes.split(",") if mode.strip()]
+    for result in results:
+        report(result, args, size)
+    if len(results) == 2:
+        print(f"\napi / in-process rate: {results[1]['elapsed'] / results[0]['elapsed']:.2f}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ heartbeat writes, including the indexed ``GroveCapability`` facts). Then, in one
 * *preview*: ``placement_decide`` (the pure decision from the in-process fleet snapshot: index
   intersections, ranking, verdicts; nothing stored; the snapshot refreshes at most every
   ``PLACEMENT_FLEET_REFRESH_S`` = 1 s, inside the measured calls);
+* *preview-new*: the same, but every decision with a requirement never seen before (the mix with a new
+  CPU and memory size each time: no per-requirement cache can hit; the fleet-facts caches still do). The
+  issue's target is 2,000 decisions/s at 1,000 Groves; the ratio to the cached mix is printed;
 * *sql-prev*: the same decision through the PostgreSQL candidate query placement used before the
   snapshot (``tests/placement/oracle.py``, the tests' oracle), for a same-run before/after; the oracle
   also reads accelerator inputs for every verdict, so it somewhat overstates the old path's cost;
@@ -39,6 +42,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import itertools
 import logging
 import os
 import random
@@ -185,6 +190,9 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+FRESH = itertools.count()  # sizes never used before in this run
+
+
 def measure(fn, count: int) -> dict:
     for i in range(min(50, count)):  # warm caches and prepared plans
         fn(-1 - i)
@@ -326,6 +334,7 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     from apps.core.errors import ForestError
     from apps.placement import services, snapshot
+    from apps.placement.requirements import Resources
     from tests.placement.oracle import sql_candidates
 
     if args.queued:
@@ -340,7 +349,8 @@ def main() -> None:
               f"{'eligible(avg)':>14}")
     print(header)
     print("-" * len(header))
-    p50s: dict[str, dict[int, float]] = {"preview": {}, "sql-prev": {}, "persisted": {}}
+    p50s: dict[str, dict[int, float]] = {"preview": {}, "preview-new": {}, "sql-prev": {}, "persisted": {}}
+    rates: dict[str, dict[int, float]] = {mode: {} for mode in p50s}
     refreshes = {}
     for n in [int(x) for x in args.groves.split(",")]:
         t0 = time.perf_counter()
@@ -351,6 +361,13 @@ def main() -> None:
 
         def preview(i: int) -> None:
             services.placement_decide(requirement=mix[i % len(mix)])
+
+
+        def preview_new(i: int, fresh=FRESH) -> None:
+            n = next(fresh)  # never the same size twice in the run (the warm-up included)
+            base = mix[n % len(mix)]
+            size = Resources(cpu_milli=100 + n % 7919 + n // 7919, memory_bytes=(64 << 20) + n * 4096)
+            services.placement_decide(requirement=dataclasses.replace(base, resources=size))
 
         def sql_preview(i: int) -> None:
             with mock.patch.object(snapshot, "candidates", sql_candidates):
@@ -363,12 +380,15 @@ def main() -> None:
                                          requirement=mix[i % len(mix)])
 
         for mode, fn, count in (("preview", preview, args.decisions),
+                                ("preview-new", preview_new, args.decisions),
                                 ("sql-prev", sql_preview, min(args.decisions, 400)),
                                 ("persisted", persisted, args.decisions)):
             result = measure(fn, count)
-            p50s[mode][n] = result["p50"]
+            p50s[mode][n], rates[mode][n] = result["p50"], result["rate"]
             print(f"{n:>7} {mode:>9} {result['rate']:>12.0f} {result['p50']:>8.3f} {result['p99']:>8.3f} "
                   f"{result['p50'] / base['p50']:>10.1f} {statistics.mean(eligible):>14.0f}")
+        print(f"{'':>7} never-repeated requirements / cached mix: {rates['preview-new'][n] / rates['preview'][n]:.2f}"
+              f"; never-repeated / target 2,000/s: {rates['preview-new'][n] / 2000:.2f}")
         cost = refreshes[n]
         print(f"{'':>7} (loaded {n} Groves in {load_s:.1f} s; snapshot refresh: full {cost['full']:.1f} ms, "
               f"incremental idle {cost['idle']:.2f} ms, after {cost['beating']} heartbeats {cost['changed']:.2f} ms)")

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from apps.core import localenv
+from apps.placement import scoring
 from forest_cli.client import TERMINAL, ForestClient, ForestClientError
 
 app = typer.Typer(help="Forest: place work on Groves and explain why.", no_args_is_help=True)
@@ -407,21 +408,32 @@ def placements_explain(ctx: typer.Context, subject: Annotated[str, typer.Argumen
                   f"would refuse {row.get('would_refuse')}")
         if decision.get("summary"):
             out.print(decision["summary"])
+        if (decision.get("scores") or {}).get("why"):
+            out.print(escape("Why here: " + decision["scores"]["why"]))
         for item in decision.get("incompatibilities", []):
             out.print(f"  [yellow]{item.get('code')}[/yellow]: {item.get('message')}")
         _candidates_table(decision)
 
 
+def _score_cell(stored: dict | None) -> str:
+    """Every plugin's score and the total ("—" when the candidate was not scored: not eligible, or no room)."""
+    cells = scoring.cells(stored)
+    if stored is None:
+        return cells[-1]
+    return f"{cells[-1]} = " + ", ".join(f"{name} {cell}" for name, cell in zip(scoring.NAMES, cells, strict=False))
+
+
 def _candidates_table(decision: dict) -> None:
-    """Each candidate Grove's verdict: compatible or not and why, and its resource fit (now/later/never)."""
-    table = Table("grove", "eligible", "fit", "why")
+    """Each candidate Grove's verdict: compatible or not and why, its resource fit (now/later/never), and its
+    score per plugin and total (every column, zeros shown; "—" for a candidate that was not scored)."""
+    table = Table("grove", "eligible", "fit", "score: total = weighted plugins", "why not")
     for candidate in decision.get("candidates", []):
         fit = candidate.get("fit") or {}
         reasons = [i.get("code", "") for i in candidate.get("incompatibilities", [])]
         if fit.get("code"):
             reasons.append(f"{fit['code']}: {fit.get('message', '')}")
         table.add_row(candidate.get("grove_slug", "?"), str(candidate.get("eligible")), fit.get("state", "-"),
-                      "; ".join(reasons))
+                      _score_cell(candidate.get("score")), "; ".join(reasons))
     out.print(table)
 
 

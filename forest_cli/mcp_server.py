@@ -158,8 +158,10 @@ def build_server(*, host: str | None, token: str | None) -> MCPServer:
             description="a placement id (17), a compute job id, RUN_ID:NODE or TYPE:ID (pipeline_node:42)")],
             step: Annotated[str | None, Field(description="with a compute job id: only this step")] = None,
     ) -> list[dict]:
-        """Stored placement decisions for one subject (each with its ``verdict``: placed, would_refuse, refused
-        or waiting)."""
+        """Stored placement decisions for one subject, each with its ``verdict`` (placed, would_refuse, refused
+        or waiting), why here (``decision.scores``: the policy, weights, the chosen and runner-up Groves' score
+        per plugin and total, and a sentence) and every candidate's verdict (eligible or its rule codes, its
+        fit, its ``score`` per plugin and total)."""
         return call(lambda c: c.placements_explain(subject, step))
 
     @server.tool()

@@ -302,6 +302,22 @@ FOREST_OUTAGE_RETRY_AFTER_S = int(os.environ.get("FOREST_OUTAGE_RETRY_AFTER_S", 
 # How stale one process's placement fleet snapshot may get (s); defaults to the flag snapshot's budget.
 PLACEMENT_FLEET_REFRESH_S = float(os.environ.get("PLACEMENT_FLEET_REFRESH_S", FLAGS_CACHE_TTL_S))
 
+
+def _pairs(text: str) -> dict[str, str]:
+    return {key.strip(): value.strip() for key, _, value in (part.partition("=") for part in text.split(","))
+            if key.strip()}
+
+
+# The chooser's policy per Grove family, accelerator work apart (apps/placement/scoring.py; docs/decisions.md
+# "Scoring"): spread (least allocated) keeps CPU work apart, bin-pack (most allocated) fills GPU Groves first.
+PLACEMENT_POLICY = _pairs(os.environ.get(
+    "PLACEMENT_POLICY", "build=spread,runtime=spread,compute=spread,accelerators=binpack"))
+# Each score plugin's weight in the total (a weighted mean; the policy zeroes the plugin it does not use).
+PLACEMENT_SCORE_WEIGHTS = {key: float(value) for key, value in _pairs(os.environ.get(
+    "PLACEMENT_SCORE_WEIGHTS", "platform=3,spread=2,binpack=2,run_spread=1,preference=1")).items()}
+# The body limit of POST placements/batch alone (a full batch of MAX_BATCH_SIZE items is ~1.7 MB of JSON).
+PLACEMENT_BATCH_MAX_BODY_BYTES = int(os.environ.get("PLACEMENT_BATCH_MAX_BODY_BYTES", str(4 * 1024 * 1024)))
+
 # The lean ASGI routes for heartbeat and changes (apps/dispatch/api/lean.py); off sends them through Django.
 FOREST_LEAN_WIRE = env_bool("FOREST_LEAN_WIRE", True)
 FOREST_NATIVE_WORKLOAD_DISPATCH = env_bool("FOREST_NATIVE_WORKLOAD_DISPATCH", False)

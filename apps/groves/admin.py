@@ -2,6 +2,7 @@
 from django import forms
 from django.contrib import admin, messages
 
+from apps.accounts.admin import AuditedAdmin
 from apps.accounts.choices import AuditVia
 from apps.accounts.services import audit_record
 from apps.core import formatting
@@ -74,9 +75,11 @@ class CredentialInline(admin.TabularInline):
 
 
 @admin.register(Grove)
-class GroveAdmin(admin.ModelAdmin):
-    list_display = ("slug", "name", "substrate", "roles", "platforms", "enabled", "last_heartbeat_at",
-                    "stale_display", "ready_display", "simulated", "version")
+class GroveAdmin(AuditedAdmin):
+    """Staff edit a Grove's name, roles, enabled switch and placement preference; each save is audited."""
+
+    list_display = ("slug", "name", "substrate", "roles", "platforms", "enabled", "placement_preference",
+                    "last_heartbeat_at", "stale_display", "ready_display", "simulated", "version")
     list_filter = ("substrate", "enabled", "simulated")
     search_fields = ("slug", "name")
 
@@ -87,7 +90,7 @@ class GroveAdmin(admin.ModelAdmin):
 
     readonly_fields = ("id", "substrate", "platforms", "isolation_modes", "change_kinds", "version",
                        "last_heartbeat_at", "stale_since", "capacity_reported_at", "log_tail", "created_at")
-    fields = ("id", "slug", "name", "enabled", "roles", *readonly_fields[1:])
+    fields = ("id", "slug", "name", "enabled", "roles", "placement_preference", *readonly_fields[1:])
     inlines = [PlacementUnitInline, AcceleratorInline, CredentialInline]
 
     @admin.display(boolean=True, description="stale")

@@ -2,6 +2,7 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -51,6 +52,11 @@ class Grove(models.Model):
     # every page that shows a Grove; never ready (nothing polls), so never chosen unpinned.
     simulated = models.BooleanField(default=False, help_text="A demo Grove: Host simulates its reports; nothing "
                                                              "runs its jobs.")
+    # Read by placement's "preference" score plugin (apps/placement/scoring.py); edits are audited in admin.
+    placement_preference = models.PositiveSmallIntegerField(
+        default=50, validators=[MinValueValidator(0), MaxValueValidator(100)],
+        help_text="Operator preference for placing work here, 0-100 (50 neutral): one weighted score among "
+                  "spread or bin-pack, platform order and run spread.")
     # Placement's fleet snapshot reloads Groves changed since its watermark. On PostgreSQL a trigger
     # (migration 0002) stamps every INSERT/UPDATE with the database clock, including queryset .update().
     # A heartbeat that only moves liveness keeps updated_at (so its UPDATE touches no indexed column and

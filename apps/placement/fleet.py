@@ -3,30 +3,33 @@
 The chooser decides from this (like kube-scheduler's informer cache) instead of querying the fleet per
 decision. Each Grove is filed under every key each compatibility rule declares for it (``Rule.keys``),
 so what a kind of requirement can ever match (its "shape": what each rule accepts, the accepted
-platforms and the accelerator API the ranking reads) comes from set intersections over those indexes,
-built from ``rules.RULES`` alone, and is cached as slug-ordered lists until some Grove's facts change;
-a heartbeat or a new free capacity changes none of them. Freshness is a stale set kept by a heap of
-heartbeat times. A decision then walks the cached lists, skipping stale Groves, and stops after
-``limit`` hits; only when the best rank level holds fewer than ``limit`` fresh Groves that fit does it
-rank every eligible Grove. The order is the chooser's: earliest accepted platform in the Grove's order,
-a unit that fits CPU and memory, the requested accelerator API, slug (the platform positions and the
-APIs are indexed for that ranking; they are preferences, not rules). ``snapshot`` loads it from the
-database; ``services`` re-verifies whatever it is about to persist against the database.
+platforms and the accelerator API the sampling reads) comes from set intersections over those indexes,
+built from ``rules.RULES`` alone, and is cached until some Grove's facts change; a heartbeat or a new
+free capacity changes none of them. Freshness is a stale set kept by a heap of heartbeat times.
+
+A decision samples (``select``): it walks the shape's eligible Groves by the position of the earliest
+accepted platform in each Grove's order (the wanted accelerator API first within a position) and, within
+that, round a ring of Grove points (a hash of the id) from a start the caller gives (the subject's point),
+skipping stale Groves, and stops after ``limit`` Groves with room. ``decide`` scores that sample
+(``scoring``). ``snapshot`` loads the index from the database; the writes re-verify against the database
+whatever is persisted.
 """
 from __future__ import annotations
 
 import heapq
 import itertools
 from bisect import bisect_left, insort
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
 from apps.placement import rules
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.rules import MAX_GROVE_PLATFORMS, NO_PLATFORM_RANK, GroveFacts, platform_rank
+from apps.placement.scoring import ring_point
 
 _EMPTY: frozenset = frozenset()
-# Index keys of the ranking (not rules): a platform at a position of the Grove's order, an accelerator API.
+# Index keys beside the rules': a platform at a position of the Grove's order (a reorder is a facts change),
+# an accelerator API.
 _POSITION, _API = "rank:position", "rank:api"
 # A fleet-facts version: a new number whenever some Grove's indexed facts change (the shape caches clear).
 _VERSIONS = itertools.count(1)
@@ -76,14 +79,11 @@ class _Shape:
 
     eligible: set[str] | frozenset
     others: list[str]  # every other Grove, by slug
-    best_rank: int  # the earliest accepted platform position any eligible Grove has
-    best: list[str]  # eligible Groves at that position (with the API when one is wanted), by slug
-    ranking: list[str] | None = None  # every eligible Grove in chooser order for work that fits; on first use
-    levels: list | None = None  # the ranking by platform position, split by the API (``_levels``); on first use
+    levels: list | None = None  # eligible Groves by platform position, split by the API (``_levels``); on first use
 
 
 class FleetIndex:
-    """Facts by slug (unique, and the tie-break order), set indexes of slugs (one per rule, from
+    """Facts by slug (unique), set indexes of slugs (one per rule, from
     ``rules.RULES``, plus the ranking's), the stale set, and a cache of per-requirement-shape candidate
     lists. Not thread-safe: the caller holds one lock around updates and selections."""
 
@@ -94,6 +94,7 @@ class FleetIndex:
         self._slug_by_id: dict[str, str] = {}
         self._keys: dict[str, frozenset] = {}  # each Grove's index keys, as filed
         self._sorted: list[str] = []
+        self._ring: dict[str, int] = {}  # slug -> the Grove's point on the sampling ring (from its id)
         self._index: dict[tuple[str, Hashable], set[str]] = {}
         self._stale: set[str] = set()
         self._expiry: list[tuple[float, str]] = []  # (heartbeat, slug) of fresh Groves, lazily pruned
@@ -122,6 +123,7 @@ class FleetIndex:
         if slug is None:
             return
         del self.records[slug]
+        del self._ring[slug]
         for key in self._keys.pop(slug):
             members = self._index[key]
             members.discard(slug)
@@ -142,6 +144,7 @@ class FleetIndex:
                 self.remove(holder.id)
             self.records[record.slug] = record
             self._slug_by_id[record.id] = record.slug
+            self._ring[record.slug] = ring_point(record.id)
             self._keys[record.slug] = keys
             for key in keys:
                 self._index.setdefault(key, set()).add(record.slug)
@@ -246,97 +249,73 @@ class FleetIndex:
             return shape
         eligible = self._eligible([(rule.name, tuple(accepted)) for rule, accepted in zip(table, accepts, strict=True)
                                    if accepted is not None])
-        best_rank, best = 0, eligible
-        if allowed:
-            best_rank = NO_PLATFORM_RANK  # no eligible Grove lists an accepted platform: all rank alike
-            for position in range(MAX_GROVE_PLATFORMS):
-                at = self._within(eligible, _POSITION, [(platform, position) for platform in allowed])
-                if at:
-                    best_rank, best = position, at
-                    break
-        if api:
-            best = best & self._get(_API, api)
         if len(self._shapes) >= self.MAX_SHAPES:
             self._shapes.clear()
-        shape = self._shapes[key] = _Shape(eligible=eligible, others=[s for s in self._sorted if s not in eligible],
-                                           best_rank=best_rank, best=sorted(best))
+        shape = self._shapes[key] = _Shape(eligible=eligible, others=[s for s in self._sorted if s not in eligible])
         return shape
 
-    def ranking(self, requirement: ExecutionRequirement) -> list[str]:
-        """Every eligible Grove, fresh or not, in the chooser's order for work that fits it
-        (``rules.rank_key``: earliest accepted platform position, then slug): precomputed once per
-        requirement shape and facts version, so a batch walks it instead of ranking per subject."""
+    def walk(self, requirement: ExecutionRequirement, *, start: int, stale: set[str],
+             role_only: bool = False) -> Iterator[tuple[int, GroveFacts]]:
+        """Every eligible fresh Grove as (platform position, facts), in sampling order: by the position of
+        the earliest accepted platform in the Grove's order, the Groves with the wanted accelerator API
+        first, and within each part round the ring from ``start`` (the subject's point). A walk starting
+        elsewhere for each subject visits the fleet evenly; the same subject always walks it the same way."""
         if self._rules is not rules.RULES:
             self._reindex()
-        shape = self._shape(requirement, False)
-        if shape.ranking is None:
-            allowed = frozenset(requirement.compatibility.platform.allowed)
-            records = self.records
-            shape.ranking = sorted(shape.eligible, key=lambda slug: rules.rank_key(
-                platform_rank=platform_rank(records[slug].platforms, allowed), fits_cpu_memory=True,
-                fits_accelerators=True, slug=slug))
-        return shape.ranking
+        shape = self._shape(requirement, role_only)
+        records = self.records
+        for rank, with_api, without_api in self._levels(requirement, shape):
+            for members in (with_api, without_api):
+                if not members:
+                    continue
+                at = bisect_left(members, (start, ""))
+                for index in itertools.chain(range(at, len(members)), range(at)):
+                    slug = members[index][1]
+                    if slug not in stale:
+                        yield rank, records[slug]
 
     def select(self, requirement: ExecutionRequirement, *, limit: int, cap: int, cutoff: float,
-               role_only: bool = False) -> CandidateSet:
-        """The top ``limit`` fresh eligible Groves, ``limit`` other fresh Groves by slug, and capped totals.
-        Per decision this walks the shape's cached lists and stops after ``limit`` hits; only a shape whose
-        best rank level holds fewer than ``limit`` fresh Groves that fit ranks every eligible Grove."""
+               role_only: bool = False, start: int = 0,
+               fits: Callable[[GroveFacts], bool] | None = None, with_others: bool = True) -> CandidateSet:
+        """A sample of ``limit`` fresh eligible Groves (the first that fit CPU and memory in ``walk`` order,
+        then, when too few fit, the first that do not), ``limit`` other fresh Groves by slug, and capped
+        totals. Per decision this walks the shape's cached levels and stops after ``limit`` fits. ``fits``
+        judges room (a batch's assumed free counts); by default the facts' own units. ``with_others`` off
+        skips the sample of non-eligible Groves (a decision that builds no verdicts)."""
         if self._rules is not rules.RULES:
             self._reindex()
         stale = self.stale(cutoff)
         shape = self._shape(requirement, role_only)
         eligible_count = len(shape.eligible) - (len(shape.eligible & stale) if stale else 0)
-        others = _take((slug for slug in shape.others if slug not in stale), limit)
+        others = _take((slug for slug in shape.others if slug not in stale), limit) if with_others else []
+        cpu, memory = requirement.resources.cpu_milli, requirement.resources.memory_bytes
+        fitting: list[Candidate] = []
+        short: list[Candidate] = []
+        for rank, facts in self.walk(requirement, start=start, stale=stale, role_only=role_only):
+            if facts.fits(cpu, memory) if fits is None else fits(facts):
+                fitting.append(Candidate(facts, True, rank, True))
+                if len(fitting) >= limit:
+                    break
+            elif len(short) < limit:
+                short.append(Candidate(facts, True, rank, False))
         return CandidateSet(
-            eligible=self._ranked(requirement, shape, stale, eligible_count, limit),
+            eligible=(fitting + short)[:limit],
             others=[Candidate(self.records[slug], False, NO_PLATFORM_RANK, False) for slug in others],
             eligible_total=min(eligible_count, cap),
             ineligible_total=min(len(self.records) - len(stale) - eligible_count, cap), cap=cap)
 
-    def _ranked(self, requirement: ExecutionRequirement, shape: _Shape, stale: set[str], eligible_count: int,
-                limit: int) -> list[Candidate]:
-        cpu, memory = requirement.resources.cpu_milli, requirement.resources.memory_bytes
-        records = self.records
-        # The best key any eligible Grove can have (its earliest accepted platform position, a unit that fits,
-        # the API), in slug order, *is* the top of the ranking: stop after ``limit`` of them.
-        top = _take((slug for slug in shape.best if slug not in stale and records[slug].fits(cpu, memory)), limit)
-        if len(top) >= min(limit, eligible_count):
-            return [Candidate(records[slug], True, shape.best_rank, True) for slug in top]
-        # The shape's precomputed ranking by level (platform position), each level split by the API, walked
-        # in the chooser's order: fits with the API, fits without, then (only when too few fit) the rest.
-        out: list[Candidate] = []
-        for rank, with_api, without_api in self._levels(requirement, shape):
-            short: list[str] = []
-            for members in (with_api, without_api):
-                for slug in members:
-                    if len(out) >= limit:
-                        break
-                    if slug in stale:
-                        continue
-                    if records[slug].fits(cpu, memory):
-                        out.append(Candidate(records[slug], True, rank, True))
-                    else:
-                        short.append(slug)
-            # ``short`` is complete whenever it is needed: a walk stops early only once ``limit`` fit.
-            out.extend(Candidate(records[slug], True, rank, False) for slug in short[:limit - len(out)])
-            if len(out) >= limit:
-                break
-        return out
-
-    def _levels(self, requirement: ExecutionRequirement, shape: _Shape) -> list[tuple[int, list[str], list[str]]]:
-        """(platform position, eligible slugs with the wanted API, the others) per level of the shape's
-        ranking, precomputed once per shape (the API is a preference the ranking reads after the fit)."""
+    def _levels(self, requirement: ExecutionRequirement, shape: _Shape) -> list[tuple[int, list, list]]:
+        """(platform position, [(ring point, slug)] with the wanted API, the others) per level, each part in
+        ring order; precomputed once per shape (the API is a preference the walk reads after the position)."""
         if shape.levels is None:
             api = _accelerator_api(requirement)
             allowed = frozenset(requirement.compatibility.platform.allowed)
-            levels: dict[int, tuple[list[str], list[str]]] = {}
-            for rank, slug in sorted((platform_rank(self.records[slug].platforms, allowed), slug)
-                                     for slug in shape.eligible):
+            levels: dict[int, tuple[list, list]] = {}
+            for slug in shape.eligible:
                 record = self.records[slug]
-                level = levels.setdefault(rank, ([], []))
-                level[0 if not api or api in record.apis else 1].append(slug)
-            shape.levels = [(rank, *levels[rank]) for rank in sorted(levels)]
+                level = levels.setdefault(platform_rank(record.platforms, allowed), ([], []))
+                level[0 if not api or api in record.apis else 1].append((self._ring[slug], slug))
+            shape.levels = [(rank, sorted(levels[rank][0]), sorted(levels[rank][1])) for rank in sorted(levels)]
         return shape.levels
 
 

@@ -41,6 +41,9 @@ class ExecutionPlacement(models.Model):
     # ``PlacementVerdicts`` row with this key, shared by every subject of the same requirement decided
     # against the same Grove facts. Empty for a single placement (its decision holds every verdict).
     verdicts_key = models.CharField(max_length=64, blank=True, default="")
+    # The subject's spread group (``run:<id>``: one run's steps): the run-spread score plugin counts a
+    # group's placements per Grove to keep them apart. Blank when the caller gave none.
+    spread_group = models.CharField(max_length=100, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -51,6 +54,8 @@ class ExecutionPlacement(models.Model):
             models.Index(fields=["grove", "-created_at"]),
             models.Index(fields=["would_refuse", "-created_at"]),
             models.Index(fields=["outcome", "-created_at"]),
+            models.Index(fields=["spread_group", "grove"], condition=~models.Q(spread_group=""),
+                         name="placement_spread_group"),
         ]
 
     def __str__(self) -> str:

@@ -1,4 +1,4 @@
-"""The compatibility checker (docs/design.md §2) and the chooser's ranking. Pure: no Django, no database.
+"""The compatibility checker (docs/design.md §2) and the platform position the chooser scores. Pure: no Django.
 
 Each rule is a small ``Rule``: its check ``(requirement, grove) -> list[Incompatibility]`` and, beside
 it, the index key the fleet snapshot files a Grove under for it. ``check`` runs all of them and returns
@@ -16,6 +16,7 @@ from datetime import datetime
 from apps.groves.vocabulary import MAX_PLATFORMS as MAX_GROVE_PLATFORMS
 from apps.groves.vocabulary import IsolationMode, Substrate
 from apps.placement.requirements import ExecutionRequirement, substrate_for_change_kind
+from apps.placement.scoring import PREFERENCE_DEFAULT
 from apps.placement.vocabulary import Trust
 
 # A Grove reports at most MAX_GROVE_PLATFORMS platforms; the ranking looks no further.
@@ -60,6 +61,8 @@ class GroveFacts:
     # unready once that poll grows too old (``fleet.FleetIndex.unready``). A heartbeat alone never sets it.
     ready: bool = True
     last_polled_at: datetime | None = None
+    # The operator's preference for this Grove (0..100; staff set it in admin), read by a score plugin.
+    preference: int = PREFERENCE_DEFAULT
 
     @property
     def heartbeat(self) -> float | None:
@@ -254,13 +257,6 @@ def selected_platform(req: ExecutionRequirement, grove: GroveFacts) -> str:
         return ""
     rank = platform_rank(grove.platforms, frozenset(req.compatibility.platform.allowed))
     return grove.platforms[rank if rank < len(grove.platforms) else 0]
-
-
-def rank_key(*, platform_rank: int, fits_cpu_memory: bool, fits_accelerators: bool, slug: str,
-             incompatibilities: int = 0) -> tuple:
-    """The chooser's order: compatible first, then (a) earliest platform in the Grove's order,
-    (b) a unit that fits CPU and memory, then accelerators, then the slug (unique) as tie-break."""
-    return (incompatibilities, platform_rank, not fits_cpu_memory, not fits_accelerators, slug)
 
 
 def summarise(verdicts: Sequence[dict]) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 
 from apps.groves.models import Grove
 from apps.placement import outcome
@@ -15,7 +15,7 @@ from apps.placement.models import ExecutionPlacement, PlacementVerdicts
 
 # Every Grove column placement reads (``snapshot.grove_facts`` turns a row of them into ``GroveFacts``).
 FACT_FIELDS = ("id", "slug", "substrate", "roles", "platforms", "isolation_modes", "change_kinds", "enabled",
-               "last_heartbeat_at", "capacity_reported_at", "last_polled_at")
+               "last_heartbeat_at", "capacity_reported_at", "last_polled_at", "placement_preference")
 
 
 def groves_by_reference(reference: str) -> QuerySet[Grove]:
@@ -35,6 +35,13 @@ def placement_for_subject(*, subject_type: str, subject_id: str) -> ExecutionPla
     """The subject's *placement* (a retry re-reads it); a stored refusal or wait is never one."""
     return (ExecutionPlacement.objects.select_related("grove")
             .filter(subject_type=subject_type, subject_id=subject_id, outcome=Outcome.PLACED).first())
+
+
+def group_counts(group: str) -> dict[str, int]:
+    """How many placements of this spread group each Grove holds (the run-spread plugin's load)."""
+    rows = (ExecutionPlacement.objects.filter(spread_group=group, outcome=Outcome.PLACED, grove__isnull=False)
+            .values_list("grove_id").annotate(n=Count("id")))
+    return {str(grove_id): n for grove_id, n in rows}
 
 
 def placement_list() -> QuerySet[ExecutionPlacement]:

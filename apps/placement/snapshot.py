@@ -32,6 +32,7 @@ from apps.placement import fleet
 from apps.placement.models import UnitLoad
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.rules import GroveFacts, frontier
+from apps.placement.scoring import PREFERENCE_DEFAULT
 from apps.placement.selectors import FACT_FIELDS
 
 # Totals in a decision are exact up to this many Groves ("200+" beyond): counting every eligible Grove of
@@ -45,10 +46,6 @@ DEVICE_FIELDS = ("grove_id", "inventory_id", "vendor", "apis", "memory_bytes", "
 _LOCK = threading.RLock()  # re-entered: a batch holds it across the decisions it makes
 _FLEET = fleet.FleetIndex()
 _STATE: dict = {"watermark": None, "refreshed_at": float("-inf")}
-# Where a batch's walk of each requirement's ranking may start: every Grove before it had no room for
-# that requirement. Valid while capacity only shrinks (batches assuming work); cleared whenever Groves are
-# read from the database (a report may have freed room) or the facts change.
-_CURSORS: dict = {}
 
 
 def grove_facts(grove, *, units: Iterable = (), devices: Iterable = (), apis: Iterable[str] = (),
@@ -75,7 +72,8 @@ def grove_facts(grove, *, units: Iterable = (), devices: Iterable = (), apis: It
         claimed=tuple(sorted(accelerator_selectors.claimed_counts(claims).items())), unit_free=unit_free,
         unit_allocatable=tuple((unit.unit_id, unit.cpu_milli_allocatable, unit.memory_bytes_allocatable)
                                for unit in units),
-        ready=polled is not None and polled.timestamp() >= ready_cutoff(), last_polled_at=polled)
+        ready=polled is not None and polled.timestamp() >= ready_cutoff(), last_polled_at=polled,
+        preference=getattr(grove, "placement_preference", PREFERENCE_DEFAULT))
 
 
 def _load(groves: QuerySet[Grove], *, every: bool, enabled_only: bool = True) -> tuple[list, list[GroveFacts]]:
@@ -126,7 +124,6 @@ def fleet_reload(grove_ids: Iterable[str]) -> list[GroveFacts]:
     what a batch does for the Groves another process wrote since its decision. Returns their facts."""
     rows, facts = _load(Grove.objects.filter(id__in=list(grove_ids)), every=False)
     with _LOCK:
-        _CURSORS.clear()
         for row in rows:
             if not row.enabled:
                 _FLEET.remove(str(row.id))
@@ -182,8 +179,6 @@ def fleet_refresh(*, full: bool = False) -> int:
             for item in facts:
                 _FLEET.upsert(item)
         _STATE["watermark"], _STATE["refreshed_at"] = at, time.monotonic()
-        if rows:
-            _CURSORS.clear()
         drifted = not full and total != len(_FLEET)
     return len(rows) + (_resync() if drifted else 0)
 
@@ -199,7 +194,6 @@ def _resync() -> int:
         return 0
     rows, facts = _load(Grove.objects.filter(id__in=present - known), every=False)
     with _LOCK:
-        _CURSORS.clear()
         for item in facts:
             _FLEET.upsert(item)
     return len(rows)
@@ -216,36 +210,27 @@ def stale_cutoff() -> float:
 
 
 @contextmanager
-def held() -> Iterator[tuple[fleet.FleetIndex, set[str], dict]]:
-    """The snapshot (refreshed first when due), its stale set and the batch cursors (``_CURSORS``), held
-    for a batch's decisions: no other thread of this process changes them meanwhile. A batch that does
-    not commit must call ``forget_cursors``."""
-    if time.monotonic() - _STATE["refreshed_at"] >= settings.PLACEMENT_FLEET_REFRESH_S:
-        fleet_refresh()
-    cutoff = stale_cutoff()
-    with _LOCK:
-        if _FLEET.unready(ready_cutoff()):
-            _CURSORS.clear()
-        stale = _FLEET.stale(cutoff)
-        if stale != _CURSORS.get("stale"):  # a Grove back from stale may have room
-            _CURSORS.clear()
-            _CURSORS["stale"] = set(stale)
-        yield _FLEET, set(stale), _CURSORS
-
-
-def forget_cursors() -> None:
-    with _LOCK:
-        _CURSORS.clear()
-
-
-def candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool = False) -> fleet.CandidateSet:
-    """The ``limit`` best eligible fresh Groves in chooser order, a sample of the others by slug, and totals
-    capped at ``COUNT_CAP``, from the fleet snapshot (refreshed first when it is older than
-    ``PLACEMENT_FLEET_REFRESH_S``). ``role_only`` ranks every Grove holding the role (the shadow-mode
-    fallback)."""
+def held() -> Iterator[tuple[fleet.FleetIndex, float]]:
+    """The snapshot (refreshed first when due) and the staleness cutoff, held for a batch's decisions: no
+    other thread of this process changes the snapshot meanwhile."""
     if time.monotonic() - _STATE["refreshed_at"] >= settings.PLACEMENT_FLEET_REFRESH_S:
         fleet_refresh()
     cutoff = stale_cutoff()
     with _LOCK:
         _FLEET.unready(ready_cutoff())
-        return _FLEET.select(requirement, limit=limit, cap=COUNT_CAP, cutoff=cutoff, role_only=role_only)
+        yield _FLEET, cutoff
+
+
+def candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool = False,
+               start: int = 0, with_others: bool = True) -> fleet.CandidateSet:
+    """A sample of ``limit`` eligible fresh Groves (``fleet.FleetIndex.select``, walked from ring point
+    ``start``), a sample of the others by slug, and totals capped at ``COUNT_CAP``, from the fleet snapshot
+    (refreshed first when it is older than ``PLACEMENT_FLEET_REFRESH_S``). ``role_only`` samples every Grove
+    holding the role (the shadow-mode fallback)."""
+    if time.monotonic() - _STATE["refreshed_at"] >= settings.PLACEMENT_FLEET_REFRESH_S:
+        fleet_refresh()
+    cutoff = stale_cutoff()
+    with _LOCK:
+        _FLEET.unready(ready_cutoff())
+        return _FLEET.select(requirement, limit=limit, cap=COUNT_CAP, cutoff=cutoff, role_only=role_only,
+                             start=start, with_others=with_others)

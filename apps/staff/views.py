@@ -45,6 +45,7 @@ from apps.ingress.filtersets import IngressRouteFilterSet
 from apps.ingress.selectors import ingress_status, routes_visible
 from apps.pipelines.filtersets import RunFilterSet
 from apps.pipelines.services import pipeline_run_cancel_as
+from apps.placement import scoring
 from apps.placement.filtersets import ExecutionPlacementFilterSet
 from apps.placement.selectors import placement_decision, placement_outcome
 from apps.staff import capabilities, charts, selectors
@@ -234,10 +235,18 @@ def placement_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
     node = selectors.placement_node(placement)
     requirement = placement.requirement or {}
     platform = (requirement.get("compatibility") or {}).get("platform") or {}
+    decision = placement_decision(placement)
+    scores = decision.get("scores") or {}
     return render(request, "staff/placement_detail.html", {
-        "placement": placement, "decision": placement_decision(placement), "node": node,
         "verdict": placement_outcome(placement),
         "compute_job": selectors.compute_jobs_by_run([node.run_id]).get(node.run_id) if node else None,
+        "placement": placement, "decision": decision, "node": node, "plugins": scoring.NAMES,
+        # Every candidate's score per plugin and total ("why here"), beside its verdict ("why not").
+        "candidate_rows": [(candidate, scoring.cells(candidate.get("score")))
+                           for candidate in decision.get("candidates", [])],
+        "why_here": [(label, entry["grove_slug"], scoring.cells(entry))
+                     for label, entry in (("chosen", scores.get("chosen")), ("runner-up", scores.get("runner_up")))
+                     if entry],
         "platform_allowed": platform.get("allowed", []), "platform_sources": platform.get("sources", []),
         "resources": requirement.get("resources") or {}, "accelerators": requirement.get("accelerators"),
     })

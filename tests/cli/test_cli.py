@@ -88,9 +88,14 @@ def test_runs_and_placements_explain(cli, k8s_grove, tmp_path):
     explained = cli("placements", "explain", f"{run['id']}:a")
     assert explained.exit_code == 0, explained.output
     assert "kube" in explained.output and "pipeline_node:" in explained.output
+    # Why here: the sentence, and every plugin's column and the total for each candidate.
+    assert "Why here: kube: the only Grove with room now" in explained.output
+    assert "spread" in explained.output and "binpack" in explained.output and "total" in explained.output
     subject = json.loads(cli("--json", "runs", "show", run["id"]).output)["nodes"][0]["placement_subject"]
     rows = json.loads(cli("--json", "placements", "explain", subject).output)
     assert rows[0]["grove_slug"] == "kube"
+    assert rows[0]["decision"]["scores"]["chosen"]["grove_slug"] == "kube"
+    assert rows[0]["decision"]["candidates"][0]["score"]["total"] == rows[0]["decision"]["scores"]["chosen"]["total"]
     assert "cancelled" in cli("runs", "cancel", run["id"]).output
 
 

@@ -370,7 +370,7 @@ def test_the_trigger_names_every_grove_column():
     must be added to its comparison (migration) or to liveness here, or the snapshot would miss its writes."""
     from importlib import import_module
 
-    trigger = import_module("apps.groves.migrations.0005_grove_readiness").TRIGGER
+    trigger = import_module("apps.groves.migrations.0006_grove_placement_preference").TRIGGER
     liveness = {"last_heartbeat_at", "stale_since", "log_tail", "updated_at", "liveness_stamped_at",
                 "capacity",  # capacity only changes with its digests, which are compared
                 # written with every heartbeat like liveness; read from the table by ingress, never by the

@@ -62,8 +62,9 @@ def test_fails_twice_then_succeeds_on_the_same_stored_grove(k8s_grove, fresh_gro
     wire = _wire(k8s_grove)
     first = _next_job(run)
     assert first.grove_id == k8s_grove[0].id and first.attempt == 1
-    # A second, equally able Grove enrols, and a fresh choice would now pick it (its slug sorts first)...
+    # A second, equally able Grove enrols, and a fresh choice would now pick it (staff prefer it)...
     other, _ = fresh_grove(name="aaa-kube", substrate="kubernetes", roles=("compute", "build"))
+    type(other).objects.filter(pk=other.pk).update(placement_preference=100)
     fresh = placement_decide(requirement=ExecutionRequirement.from_json(_node(run).requirement))
     assert fresh.grove.id == str(other.id)
     # ...yet every retry reads the stored placement and goes back to the first Grove.

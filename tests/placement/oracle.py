@@ -20,6 +20,7 @@ from apps.groves.models import PlacementUnit
 from apps.placement.fleet import Candidate, CandidateSet
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.rules import MAX_GROVE_PLATFORMS, NO_PLATFORM_RANK, GroveFacts
+from apps.placement.scoring import ring_point
 
 # Totals in a decision are exact up to this many Groves ("200+" beyond): counting every eligible Grove of
 # a large fleet would make each decision's cost grow with the fleet.
@@ -59,8 +60,12 @@ def _rows_to_candidates(rows) -> list[Candidate]:
     return out
 
 
-def sql_candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool = False) -> CandidateSet:
-    """The ``limit`` best eligible Groves in chooser order, a sample of the others, and capped totals.
+def sql_candidates(requirement: ExecutionRequirement, *, limit: int, role_only: bool = False,
+                   start: int = 0, with_others: bool = True) -> CandidateSet:
+    """The ``limit`` first eligible Groves in sampling order, a sample of the others, and capped totals.
+
+    Sampling order (``fleet.FleetIndex.walk``): Groves with room first, then by platform position, the wanted
+    accelerator API first, then round the ring from ``start`` (each Grove's point is a hash of its id).
 
     The compatibility rules are jsonb containment tests on the Grove's own role, change-kind, isolation
     and platform lists plus the substrate column (no per-row subplans). The first round trip asks only for
@@ -106,7 +111,6 @@ def sql_candidates(requirement: ExecutionRequirement, *, limit: int, role_only: 
     fits = ("EXISTS (SELECT 1 FROM groves_placementunit u WHERE u.grove_id = g.id AND u.cpu_milli_free >= %(cpu)s "
             "AND u.memory_bytes_free >= %(memory)s)")
     has_api = _CAP.format(kind="accelerator_api", test="c.value = %(api)s") if params["api"] else "true"
-    api_order = f"{has_api} DESC, " if params["api"] else ""
     # One round trip: the best-key rows, a sample of the others, and a last row carrying both capped counts.
     first = f"""
         (SELECT true, {_COLUMNS}, 0, true, 0 FROM groves_grove g
@@ -128,12 +132,12 @@ def sql_candidates(requirement: ExecutionRequirement, *, limit: int, role_only: 
         result = CandidateSet(eligible=_rows_to_candidates(r[:13] for r in rows if r[0]),
                               others=_rows_to_candidates(r[:13] for r in rows if not r[0]),
                               eligible_total=eligible_total, ineligible_total=ineligible_total, cap=COUNT_CAP)
-        if len(result.eligible) < min(limit, eligible_total):
-            cursor.execute(f"""
-                SELECT true, {_COLUMNS}, {rank} AS platform_rank, {fits} AS fits FROM groves_grove g
-                 WHERE {fresh} AND {condition}
-                 ORDER BY platform_rank, fits DESC, {api_order}g.slug LIMIT %(limit)s""", params)
-            result.eligible = _rows_to_candidates(cursor.fetchall())
+        cursor.execute(f"""
+            SELECT true, {_COLUMNS}, {rank} AS platform_rank, {fits} AS fits, {has_api} AS api FROM groves_grove g
+             WHERE {fresh} AND {condition}""", params)
+        ranked = sorted(cursor.fetchall(), key=lambda row: (
+            not row[-2], row[-3], not row[-1], (ring_point(str(row[1])) - start) % 2**64))
+        result.eligible = _rows_to_candidates(row[:-1] for row in ranked[:limit])
     # Reported units (allocatable and free), accelerator units, devices and Host's claims, read from the
     # rows, as resource admission reads them.
     ids = [c.facts.id for c in result.eligible + result.others]

@@ -3,7 +3,7 @@ shared verdicts that explain round-trips, the API's per-item errors, the ORM fal
 from __future__ import annotations
 
 import itertools
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +14,7 @@ from apps.accounts.roles import VIEWER
 from apps.core.errors import ForestError
 from apps.groves.models import PlacementUnit
 from apps.pipelines.rules import node_requirement
-from apps.placement import batch, selectors, services, snapshot
+from apps.placement import batch, selectors, services, snapshot, writes
 from apps.placement.models import ExecutionPlacement, PlacementVerdicts, UnitLoad
 from apps.placement.vocabulary import MAX_BATCH_SIZE
 from tests.factories import GIB, UserFactory, api_token_for, grant, nvidia_gpu, unit
@@ -58,7 +58,7 @@ def test_batch_fills_units_and_refuses_the_rest_with_no_capacity(make_grove):
     outcomes = batch.place_batch(items([work()] * 9))
     placed = [o for o in outcomes if o.status == "placed"]
     assert len(placed) == 7
-    assert [o.grove_slug for o in placed] == ["a"] * 4 + ["b"] * 3
+    assert Counter(o.grove_slug for o in placed) == {"a": 4, "b": 3}
     assert {o.error.code for o in outcomes if o.error} == {"no_capacity"}
     assert ExecutionPlacement.objects.count() == 7
     assert_no_overcommit()
@@ -123,9 +123,11 @@ def test_single_subject_batch_chooses_as_place_execution(make_grove):
     make_grove("zeta")
     make_grove("alpha", platforms=("linux/arm64", "linux/amd64"))
     make_grove("beta")
-    single = services.placement_decide(requirement=work())
+    # The same subject: the same sample and tie-break (alpha lists the work's platform second: it scores less).
+    single = services.placement_decide(requirement=work(), subject="pipeline_node:s0")
     outcome = batch.place_batch(items([work()]))[0]
-    assert outcome.grove_slug == single.grove.slug == "beta"
+    assert outcome.grove_slug == single.grove.slug and outcome.grove_slug in {"zeta", "beta"}
+    assert outcome.decision["scores"] == single.scores
 
 
 def test_reuse_and_uniqueness(make_grove):
@@ -146,7 +148,7 @@ def test_reuse_and_uniqueness(make_grove):
 
 def test_a_subject_placed_meanwhile_is_reread_not_doubled(make_grove, monkeypatch):
     make_grove("a", units=[unit("a1", cpu=8000)])
-    monkeypatch.setattr(batch, "_existing", lambda keys, real=batch._existing: {})  # the race: read saw nothing
+    monkeypatch.setattr(writes, "existing", lambda keys: {})  # the race: read saw nothing
     services.place_execution(subject_type="pipeline_node", subject_id="s1", requirement=work())
     outcomes = batch.place_batch(items([work()] * 3))
     assert [o.status for o in outcomes] == ["placed", "error", "placed"] or outcomes[1].status == "reused"
@@ -160,21 +162,29 @@ def test_compact_decisions_share_verdicts_and_explain_round_trips(make_grove):
     make_grove("b", units=[unit("b1", cpu=2000)])
     make_grove("arm", platforms=("linux/arm64",))
     outcomes = batch.place_batch(items([work()] * 4))
-    assert [o.grove_slug for o in outcomes] == ["a", "a", "b", "b"]
-    rows = list(ExecutionPlacement.objects.order_by("id"))
+    assert Counter(o.grove_slug for o in outcomes) == {"a": 2, "b": 2}  # spread: each takes its share
+    rows = list(ExecutionPlacement.objects.order_by("subject_id"))
     assert len({row.verdicts_key for row in rows}) == 1 and PlacementVerdicts.objects.count() == 1
     compact = rows[0].decision
-    assert compact["grove_slug"] == "a" and compact["selected_platform"] == "linux/amd64"
+    first, other = compact["grove_slug"], ({"a", "b"} - {compact["grove_slug"]}).pop()
+    assert compact["selected_platform"] == "linux/amd64"
     assert compact["counts"] == {"platform_mismatch": 1} and "candidates" not in compact
-    assert [t["grove_slug"] for t in compact["top"]] == ["a", "b"]
+    assert [t["grove_slug"] for t in compact["top"]] == [first, other]
+    # Why here: the winner's and the runner-up's every column, and the sentence.
+    assert compact["scores"]["chosen"]["grove_slug"] == first and compact["scores"]["runner_up"]["grove_slug"] == other
+    assert set(compact["scores"]["chosen"]) >= {"platform", "spread", "binpack", "run_spread", "preference", "total"}
+    assert f"{first} chosen over {other}" in compact["scores"]["why"]
     full = selectors.placement_decision(rows[2])
-    assert [c["grove_slug"] for c in full["candidates"]] == ["b", "a", "arm"]  # its own order, then the rest
-    assert full["candidates"][0]["rank"] == 1 and full["candidates"][0]["unit"] == "b1"
-    assert full["candidates"][2]["incompatibilities"][0]["code"] == "platform_mismatch"
+    mine = rows[2].grove_slug
+    assert full["candidates"][0]["grove_slug"] == mine  # its own order, then the rest
+    assert full["candidates"][-1]["grove_slug"] == "arm"
+    assert full["candidates"][0]["rank"] == 1 and full["candidates"][0]["unit"] == f"{mine}1"
+    assert full["candidates"][0]["score"]["total"] > 0
+    assert full["candidates"][-1]["incompatibilities"][0]["code"] == "platform_mismatch"
     # The API (and so `forest placements explain`) shows the full decision.
     client = api()
     listed = client.get(URL, {"subject_type": "pipeline_node", "subject_id": "s2"}).json()["results"][0]
-    assert [c["grove_slug"] for c in listed["decision"]["candidates"]] == ["b", "a", "arm"]
+    assert [c["grove_slug"] for c in listed["decision"]["candidates"]] == [c["grove_slug"] for c in full["candidates"]]
     detail = client.get(f"{URL}/{rows[2].pk}").json()
     assert detail["decision"] == listed["decision"]
 
@@ -190,6 +200,11 @@ def test_staff_detail_page_shows_shared_verdicts(make_grove, client):
     page = client.get(f"/staff/placements/{outcome.placement_id}/")
     assert page.status_code == 200
     assert b"platform_mismatch" in page.content and b"arm" in page.content
+    # Why here: the sentence, the chosen Grove's every plugin column, and each candidate's scores.
+    assert b'id="why-here"' in page.content and b"the only Grove with room now" in page.content
+    for column in (b"<th scope=\"col\">spread</th>", b"<th scope=\"col\">binpack</th>",
+                   b"<th scope=\"col\">preference</th>", b"<th scope=\"col\">total</th>"):
+        assert column in page.content
 
 
 def api(user_roles=(), staff=True) -> APIClient:
@@ -247,8 +262,8 @@ def test_batch_api_needs_a_user_who_may_add_placements():
 def test_orm_fallback_writer_places_and_detects_lost_subjects(make_grove, monkeypatch):
     """The writer ``make run``'s SQLite takes (an ORM bulk insert, rows read back by subject), run here."""
     make_grove("a", units=[unit("a1", cpu=8000)])
-    monkeypatch.setattr(batch.connection, "vendor", "sqlite")
-    monkeypatch.setattr(batch, "_existing", lambda keys, real=batch._existing: {})
+    monkeypatch.setattr(writes.connection, "vendor", "sqlite")
+    monkeypatch.setattr(writes, "existing", lambda keys: {})
     services.place_execution(subject_type="pipeline_node", subject_id="s1", requirement=work())
     outcomes = batch.place_batch(items([work()] * 3))
     assert outcomes[0].status == "placed" and outcomes[0].placement_id
@@ -281,6 +296,7 @@ def test_claims_are_held_in_the_snapshot_and_other_processes_see_them(make_grove
     slot = [{"inventory_id": "GPU-0", "allocatable": 1, "free": 1}]
     first = make_grove("a-gpu", roles=("compute",), units=[unit(accelerators=slot)], accelerators=gpus)
     make_grove("b-gpu", roles=("compute",), units=[unit(accelerators=slot)], accelerators=gpus)
+    type(first).objects.filter(pk=first.pk).update(placement_preference=100)  # staff prefer it
     requirement = node_requirement({"id": "t", "kind": "exec", "image": IMAGE, "platform": ["linux/amd64"],
                                     "accelerators": {"count": 1, "vendor": "nvidia"}}, run_kind="compute")
     snapshot.fleet_refresh(full=True)
@@ -303,7 +319,8 @@ def test_staff_bulk_replace_moves_many_and_keeps_history_without_overcommitting(
     old = make_grove("a-old", units=[unit("o1", cpu=8000)])
     make_grove("b-new", units=[unit("n1", cpu=3000)])
     make_grove("c-other", units=[unit("x1", cpu=1000)])
-    placed = batch.place_batch(items([work()] * 5))
+    placed = batch.place_batch([batch.BatchItem(subject_type="pipeline_node", subject_id=f"s{i}", requirement=work(),
+                                                target="a-old") for i in range(5)])
     assert {o.grove_slug for o in placed} == {"a-old"}
     type(old).objects.filter(pk=old.pk).update(enabled=False)
     snapshot.fleet_refresh(full=True)
@@ -312,7 +329,8 @@ def test_staff_bulk_replace_moves_many_and_keeps_history_without_overcommitting(
         batch.replace_batch(placements=placements, actor=UserFactory(is_staff=False), reason="gone")
     assert refused.value.code == "staff_only"
     outcomes = batch.replace_batch(placements=placements, actor=UserFactory(is_staff=True), reason="decommissioned")
-    assert [o.grove_slug or o.error.code for o in outcomes] == ["b-new", "b-new", "b-new", "c-other", "no_capacity"]
+    assert Counter(o.grove_slug or o.error.code for o in outcomes) == {"b-new": 3, "c-other": 1, "no_capacity": 1}
+    assert outcomes[-1].error.code == "no_capacity"
     moved = ExecutionPlacement.objects.get(pk=placements[0].pk)
     assert moved.grove_slug == "b-new" and moved.history[-1]["grove_slug"] == "a-old"
     assert moved.history[-1]["reason"] == "decommissioned" and moved.verdicts_key
@@ -332,3 +350,19 @@ def test_batch_api_reports_bad_items_each_with_its_code(item, code):
     response = api().post(f"{URL}/batch", {"items": [item]}, format="json")
     assert response.status_code == 200, response.content
     assert response.json()["results"][0]["error"]["code"] == code
+
+
+def test_a_full_batch_body_fits_the_endpoints_own_limit(make_grove, settings):
+    """The batch endpoint reads up to ``PLACEMENT_BATCH_MAX_BODY_BYTES`` (a full batch is ~1.7 MB); every other
+    endpoint keeps the site-wide limit."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
+    settings.PLACEMENT_BATCH_MAX_BODY_BYTES = 256 * 1024
+    make_grove("a", units=[unit("a1", cpu=64000, mem_gib=512)])
+    body = {"items": [{"subject_type": "pipeline_node", "subject_id": f"big-{i}", "requirement": requirement_json(100)}
+                      for i in range(400)]}  # ~120 KB: over the site limit, within the endpoint's
+    response = api().post(f"{URL}/batch", body, format="json")
+    assert response.status_code == 200, response.content[:300]
+    assert response.json()["placed"] == 400
+    body["items"] *= 3  # ~360 KB: over the endpoint's limit too
+    response = api().post(f"{URL}/batch", body, format="json")
+    assert response.status_code == 413 and response.json()["code"] == "payload_too_large"

@@ -17,7 +17,7 @@ from apps.flags import services as flags
 from apps.groves import services as grove_services
 from apps.groves.models import AcceleratorInventoryItem, Grove, GroveCapability, PlacementUnit
 from apps.pipelines.rules import node_requirement
-from apps.placement import fleet, rules, services, snapshot
+from apps.placement import decide, fleet, rules, services, snapshot, writes
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import (
     AcceleratorRequest,
@@ -177,7 +177,13 @@ def slow_refresh(settings):
 
 
 def eligible_slugs(requirement=None) -> list[str]:
-    return [c.facts.slug for c in snapshot.candidates(requirement or container(), limit=20).eligible]
+    """The eligible sample, by slug (its own order is the sampling ring's)."""
+    return sorted(c.facts.slug for c in snapshot.candidates(requirement or container(), limit=20).eligible)
+
+
+def prefer(slug: str) -> None:
+    """Staff prefer this Grove (the operator-preference score plugin): it wins over equal Groves."""
+    Grove.objects.filter(slug=slug).update(placement_preference=100)
 
 
 def test_a_new_grove_is_seen_after_a_refresh(slow_refresh):
@@ -243,6 +249,7 @@ def test_an_incremental_refresh_reads_only_the_groves_written_since(slow_refresh
 def test_a_stale_snapshot_does_not_persist_on_a_grove_disabled_since(slow_refresh):
     grove_make("a-best")
     grove_make("b-next")
+    prefer("a-best")
     snapshot.fleet_refresh()
     Grove.objects.filter(slug="a-best").update(enabled=False)
     assert services.placement_decide(requirement=container()).grove.slug == "a-best"  # the preview is stale
@@ -282,7 +289,10 @@ def test_a_refusal_is_checked_against_a_refreshed_snapshot(slow_refresh):
 
 def test_a_grove_that_keeps_changing_ends_in_a_clear_refusal(slow_refresh, monkeypatch):
     grove_make("flapping")
-    monkeypatch.setattr(services, "_still_holds", lambda decision, requirement: False)
+    def moved(decision, requirement):
+        raise writes.SnapshotBehind
+
+    monkeypatch.setattr(writes, "still_holds", moved)
     with pytest.raises(ForestError) as caught:
         services.place_execution(subject_type="pipeline_node", subject_id="1", requirement=container())
     assert caught.value.code == "fleet_changed"
@@ -295,6 +305,7 @@ def test_accelerator_fit_counts_hosts_claims_made_after_the_snapshot(slow_refres
     slot = [{"inventory_id": "GPU-0", "allocatable": 1, "free": 1}]
     first = grove_make("a-gpu", units=[unit(accelerators=slot)], accelerators=[gpu])
     grove_make("b-gpu", units=[unit(accelerators=slot)], accelerators=[gpu])
+    prefer("a-gpu")
     snapshot.fleet_refresh()
     requirement = container()
     requirement = ExecutionRequirement(family=requirement.family, compatibility=requirement.compatibility,
@@ -314,7 +325,7 @@ def test_an_explicit_target_has_the_facts_the_snapshot_builds(slow_refresh):
                              unit(unit_id="u2", free_cpu=500)], accelerators=[gpu])
     snapshot.fleet_refresh()
     held = snapshot._FLEET.records["gpu"]
-    assert services._target("gpu") == held == services._target(held.id)
+    assert decide.target_facts("gpu") == held == decide.target_facts(held.id)
     assert held.apis == {"cuda"} and held.devices and held.accelerator_units and held.units
 
 
@@ -336,6 +347,7 @@ def test_a_rule_registered_only_in_rules_is_followed_by_the_snapshot(slow_refres
     refused it three times: a misleading ``fleet_changed``."""
     grove_make("q-first")
     grove_make("r-open")
+    prefer("q-first")
     snapshot.fleet_refresh()
     assert services.placement_decide(requirement=container()).grove.slug == "q-first"
     monkeypatch.setattr(rules, "RULES", (*rules.RULES, QUARANTINE))

@@ -4,7 +4,7 @@ refuses hostile bodies with 400/413 and the Forest error shape before any view c
 from __future__ import annotations
 
 from django.conf import settings
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import BaseParser, JSONParser
 
 from apps.core.body import read_json
 from apps.core.errors import PayloadTooLarge
@@ -14,18 +14,37 @@ def body_limit() -> int:
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 0
 
 
+def _parse_bounded(stream, parser_context, limit: int):
+    request = (parser_context or {}).get("request")
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0) if request is not None else 0
+    except ValueError:
+        length = 0
+    if limit and length > limit:
+        raise PayloadTooLarge(
+            "payload_too_large", f"The request body is {length} bytes; the limit is {limit} bytes."
+        )
+    # One byte past the limit is enough to know a body without Content-Length is too large.
+    raw = stream.read(limit + 1) if limit else stream.read()
+    return read_json(raw, max_bytes=limit)
+
+
 class BoundedJSONParser(JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
-        request = (parser_context or {}).get("request")
-        limit = body_limit()
-        try:
-            length = int(request.META.get("CONTENT_LENGTH") or 0) if request is not None else 0
-        except ValueError:
-            length = 0
-        if limit and length > limit:
-            raise PayloadTooLarge(
-                "payload_too_large", f"The request body is {length} bytes; the limit is {limit} bytes."
-            )
-        # One byte past the limit is enough to know a body without Content-Length is too large.
-        raw = stream.read(limit + 1) if limit else stream.read()
-        return read_json(raw, max_bytes=limit)
+        return _parse_bounded(stream, parser_context, body_limit())
+
+
+class LargeBodyJSONParser(BaseParser):
+    """The same JSON reader for an endpoint with a larger body limit of its own (``limit``). Not a
+    ``JSONParser``: DRF reads a JSON parser's body through Django's ``request.body``, which enforces the
+    site-wide ``DATA_UPLOAD_MAX_MEMORY_SIZE``; this one reads the request stream itself, bounded."""
+
+    media_type = "application/json"
+
+    def limit(self) -> int:
+        raise NotImplementedError
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        if stream is None:
+            return {}
+        return _parse_bounded(stream, parser_context, self.limit())

@@ -92,7 +92,8 @@ def pipeline_node_execute(*, node_id: int) -> str | None:
             with transaction.atomic():
                 placed = place_execution(subject_type="pipeline_node", subject_id=str(node.pk),
                                          requirement=requirement, target=node.spec.get("grove"),
-                                         team=run.team or None, environment=run.environment or None)
+                                         team=run.team or None, environment=run.environment or None,
+                                         group=f"run:{run.pk}")
                 claim = None
                 if requirement.accelerators:
                     claim = accelerator_claim(grove=placed.grove, requirement=requirement, job_ref=str(job_id),

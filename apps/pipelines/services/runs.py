@@ -130,7 +130,7 @@ def _place_ready(run: PipelineRun, nodes: list[PipelineNode]) -> None:
         place_batch([BatchItem(subject_type="pipeline_node", subject_id=str(node.pk),
                                requirement=ExecutionRequirement.from_json(node.requirement),
                                target=node.spec.get("grove") or None, team=run.team or None,
-                               environment=run.environment or None)
+                               environment=run.environment or None, group=f"run:{run.pk}")
                      for node in nodes[first:first + MAX_BATCH_SIZE]])
 
 

@@ -19,6 +19,9 @@ class CandidateSerializer(serializers.Serializer):
     rank = serializers.IntegerField(allow_null=True)
     platform = serializers.CharField(allow_null=True)
     incompatibilities = IncompatibilitySerializer(many=True)
+    score = serializers.JSONField(required=False, allow_null=True, help_text=(
+        "every score plugin's value (0..1) and the weighted total; null when not scored (no room now, or not "
+        "eligible)"))
 
 
 class SelectedSerializer(serializers.Serializer):
@@ -44,6 +47,9 @@ class PreviewResponseSerializer(serializers.Serializer):
     incompatibilities = IncompatibilitySerializer(many=True)
     candidates = CandidateSerializer(many=True)
     summary = serializers.CharField()
+    scores = serializers.JSONField(allow_null=True, help_text=(
+        "why here: the policy, the weights, the chosen and runner-up Groves' every plugin score and total, and "
+        "a sentence"))
 
 
 class ReplaceRequestSerializer(serializers.Serializer):

@@ -1,6 +1,10 @@
 """Placement API for staff, CI and the CLI (DRF token or staff session; Grove credentials are refused)."""
 from __future__ import annotations
 
+import functools
+import json
+
+from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics
@@ -11,6 +15,7 @@ from rest_framework.views import APIView
 from apps.accounts.api.authentication import ApiTokenAuthentication
 from apps.accounts.api.permissions import requires
 from apps.accounts.selectors import authorize, team_authorize, team_for_write, visible
+from apps.core.api.parsers import LargeBodyJSONParser
 from apps.core.api.serializers import ErrorSerializer
 from apps.core.errors import ForestError, ValidationFailed
 from apps.flags.selectors import is_enabled
@@ -26,6 +31,18 @@ from apps.placement.vocabulary import MAX_BATCH_SIZE
 ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404, 409)}
 SCOPE = [OpenApiParameter("environment", str, description="Flag scope: environment id"),
          OpenApiParameter("team", str, description="Flag scope: team")]
+SUBJECT = [OpenApiParameter("subject_type", str, description="Preview for this subject (with subject_id): the "
+                            "sampling and the tie-break its dispatch will use"),
+           OpenApiParameter("subject_id", str, description="The subject's id"),
+           OpenApiParameter("group", str, description="The subject's spread group (e.g. run:ID), for run spread")]
+
+
+def _preview_subject(params) -> str:
+    """``type:id`` of the subject a preview is for (validated), or "" for none."""
+    subject_type, subject_id = params.get("subject_type") or "", params.get("subject_id") or ""
+    if not subject_type and not subject_id:
+        return ""
+    return services.subject_label(*services.subject_key(subject_type, subject_id))
 
 
 # An authenticated *user* (API token or staff session) with the viewer's read permission; a Grove
@@ -47,7 +64,7 @@ class RequirementSchemaView(PlacementAPIView):
 
 class PlacementPreviewView(PlacementAPIView):
     audit_writes = False  # a POST that stores nothing
-    @extend_schema(request=OpenApiTypes.OBJECT, parameters=SCOPE,
+    @extend_schema(request=OpenApiTypes.OBJECT, parameters=SCOPE + SUBJECT,
                    responses={200: s.PreviewResponseSerializer, **ERRORS}, tags=["placements"],
                    summary="Where would this requirement be placed, and why? Nothing is stored.")
     def post(self, request):
@@ -56,9 +73,13 @@ class PlacementPreviewView(PlacementAPIView):
         team = request.query_params.get("team") or None
         if team is not None:  # a preview for a team reads its flags and accelerator budget: members only
             team_authorize(request.user, team, what="a preview for this team")
+        subject = _preview_subject(request.query_params)
+        group = request.query_params.get("group") or None
         enforced = is_enabled(COMPATIBILITY_FLAG, environment=environment, team=team)
-        # The admission dispatch runs (compatibility, resources, accelerators after Host's claims, policy).
-        decision = services.placement_preview(requirement=requirement, environment=environment, team=team)
+        # The admission dispatch runs (compatibility, resources, accelerators after Host's claims, policy), and
+        # for a named subject and spread group the very ranking its dispatch makes.
+        decision = services.placement_preview(requirement=requirement, environment=environment, team=team,
+                                              subject=subject, group=group)
         selected = None
         if decision.grove is not None:
             selected = {"grove_id": str(decision.grove.id), "grove_slug": decision.grove.slug,
@@ -74,6 +95,7 @@ class PlacementPreviewView(PlacementAPIView):
             "incompatibilities": [{"code": i["code"], "message": i["message"]} for i in decision.incompatibilities],
             "candidates": decision.candidates, "summary": decision.summary,
             "eligible_total": decision.eligible_total, "ineligible_total": decision.ineligible_total,
+            "scores": decision.scores,
         })
 
 
@@ -128,10 +150,18 @@ class PlacementReplaceView(PlacementAPIView):
 
 
 
+class BatchJSONParser(LargeBodyJSONParser):
+    """The batch endpoint's own body limit (``PLACEMENT_BATCH_MAX_BODY_BYTES``): a full batch is ~1.7 MB."""
+
+    def limit(self) -> int:
+        return settings.PLACEMENT_BATCH_MAX_BODY_BYTES
+
+
 class PlacementBatchView(PlacementAPIView):
     """CI: place many subjects in one transaction (``apps.placement.batch``); one result per item, in order."""
 
     permission_classes = [requires(POST="placement.add_executionplacement")]
+    parser_classes = [BatchJSONParser]
 
     @extend_schema(request=s.BatchRequestSerializer, parameters=SCOPE,
                    responses={200: s.BatchResponseSerializer, **ERRORS}, tags=["placements"],
@@ -180,7 +210,7 @@ class PlacementBatchView(PlacementAPIView):
 def _batch_item(entry, index: int, *, team: str | None, environment: str | None) -> batch.BatchItem:
     if not isinstance(entry, dict):
         raise ValidationFailed("invalid_type", "Each item is an object.", field=f"items[{index}]")
-    unknown = set(entry) - {"subject_type", "subject_id", "requirement", "target"}
+    unknown = set(entry) - {"subject_type", "subject_id", "requirement", "target", "group"}
     if unknown:
         raise ValidationFailed("unknown_field", f"Unknown item field(s): {', '.join(sorted(unknown))}.",
                                field=f"items[{index}]")
@@ -192,7 +222,24 @@ def _batch_item(entry, index: int, *, team: str | None, environment: str | None)
         raise ValidationFailed("invalid_type", "subject_type is a string.", field=f"items[{index}].subject_type")
     if not isinstance(subject_id, str | int) or isinstance(subject_id, bool):
         raise ValidationFailed("invalid_type", "subject_id is a string.", field=f"items[{index}].subject_id")
-    subject_type, subject_id = services._subject(subject_type, subject_id)
-    requirement = ExecutionRequirement.from_json(entry.get("requirement"))
-    return batch.BatchItem(subject_type=subject_type, subject_id=subject_id, requirement=requirement,
-                           target=target or None, team=team, environment=environment)
+    group = entry.get("group")
+    if group is not None and (not isinstance(group, str) or len(group) > 100):
+        raise ValidationFailed("invalid_type", "group is a string of at most 100 characters (the spread group).",
+                               field=f"items[{index}].group")
+    subject_type, subject_id = services.subject_key(subject_type, subject_id)
+    return batch.BatchItem(subject_type=subject_type, subject_id=subject_id,
+                           requirement=parsed(entry.get("requirement")), target=target or None, team=team,
+                           environment=environment, group=group or None)
+
+
+def parsed(body) -> ExecutionRequirement:
+    """``ExecutionRequirement.from_json``, kept per canonical body (an immutable result, a bounded cache): a
+    batch's items mostly repeat a few requirements, and parsing each of 5,000 bodies cost more than deciding
+    it. A body that does not parse is never kept; its error is raised each time."""
+    return _parse_cached(json.dumps(body, sort_keys=True, separators=(",", ":")))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_cached(text: str) -> ExecutionRequirement:
+    return ExecutionRequirement.from_json(json.loads(text))
+

@@ -1,0 +1,366 @@
+"""Placement's writes: placement rows (one, or a batch's by ``COPY``), shared verdicts, the unit-load ledger,
+superseded refusals and staff re-placements, each after re-verifying against the database what the
+decision read from the fleet snapshot. Decisions are ``decide``'s; the services and the batch call these.
+(Accelerator claims are the accelerators app's, taken at dispatch under the same unit-row lock.)
+"""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+from psycopg import errors as pg_errors
+
+from apps.groves.models import Grove, PlacementUnit
+from apps.placement import rules, selectors, snapshot
+from apps.placement.choices import Chooser, Outcome
+from apps.placement.models import ExecutionPlacement, PlacementVerdicts, UnitLoad
+from apps.placement.requirements import ExecutionRequirement
+from apps.placement.rules import GroveFacts
+
+# The columns a batch writes, in COPY order (``created_at`` and ``updated_at`` are the batch's one time).
+COLUMNS = ("id", "subject_type", "subject_id", "grove_id", "grove_slug", "selected_platform", "requirement",
+           "decision", "chooser", "enforced", "would_refuse", "team", "environment", "created_at", "updated_at",
+           "history", "verdicts_key", "outcome", "code", "spread_group")
+
+
+class SnapshotBehind(Exception):
+    """The Grove chosen from the fleet snapshot no longer holds in the database."""
+
+
+class Conflicted(Exception):
+    """Groves a batch placed on changed under it (found under the unit rows' lock)."""
+
+    def __init__(self, grove_ids: set[str]):
+        super().__init__(f"{len(grove_ids)} Groves changed under the batch")
+        self.grove_ids = grove_ids
+
+
+@dataclass
+class Plan:
+    """One subject a batch decided to place: what is written for it, and what is re-verified."""
+
+    index: int
+    subject_type: str
+    subject_id: str
+    requirement: ExecutionRequirement
+    requirement_json: str
+    facts: GroveFacts
+    unit_id: str | None
+    decision: dict
+    chooser: str
+    enforced: bool
+    would_refuse: bool
+    team: str
+    environment: str
+    group: str
+    verdicts_key: str = ""
+    verdicts_body: dict | None = None
+
+
+# --- one placement ----------------------------------------------------------------------------------------
+
+def still_holds(decision, requirement: ExecutionRequirement) -> Grove:
+    """Inside the write: the chosen Grove, read from the database (the model, for the placement's foreign
+    key), when it is still enabled, fresh, and exactly as compatible as the decision says (no
+    incompatibility, or the same ones for a shadow-mode fallback); else ``SnapshotBehind``.
+    An explicit target was read from the database by this very decision: it only has to still exist."""
+    grove = selectors.grove_by_reference(decision.grove.id)
+    if grove is None:
+        raise SnapshotBehind
+    if decision.chooser == Chooser.EXPLICIT:
+        return grove
+    if not grove.enabled or grove.stale:
+        raise SnapshotBehind
+    found = {item.code for item in rules.check(requirement, snapshot.grove_facts(grove))}
+    if found != {item["code"] for item in decision.incompatibilities}:
+        raise SnapshotBehind
+    return grove
+
+
+def unplaced_summary(row: ExecutionPlacement) -> dict:
+    """What a placement keeps of the refusal or wait it supersedes (``decision.earlier``)."""
+    return {"outcome": row.outcome, "code": row.code, "detail": row.decision.get("detail", ""),
+            "decided_at": row.updated_at.isoformat()}
+
+
+def _unplaced_taken(subject_type: str, subject_id: str) -> dict | None:
+    """Inside the write of a placement: remove the subject's stored refusal or wait (it is superseded) and
+    return its outcome, code and time for the new row's decision."""
+    row = (ExecutionPlacement.objects.select_for_update().filter(subject_type=subject_type, subject_id=subject_id)
+           .exclude(outcome=Outcome.PLACED).first())
+    if row is None:
+        return None
+    row.delete()
+    return unplaced_summary(row)
+
+
+def placement_create(*, subject_type: str, subject_id: str, grove: Grove, decision, body: dict,
+                     requirement: ExecutionRequirement, enforced: bool, team: str | None, environment: str | None,
+                     group: str | None) -> ExecutionPlacement:
+    """Inside the caller's transaction: the subject's placement row (its stored refusal or wait superseded
+    and kept under ``decision.earlier``)."""
+    unplaced = _unplaced_taken(subject_type, subject_id)
+    if unplaced:
+        body["earlier"] = unplaced
+    return ExecutionPlacement.objects.create(
+        subject_type=subject_type, subject_id=subject_id, grove=grove, grove_slug=grove.slug,
+        selected_platform=decision.selected_platform, requirement=requirement.to_json(), decision=body,
+        chooser=decision.chooser, enforced=enforced, would_refuse=decision.would_refuse, team=team or "",
+        environment=environment or "", spread_group=group or "")
+
+
+def unplaced_store(*, subject_type: str, subject_id: str, fields: dict) -> ExecutionPlacement | None:
+    """A refused or waiting decision's row: created, or the subject's earlier unplaced row updated; a
+    placed row is never overwritten (it is returned as it is)."""
+    with transaction.atomic():
+        row = (ExecutionPlacement.objects.select_for_update()
+               .filter(subject_type=subject_type, subject_id=subject_id).first())
+        if row is not None and row.outcome == Outcome.PLACED:
+            return row
+        if row is None:
+            try:
+                with transaction.atomic():
+                    return ExecutionPlacement.objects.create(subject_type=subject_type, subject_id=subject_id,
+                                                             **fields)
+            except IntegrityError:  # a concurrent decision for the subject won: it is the truth
+                return selectors.placement_for_subject(subject_type=subject_type, subject_id=subject_id)
+        for key, value in fields.items():
+            setattr(row, key, value)
+        row.save()
+    return row
+
+
+def replace_row(placement: ExecutionPlacement, decision, requirement: ExecutionRequirement, *, actor,
+                reason: str, enforced: bool) -> ExecutionPlacement:
+    """A staff re-placement of one stored row, its earlier decision kept in ``history``."""
+    with transaction.atomic():
+        grove = still_holds(decision, requirement)
+        row = ExecutionPlacement.objects.select_for_update().get(pk=placement.pk)
+        row.history = [*row.history, {
+            "grove_id": str(row.grove_id) if row.grove_id else None, "grove_slug": row.grove_slug,
+            "selected_platform": row.selected_platform, "decision": row.decision,
+            "replaced_at": timezone.now().isoformat(), "replaced_by": actor.get_username(), "reason": reason.strip(),
+        }]
+        body = decision.to_json()
+        row.grove, row.grove_slug = grove, grove.slug
+        row.selected_platform, row.requirement, row.decision = decision.selected_platform, requirement.to_json(), body
+        row.chooser, row.enforced, row.would_refuse = decision.chooser, enforced, decision.would_refuse
+        row.outcome, row.code = Outcome.PLACED, ""
+        row.save()
+    return row
+
+
+# --- a batch ----------------------------------------------------------------------------------------------
+
+def existing(keys: list[tuple[str, str]]) -> dict[tuple[str, str], ExecutionPlacement]:
+    """The stored rows (placed, waiting or refused) of these subjects, by (type, id)."""
+    by_type: dict[str, list[str]] = defaultdict(list)
+    for subject_type, subject_id in keys:
+        by_type[subject_type].append(subject_id)
+    found = {}
+    for subject_type, ids in by_type.items():
+        if connection.vendor == "postgresql":
+            # Which exist, in one array parameter (the ORM's IN of thousands of placeholders costs more
+            # than the query), as one probe of the unique (subject_type, subject_id) index per id: a join to
+            # the unnested array, never ``subject_id = ANY(...)``, which stale statistics turned into a bitmap
+            # scan of every row of the subject type (1.5 s at a million rows). Only hits are read whole.
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT p.subject_id FROM unnest(%s::text[]) AS wanted(subject_id) "
+                               f"JOIN {ExecutionPlacement._meta.db_table} p ON p.subject_type = %s "
+                               "AND p.subject_id = wanted.subject_id", [ids, subject_type])
+                ids = [row[0] for row in cursor.fetchall()]
+            if not ids:
+                continue
+        for row in ExecutionPlacement.objects.select_related("grove").filter(subject_type=subject_type,
+                                                                             subject_id__in=ids):
+            found[(row.subject_type, row.subject_id)] = row
+    return found
+
+
+def verify(plans: list[Plan]) -> dict[tuple[str, str], tuple]:
+    """Under the unit rows' lock: every planned placement still fits its unit by the database's own counts
+    (reported free less the ledger), and its Grove is still enabled, fresh and as the decision saw it.
+    Returns the ledger rows to write; raises ``Conflicted`` with the Groves that no longer hold."""
+    grove_ids = sorted({plan.facts.id for plan in plans})
+    units = list(PlacementUnit.objects.select_for_update().filter(grove_id__in=grove_ids)
+                 .order_by("grove_id", "unit_id").values_list("grove_id", "unit_id", "cpu_milli_free",
+                                                              "memory_bytes_free"))
+    groves = {str(row[0]): row for row in Grove.objects.filter(id__in=grove_ids).values_list(
+        "id", "enabled", "last_heartbeat_at", "capacity_reported_at", "substrate", "roles", "platforms",
+        "isolation_modes", "change_kinds")}
+    loads = {(str(g), u): (at, cpu, memory) for g, u, at, cpu, memory in UnitLoad.objects.filter(
+        grove_id__in=grove_ids).values_list("grove_id", "unit_id", "reported_at", "cpu_milli", "memory_bytes")}
+    cutoff = snapshot.stale_cutoff()
+    free, ledger = {}, {}
+    for grove_id, unit_id, cpu, memory in units:
+        grove_id = str(grove_id)
+        reported_at = groves[grove_id][3]
+        at, load_cpu, load_memory = loads.get((grove_id, unit_id), (None, 0, 0))
+        if at != reported_at:
+            load_cpu, load_memory = 0, 0
+        free[(grove_id, unit_id)] = [cpu - load_cpu, memory - load_memory]
+        ledger[(grove_id, unit_id)] = [reported_at, load_cpu, load_memory, False]
+    conflicted = set()
+    for plan in plans:
+        row = groves.get(plan.facts.id)
+        facts = plan.facts
+        if row is None or (plan.chooser != Chooser.EXPLICIT and (
+                not row[1] or row[2] is None or row[2].timestamp() < cutoff
+                or (row[4], tuple(row[5]), tuple(row[6]), tuple(row[7]), tuple(row[8]))
+                != (facts.substrate, facts.roles, facts.platforms, facts.isolation_modes, facts.change_kinds))):
+            conflicted.add(facts.id)
+            continue
+        if plan.unit_id is None:
+            continue
+        room = free.get((facts.id, plan.unit_id))
+        resources = plan.requirement.resources
+        if room is None or room[0] < resources.cpu_milli or room[1] < resources.memory_bytes:
+            conflicted.add(facts.id)
+            continue
+        room[0] -= resources.cpu_milli
+        room[1] -= resources.memory_bytes
+    if conflicted:
+        raise Conflicted(conflicted)
+    return ledger
+
+
+def placements_write(plans: list[Plan], *, unplaced: dict[tuple[str, str], ExecutionPlacement] | None = None
+                     ) -> tuple[set[int], dict[int, int]]:
+    """Inside the batch's transaction: verify, then write placements, shared verdicts and the ledger.
+    Returns the plan indexes whose subject another call placed first (nothing written for them).
+    ``unplaced``: the subjects' stored refusals and waits, removed here and kept in the new decision."""
+    if not plans:
+        return set(), {}
+    ledger = verify(plans)
+    if unplaced:
+        superseded = []
+        for plan in plans:
+            row = unplaced.get((plan.subject_type, plan.subject_id))
+            if row is not None:
+                plan.decision["earlier"] = unplaced_summary(row)
+                superseded.append(row.pk)
+        ExecutionPlacement.objects.filter(pk__in=superseded).exclude(outcome=Outcome.PLACED).delete()
+    now = verdicts_write(plans)
+    lost, ids = _insert(plans, now)
+    ledger_write(plans, ledger, lost)
+    return lost, ids
+
+
+def verdicts_write(plans: list[Plan]):
+    now = timezone.now()
+    shapes = {plan.verdicts_key: plan.verdicts_body for plan in plans if plan.verdicts_key}
+    # In key order, as the placements are in subject order: two batches wait on each other's rows in one
+    # order, never in a cycle.
+    PlacementVerdicts.objects.bulk_create([PlacementVerdicts(key=key, body=shapes[key], created_at=now)
+                                           for key in sorted(shapes)], ignore_conflicts=True)
+    return now
+
+
+def ledger_write(plans: list[Plan], ledger: dict, lost: set[int]) -> None:
+    """The ledger rows of the units these placements took, in one upsert (values computed under the lock)."""
+    for plan in plans:
+        if plan.index in lost or plan.unit_id is None:
+            continue
+        entry = ledger[(plan.facts.id, plan.unit_id)]
+        entry[1] += plan.requirement.resources.cpu_milli
+        entry[2] += plan.requirement.resources.memory_bytes
+        entry[3] = True
+    UnitLoad.objects.bulk_create(
+        [UnitLoad(grove_id=grove_id, unit_id=unit_id, reported_at=at, cpu_milli=cpu, memory_bytes=memory)
+         for (grove_id, unit_id), (at, cpu, memory, touched) in ledger.items() if touched],
+        update_conflicts=True, unique_fields=["grove", "unit_id"],
+        update_fields=["reported_at", "cpu_milli", "memory_bytes"])
+
+
+def _rows(plans: list[Plan], ids: list[int | None], now) -> list[tuple]:
+    rows = []
+    for plan, placement_id in zip(plans, ids, strict=True):
+        decision = plan.decision
+        rows.append((placement_id, plan.subject_type, plan.subject_id, plan.facts.id, plan.facts.slug,
+                     decision["selected_platform"], plan.requirement_json, json.dumps(decision),
+                     plan.chooser, plan.enforced, plan.would_refuse, plan.team, plan.environment,
+                     now, now, "[]", plan.verdicts_key, Outcome.PLACED, "", plan.group))
+    return rows
+
+
+def _insert(plans: list[Plan], now) -> tuple[set[int], dict[int, int]]:
+    """The placements in one statement: ``COPY`` on PostgreSQL (ids drawn from the sequence first, so
+    nothing needs reading back), an ORM bulk insert elsewhere. A subject placed meanwhile by another call
+    makes COPY fail: then one multi-row ``INSERT … ON CONFLICT DO NOTHING`` writes the rest. Returns the
+    plan indexes that lost their subject to another call, and the placement id of each other plan."""
+    table = ExecutionPlacement._meta.db_table
+    plans = sorted(plans, key=lambda plan: (plan.subject_type, plan.subject_id))
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT nextval(pg_get_serial_sequence('{table}', 'id')) FROM generate_series(1, %s::int)",
+                           [len(plans)])
+            ids = [row[0] for row in cursor.fetchall()]
+        rows = _rows(plans, ids, now)
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                raw = cursor.cursor
+                with raw.copy(f"COPY {table} ({', '.join(COLUMNS)}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            return set(), {plan.index: placement_id for plan, placement_id in zip(plans, ids, strict=True)}
+        except (IntegrityError, pg_errors.UniqueViolation):  # COPY runs on the raw cursor: the driver's own
+            pass
+        with connection.cursor() as cursor:
+            values = ", ".join(["(" + ", ".join(["%s"] * len(COLUMNS)) + ")"] * len(rows))
+            cursor.execute(f"INSERT INTO {table} ({', '.join(COLUMNS)}) VALUES {values} "
+                           "ON CONFLICT (subject_type, subject_id) DO NOTHING RETURNING id",
+                           [value for row in rows for value in row])
+            written = {row[0] for row in cursor.fetchall()}
+        pairs = list(zip(plans, ids, strict=True))
+        return ({plan.index for plan, placement_id in pairs if placement_id not in written},
+                {plan.index: placement_id for plan, placement_id in pairs if placement_id in written})
+    # SQLite (``make run``): the ORM's multi-row INSERT OR IGNORE, then the new rows read back by subject
+    # (``created_at`` is stamped on insert, never before ``now``).
+    objects = []
+    for row in _rows(plans, [None] * len(plans), now):
+        values = dict(zip(COLUMNS[1:], row[1:], strict=True))
+        values.update(requirement=json.loads(values["requirement"]), decision=json.loads(values["decision"]),
+                      history=[])
+        objects.append(ExecutionPlacement(**values))
+    ExecutionPlacement.objects.bulk_create(objects, ignore_conflicts=True)
+    keys = [(plan.subject_type, plan.subject_id) for plan in plans]
+    found = {(row[1], row[2]): row[0] for row in ExecutionPlacement.objects.filter(
+        subject_id__in=[key[1] for key in keys], created_at__gte=now).values_list("id", "subject_type", "subject_id")}
+    lost, ids = set(), {}
+    for plan, key in zip(plans, keys, strict=True):
+        if key in found:
+            ids[plan.index] = found[key]
+        else:
+            lost.add(plan.index)
+    return lost, ids
+
+
+def replacements_write(plans: list[Plan], pks: dict[int, int], *, actor, reason: str) -> None:
+    """Inside a staff re-placement batch's transaction: verify, then each row's new decision, its earlier one
+    kept in ``history`` (``pks``: plan index -> placement id)."""
+    ledger = verify(plans)
+    now = verdicts_write(plans)
+    rows = {row.pk: row for row in ExecutionPlacement.objects.select_for_update().filter(pk__in=list(pks.values()))}
+    changed = []
+    for plan in plans:
+        row = rows[pks[plan.index]]
+        row.history = [*row.history, {
+            "grove_id": str(row.grove_id) if row.grove_id else None, "grove_slug": row.grove_slug,
+            "selected_platform": row.selected_platform, "decision": row.decision,
+            "verdicts_key": row.verdicts_key, "replaced_at": now.isoformat(),
+            "replaced_by": actor.get_username(), "reason": reason}]
+        row.grove_id, row.grove_slug = plan.facts.id, plan.facts.slug
+        row.selected_platform, row.decision = plan.decision["selected_platform"], plan.decision
+        row.requirement = json.loads(plan.requirement_json)
+        row.chooser, row.enforced, row.would_refuse = plan.chooser, plan.enforced, plan.would_refuse
+        row.verdicts_key, row.updated_at = plan.verdicts_key, now
+        row.outcome, row.code = Outcome.PLACED, ""
+        changed.append(row)
+    ExecutionPlacement.objects.bulk_update(changed, ["history", "grove_id", "grove_slug", "selected_platform",
+                                                     "decision", "requirement", "chooser", "enforced",
+                                                     "would_refuse", "verdicts_key", "updated_at", "outcome",
+                                                     "code"])
+    ledger_write(plans, ledger, set())

@@ -1,0 +1,74 @@
+"""Score plugins (apps.placement.scoring), pure: each plugin normalised to 0..1, the policy's weights, the
+documented total, the tie key, and the "why here" sentence."""
+from __future__ import annotations
+
+import pytest
+
+from apps.placement import scoring
+
+GIB = 1024**3
+NEEDS = scoring.Needs(1000, GIB)
+WEIGHTS = {"platform": 3, "spread": 2, "binpack": 2, "run_spread": 1, "preference": 1}
+POLICIES = {"compute": "spread", "build": "binpack", "accelerators": "binpack"}
+
+
+def load(cpu_free=8000, memory_free=8 * GIB, **kwargs) -> scoring.Load:
+    return scoring.Load(cpu_allocatable=8000, cpu_free=cpu_free, memory_allocatable=8 * GIB,
+                        memory_free=memory_free, **kwargs)
+
+
+def test_spread_prefers_the_emptier_grove_and_bin_pack_the_fuller():
+    empty, half = load(), load(cpu_free=4000, memory_free=4 * GIB)
+    assert scoring.spread(NEEDS, empty) == pytest.approx(1 - 0.125)
+    assert scoring.spread(NEEDS, half) == pytest.approx(1 - 0.625)
+    assert scoring.binpack(NEEDS, half) > scoring.binpack(NEEDS, empty)
+    assert scoring.binpack(NEEDS, half) + scoring.spread(NEEDS, half) == pytest.approx(1)
+
+
+@pytest.mark.parametrize("plugin", scoring.PLUGINS, ids=lambda p: p.name)
+@pytest.mark.parametrize("state", [load(), load(cpu_free=0, memory_free=0), load(cpu_free=-5, group=7, preference=300,
+                                                                               platform_rank=9)])
+def test_every_plugin_is_normalised(plugin, state):
+    assert 0.0 <= plugin.score(NEEDS, state) <= 1.0
+
+
+def test_the_policy_zeroes_the_plugin_it_does_not_use():
+    compute = scoring.policy_for(family="compute", accelerators=False, policies=POLICIES, weights=WEIGHTS)
+    assert compute.name == "spread" and dict(compute.weights)["binpack"] == 0 and dict(compute.weights)["spread"] == 2
+    gpu = scoring.policy_for(family="compute", accelerators=True, policies=POLICIES, weights=WEIGHTS)
+    assert gpu.name == "binpack" and dict(gpu.weights)["spread"] == 0
+    unknown = scoring.policy_for(family="runtime", accelerators=False, policies={"runtime": "nonsense"},
+                                 weights=WEIGHTS)
+    assert unknown.name == "spread"
+
+
+def test_the_total_is_the_weighted_mean_of_every_column():
+    policy = scoring.policy_for(family="compute", accelerators=False, policies=POLICIES, weights=WEIGHTS)
+    state = load(cpu_free=4000, memory_free=4 * GIB, group=1, preference=100, platform_rank=1)
+    score = scoring.score(NEEDS, state, policy)
+    columns = dict(zip(scoring.NAMES, score.columns, strict=True))
+    assert columns == pytest.approx({"platform": 0.5, "spread": 0.375, "binpack": 0.625, "run_spread": 0.5,
+                                     "preference": 1.0})
+    assert score.total == pytest.approx((3 * 0.5 + 2 * 0.375 + 0 * 0.625 + 1 * 0.5 + 1 * 1.0) / 7)
+    shown = score.to_json()
+    assert list(shown) == [*scoring.NAMES, "total"]  # every column, the unused one too
+    assert scoring.cells(shown)[2] == "0.62" and scoring.cells(None) == ["—"] * (len(scoring.NAMES) + 1)
+
+
+def test_ties_break_by_a_stable_hash_of_subject_and_grove_not_by_name():
+    groves = [f"g{i}" for i in range(10)]
+    first = {subject: min(groves, key=lambda g: scoring.order_key(0.5, subject, g)) for subject in
+             (f"s{i}" for i in range(200))}
+    assert len(set(first.values())) == 10  # different subjects land on different equal Groves
+    assert scoring.tie_key("s1", "g1") == scoring.tie_key("s1", "g1") != scoring.tie_key("s2", "g1")
+    assert scoring.order_key(0.6, "s", "z") < scoring.order_key(0.5, "s", "a")  # the total comes first
+
+
+def test_why_names_the_plugin_that_separated_the_two():
+    policy = scoring.policy_for(family="compute", accelerators=False, policies=POLICIES, weights=WEIGHTS)
+    emptier = scoring.score(NEEDS, load(), policy)
+    fuller = scoring.score(NEEDS, load(cpu_free=2000, memory_free=2 * GIB), policy)
+    sentence = scoring.why("k8s-1", emptier, "k8s-gpu-2", fuller, policy)
+    assert sentence.startswith("k8s-1 chosen over k8s-gpu-2 by spread (0.88 vs 0.12")
+    assert "tie-break" in scoring.why("a", emptier, "b", emptier, policy)
+    assert "only Grove" in scoring.why("a", emptier, None, None, policy)
