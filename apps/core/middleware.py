@@ -165,8 +165,9 @@ def error_body(request: HttpRequest, status: int) -> dict:
     return {"code": code, "detail": detail.format(path=request.path, method=request.method)}
 
 
-class ApiErrorShapeMiddleware:
-    """Sync and async capable: under ASGI the long-poll must not be pushed into a thread by us."""
+class ResponseMiddleware:
+    """A middleware that only looks at the response (``respond``), sync and async capable: under ASGI the
+    long-poll must not be pushed into a thread by us."""
 
     sync_capable = True
     async_capable = True
@@ -180,12 +181,19 @@ class ApiErrorShapeMiddleware:
     def __call__(self, request: HttpRequest):
         if self.async_mode:
             return self._acall(request)
-        return self._shape(request, self.get_response(request))
+        return self.respond(request, self.get_response(request))
 
     async def _acall(self, request: HttpRequest) -> HttpResponse:
-        return self._shape(request, await self.get_response(request))
+        return self.respond(request, await self.get_response(request))
 
-    def _shape(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    def respond(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        raise NotImplementedError
+
+
+class ApiErrorShapeMiddleware(ResponseMiddleware):
+    """Any non-JSON 4xx/5xx under ``/api/`` becomes the error shape."""
+
+    def respond(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
         if not request.path.startswith(API_PREFIX) or response.status_code < 400:
             return response
         if response.get("Content-Type", "").startswith("application/json") and _is_shaped(response):
@@ -207,30 +215,12 @@ def _is_shaped(response: HttpResponse) -> bool:
     return isinstance(body, dict) and "code" in body
 
 
-class OutageMiddleware:
+class OutageMiddleware(ResponseMiddleware):
     """A request that died of a lost database or broker connection answers 503 with a stable code and
     ``Retry-After`` instead of Django's 500 (``apps.core.outage``); API paths and probes get the error
     shape, a browser a short plain-text notice. DRF views shape their own through the exception handler."""
 
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-        self.async_mode = iscoroutinefunction(get_response)
-        if self.async_mode:
-            markcoroutinefunction(self)
-
-    def __call__(self, request: HttpRequest):
-        if self.async_mode:
-            return self._acall(request)
-        return self._outage(request, self.get_response(request))
-
-    async def _acall(self, request: HttpRequest) -> HttpResponse:
-        return self._outage(request, await self.get_response(request))
-
-    @staticmethod
-    def _outage(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    def respond(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
         outage = getattr(request, "forest_outage", None)
         if outage is None or response.status_code != 500:
             return response

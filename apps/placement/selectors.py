@@ -48,6 +48,13 @@ def placement_list() -> QuerySet[ExecutionPlacement]:
     return ExecutionPlacement.objects.all().order_by("-created_at", "-id")
 
 
+def shared_verdicts(placements) -> dict[str, dict]:
+    """The shared verdict bodies of a page of placements, by key, in one query (``placement_decision``'s
+    ``shared`` cache filled up front, so a page costs one query whatever number of keys it holds)."""
+    keys = {placement.verdicts_key for placement in placements if placement.verdicts_key}
+    return dict(PlacementVerdicts.objects.filter(key__in=keys).values_list("key", "body")) if keys else {}
+
+
 def placement_decision(placement: ExecutionPlacement, *, shared: dict[str, dict] | None = None) -> dict:
     """The placement's decision with every verdict, as ``explain`` shows it: a single placement's decision as
     stored; a batch placement's compact decision joined to its shared verdicts (``PlacementVerdicts``),

@@ -83,7 +83,8 @@ def test_staff_placement_list_reads_whole_rows_in_bounded_queries(staff_client, 
                                                                    django_assert_max_num_queries):
     dispatched_run(team="ml")
     dispatched_run(team="web")
-    # Whatever the page size: the token, the flag, the count, the page and one query for its subjects.
+    # Whatever the page size: the token, the permissions, the flags, the count, the page, one query each for
+    # its subjects (nodes, then compute jobs) and one for its shared verdicts.
     with django_assert_max_num_queries(8):
         body = staff_client.get(f"{V1}/staff/placements").json()
     assert body["count"] == 4 and all(row["requirement"] and row["decision"] for row in body["results"])

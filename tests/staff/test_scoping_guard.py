@@ -17,6 +17,7 @@ HELPERS = {
     "subjects_describe": "describes the placements it is handed (already scoped by the caller)",
     "placement_node": "the node of a placement the caller already authorised",
     "run_node_counts": "counts the nodes of the runs it is handed (one page of a scoped list)",
+    "compute_jobs_by_run": "names the compute jobs of the runs it is handed (a run the caller already authorised)",
     "_counts": "fleet-wide counts without names; team names pass through team_label in refusal_report",
 }
 PAGES = [STAFF / "views.py", STAFF / "api" / "views.py", STAFF / "api" / "plan.py", STAFF / "tables.py"]

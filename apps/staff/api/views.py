@@ -31,6 +31,7 @@ from apps.groves.api.serializers import GroveSerializer
 from apps.groves.filtersets import GroveFilterSet
 from apps.placement.api.serializers import ExecutionPlacementSerializer
 from apps.placement.filtersets import ExecutionPlacementFilterSet
+from apps.placement.selectors import shared_verdicts
 from apps.staff import capabilities, selectors
 from apps.staff.views import FLAG, REPORT_MAX_DAYS
 
@@ -92,7 +93,9 @@ class StaffPlacementListView(generics.ListAPIView):
     def get_serializer(self, *args, **kwargs):
         if args:
             kwargs.setdefault("context", self.get_serializer_context())
-            kwargs["context"]["subjects"] = selectors.subjects_describe(list(args[0]))
+            page = list(args[0])
+            kwargs["context"]["subjects"] = selectors.subjects_describe(page)
+            kwargs["context"]["verdicts"] = shared_verdicts(page)
         return super().get_serializer(*args, **kwargs)
 
     @extend_schema(tags=["staff"], summary="Placements with their subjects (staff); refused=true: only refusals",
