@@ -109,3 +109,21 @@ def test_an_unclaimed_step_is_signalled_on_the_run_job_pages_and_status(client, 
     assert ">unclaimed</span>" in client.get(f"/staff/runs/{job.run_id}/").content.decode()
     step = staff_client.get(f"/api/forest/v1/compute/jobs/{job.id}").json()["steps"][0]
     assert step["signal"]["code"] == "unclaimed" and step["signal"]["grove_last_poll_age_s"] is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_environment_reads_none_on_the_page_and_in_the_cli(client, live_server, staff_user, fresh_grove,
+                                                              observability_on):
+    grove, _ = fresh_grove(name="local-box")
+    job = _job(grove)
+    client.force_login(staff_user)
+    assert "environment (none)" in client.get(f"/staff/compute/{job.id}/").content.decode()
+    assert "environment (none)" in client.get(f"/staff/runs/{job.run_id}/").content.decode()
+    token = api_token_for(staff_user)
+    runner = CliRunner()
+    status = runner.invoke(app, ["--host", live_server.url, "--token", token, "compute", "status", str(job.id)],
+                           catch_exceptions=False, terminal_width=200)
+    assert status.exit_code == 0 and "environment (none)" in status.output
+    listed = runner.invoke(app, ["--host", live_server.url, "--token", token, "compute", "list"],
+                           catch_exceptions=False, terminal_width=200)
+    assert "(none)" in listed.output
