@@ -262,7 +262,10 @@ def run_detail_view(request: HttpRequest, run_id) -> HttpResponse:
     rows = [(node, placements.get(str(node.pk)), job_signal(node.current_job if node.current_job_id else None))
             for node in nodes]
     compute = selectors.compute_jobs_by_run([run.id]).get(run.id)
+    outputs = [{"node": node, "log_tail": selectors.output_tail(node.current_job if node.current_job_id else None)}
+               for node in nodes]
     return render(request, "staff/run_detail.html", {"run": run, "rows": rows, "compute_job": compute,
+                                                     "outputs": outputs,
                                                      "cancellable": _cancellable(request.user, run),
                                                      "lineage": run_lineage(run_id=run.id, user=request.user)})
 
