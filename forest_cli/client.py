@@ -205,7 +205,8 @@ def _resolve(given: str, listed: Callable[[], list[str]], noun: str) -> str:
         return given
     matches = [i for i in listed() if i.lower().startswith(given)] if given else []
     if not matches:
-        raise ForestClientError("id_prefix_unknown", f"No {noun} id starts with '{given}'.")
+        raise ForestClientError("id_prefix_unknown", f"No {noun} id among the newest listed starts with "
+                                f"'{given}'; give the whole id.")
     if len(matches) > 1:
         raise ForestClientError("id_prefix_ambiguous", f"'{given}' starts {len(matches)} {noun} ids "
                                 f"({', '.join(sorted(matches)[:3])}...); give more of it.")
