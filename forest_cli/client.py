@@ -92,16 +92,24 @@ class ForestClient:
         return self.request("POST", "/compute/jobs", json=body)
 
     def compute_get(self, job_id: str) -> dict:
-        return self.request("GET", f"/compute/jobs/{job_id}")
+        return self.request("GET", f"/compute/jobs/{self.compute_id(job_id)}")
+
+    def compute_id(self, given: str) -> str:
+        """A full compute job id, or the one job whose id starts with ``given`` (the prefix a table shows)."""
+        return _resolve(given, lambda: [job["id"] for job in self.compute_list()], "compute job")
+
+    def run_id(self, given: str) -> str:
+        """A full run id, or the one run whose id starts with ``given``."""
+        return _resolve(given, lambda: [run["id"] for run in self.runs_list()], "run")
 
     def compute_list(self) -> list[dict]:
         return self.request("GET", "/compute/jobs")
 
     def compute_cancel(self, job_id: str) -> dict:
-        return self.request("POST", f"/compute/jobs/{job_id}/cancel")
+        return self.request("POST", f"/compute/jobs/{self.compute_id(job_id)}/cancel")
 
     def compute_logs(self, job_id: str) -> list[dict]:
-        return self.request("GET", f"/compute/jobs/{job_id}/logs")
+        return self.request("GET", f"/compute/jobs/{self.compute_id(job_id)}/logs")
 
     # staff reads (staff token, host.staff.execution_observability on)
     def groves_list(self, **filters) -> list[dict]:
@@ -140,13 +148,13 @@ class ForestClient:
         return self.request("GET", "/pipelines/runs", params=params)["results"]
 
     def run_get(self, run_id: str) -> dict:
-        return self.request("GET", f"/pipelines/runs/{run_id}")
+        return self.request("GET", f"/pipelines/runs/{self.run_id(run_id)}")
 
     def run_create(self, body: dict) -> dict:
         return self.request("POST", "/pipelines/runs", json=body)
 
     def run_cancel(self, run_id: str) -> dict:
-        return self.request("POST", f"/pipelines/runs/{run_id}/cancel")
+        return self.request("POST", f"/pipelines/runs/{self.run_id(run_id)}/cancel")
 
     # artifacts
     def artifact_lineage(self, artifact_id: int, *, depth: int | None = None) -> dict:
@@ -187,6 +195,22 @@ def _params(**values) -> dict:
 
 
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def _resolve(given: str, listed: Callable[[], list[str]], noun: str) -> str:
+    """Expand an id prefix client-side through the list the CLI already shows (Host's id routes take whole
+    UUIDs only); a full id goes straight to Host, so Host's own 404 still answers an unknown one."""
+    given = given.strip().lower()
+    if _UUID.fullmatch(given):
+        return given
+    matches = [i for i in listed() if i.lower().startswith(given)] if given else []
+    if not matches:
+        raise ForestClientError("id_prefix_unknown", f"No {noun} id among the newest listed starts with "
+                                f"'{given}'; give the whole id.")
+    if len(matches) > 1:
+        raise ForestClientError("id_prefix_ambiguous", f"'{given}' starts {len(matches)} {noun} ids "
+                                f"({', '.join(sorted(matches)[:3])}...); give more of it.")
+    return matches[0]
 
 
 def _subject(subject: str) -> tuple[str, str]:

@@ -77,7 +77,8 @@ def _print_json(data) -> None:
 
 
 def _steps_table(job: dict) -> Table:
-    table = Table(title=f"{job['name']}  {job['id']}  [bold]{job['status']}[/bold]", title_justify="left")
+    table = Table(title=f"{job['name']}  {job['id']}  [bold]{job['status']}[/bold]  "
+                        f"environment {job.get('environment') or '(none)'}", title_justify="left")
     for column in ("step", "status", "try", "wait", "grove", "exit", "job", "reason"):
         table.add_column(column)
     colours = {"succeeded": "green", "failed": "red", "timed_out": "red", "cancelled": "yellow",
@@ -263,7 +264,7 @@ def compute_list(ctx: typer.Context) -> None:
     table = Table("name", "status", "environment", "steps")
     table.add_column("id", no_wrap=True, min_width=36)
     for job in jobs:
-        table.add_row(job["name"], job["status"], job["environment"] or "-", str(len(job["steps"])), job["id"])
+        table.add_row(job["name"], job["status"], job["environment"] or "(none)", str(len(job["steps"])), job["id"])
     out.print(table)
 
 
@@ -289,7 +290,7 @@ def runs_list(ctx: typer.Context, status: Annotated[str | None, typer.Option()] 
     table = Table("kind", "status", "environment")
     table.add_column("id", no_wrap=True, min_width=36)
     for run in items:
-        table.add_row(run["kind"], run["status"], run["environment"] or "-", run["id"])
+        table.add_row(run["kind"], run["status"], run["environment"] or "(none)", run["id"])
     out.print(table)
 
 

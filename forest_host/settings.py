@@ -298,6 +298,8 @@ ENROLLMENT_TOKEN_DEFAULT_TTL_S = int(os.environ.get("ENROLLMENT_TOKEN_DEFAULT_TT
 # How long one process may reuse its snapshot of flag overrides (a request pins one snapshot).
 FLAGS_CACHE_TTL_S = float(os.environ.get("FLAGS_CACHE_TTL_S", "1.0"))
 # Seconds a client is told to wait (Retry-After) when Host's database or broker is unreachable (503).
+# Lists (staff pages, API pages) count matching rows exactly up to this many, "more than" beyond.
+FOREST_LIST_TOTAL_CAP = int(os.environ.get("FOREST_LIST_TOTAL_CAP", "1000"))
 FOREST_OUTAGE_RETRY_AFTER_S = int(os.environ.get("FOREST_OUTAGE_RETRY_AFTER_S", "2"))
 # How stale one process's placement fleet snapshot may get (s); defaults to the flag snapshot's budget.
 PLACEMENT_FLEET_REFRESH_S = float(os.environ.get("PLACEMENT_FLEET_REFRESH_S", FLAGS_CACHE_TTL_S))

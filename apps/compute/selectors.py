@@ -65,7 +65,7 @@ def compute_job_view(job: ComputeJob, *, runner: dict | None = None) -> dict:
                 {"name": use["name"], "artifact_id": use["artifact"]["id"], "digest": use["artifact"]["digest"],
                  "size": use["artifact"]["size"]})
     return {
-        "id": str(job.id), "run_id": str(job.run_id), "name": job.name, "environment": job.environment,
+        "id": str(job.id), "run_id": str(job.run_id), "name": job.name, "environment": job.environment or None,
         "team": job.team,
         "status": job.run.status, "reason": job.run.reason, "created_at": job.created_at.isoformat(),
         "warnings": [{"step": w.pop("node"), **w} for w in run_warnings(nodes)],

@@ -339,6 +339,14 @@ def run_node_counts(run_ids) -> dict:
     return {row["run_id"]: row for row in rows}
 
 
+OUTPUT_TAIL_LINES = 20
+
+
+def output_tail(job: GroveJob | None) -> list[str]:
+    """The last lines a step's current Grove job reported: what the compute-job and run pages show."""
+    return list(job.log_tail or [])[-OUTPUT_TAIL_LINES:] if job is not None else []
+
+
 def run_detail(user, *, run_id) -> tuple[PipelineRun, list[PipelineNode], dict[str, ExecutionPlacement]]:
     """A run with its nodes and their placements: 404 ``run_not_found``, or 403 ``team_forbidden`` when
     ``user`` is not in the run's team."""
@@ -544,7 +552,7 @@ def compute_job_page(user, *, job_id) -> ComputeJobPage:
         steps.append({"node": node, "placement": placement,
                       "verdict": placement_outcome(placement) if placement else None,
                       "job": current, "signal": job_signal(current),
-                      "log_tail": list(current.log_tail or [])[-20:] if current else []})
+                      "log_tail": output_tail(current)})
     return ComputeJobPage(job=job, steps=steps, attempts=attempts)
 
 

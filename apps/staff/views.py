@@ -34,6 +34,7 @@ from apps.accounts.choices import AuditVia
 from apps.accounts.selectors import authorize, may
 from apps.accounts.services import audit_record
 from apps.artifacts.selectors import artifact_get, artifact_lineage, run_lineage
+from apps.core.counting import capped_count
 from apps.core.csvsafe import csv_row
 from apps.core.errors import ForestError
 from apps.core.permissions import StaffAccess, is_staff_user, staff_access
@@ -137,15 +138,10 @@ def _table_page(request: HttpRequest, *, queryset, filterset_class, table_class,
     return render(request, "staff/_results.html" if request.htmx else template, context, status=status)
 
 
-# A list's total is exact up to this many rows and "more than" beyond: counting a million placements on every
-# page view would cost more than the page (the count reads at most TOTAL_CAP + 1 index entries).
-TOTAL_CAP = 1000
-
-
 def _capped_total(rows) -> str:
-    """The number of rows matching, exact below ``TOTAL_CAP``, else "more than TOTAL_CAP" (a bounded count)."""
-    found = rows.order_by().values("pk")[:TOTAL_CAP + 1].count()
-    return f"more than {TOTAL_CAP:,}" if found > TOTAL_CAP else f"{found:,}"
+    """The number of rows matching, exact up to the cap, else "more than" it (apps/core/counting.py)."""
+    found, capped = capped_count(rows)
+    return f"more than {found:,}" if capped else f"{found:,}"
 
 
 def _excluded_columns(request: HttpRequest, table_class) -> list[str]:
@@ -266,7 +262,10 @@ def run_detail_view(request: HttpRequest, run_id) -> HttpResponse:
     rows = [(node, placements.get(str(node.pk)), job_signal(node.current_job if node.current_job_id else None))
             for node in nodes]
     compute = selectors.compute_jobs_by_run([run.id]).get(run.id)
+    outputs = [{"node": node, "log_tail": selectors.output_tail(node.current_job if node.current_job_id else None)}
+               for node in nodes]
     return render(request, "staff/run_detail.html", {"run": run, "rows": rows, "compute_job": compute,
+                                                     "outputs": outputs,
                                                      "cancellable": _cancellable(request.user, run),
                                                      "lineage": run_lineage(run_id=run.id, user=request.user)})
 

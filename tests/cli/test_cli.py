@@ -156,3 +156,29 @@ def test_a_refused_step_is_stored_listed_and_explained(cli, k8s_grove, tmp_path,
     assert listed.exit_code == 0, listed.output
     refused = json.loads(listed.output)
     assert [row["code"] for row in refused] == ["resources_never_fit"]
+
+
+def test_commands_accept_the_unique_id_prefix_a_table_shows(cli, k8s_grove, tmp_path):
+    """Ids are long; a unique prefix names the job or run (resolved through the list), an ambiguous or unknown
+    one is refused with its own code."""
+    ids: list[str] = []
+    while not any(a[0] == b[0] for a in ids for b in ids if a != b):  # two ids sharing a first character
+        submitted = cli("--json", "compute", "submit", "--cmd", "true", "--image", IMAGE, "--name", "p")
+        ids.append(json.loads(submitted.output)["id"])
+    job = ids[0]
+    shown = cli("--json", "compute", "status", job[:8])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["id"] == job
+    assert json.loads(cli("--json", "compute", "logs", job[:8].upper()).output) == []
+    assert json.loads(cli("--json", "compute", "cancel", job[:8]).output)["status"] == "cancelled"
+    shared = next(a[0] for a in ids for b in ids if a != b and a[0] == b[0])
+    ambiguous = cli("compute", "status", shared)
+    assert ambiguous.exit_code == 1 and "id_prefix_ambiguous" in ambiguous.output
+    unknown = cli("compute", "status", "zz")
+    assert unknown.exit_code == 1 and "id_prefix_unknown" in unknown.output
+    graph = tmp_path / "g.json"
+    graph.write_text(json.dumps({"nodes": [{"id": "a", "kind": "exec", "image": IMAGE, "command": ["true"]}]}))
+    run = json.loads(cli("--json", "runs", "create", str(graph), "--kind", "compute").output)
+    assert json.loads(cli("--json", "runs", "show", run["id"][:8]).output)["id"] == run["id"]
+    assert "cancelled" in cli("runs", "cancel", run["id"][:8]).output
+    assert "id_prefix_unknown" in cli("runs", "show", "zz").output

@@ -210,3 +210,12 @@ def test_with_enforcement_on_the_same_request_is_refused_and_nothing_is_created(
     refused = staff_client.post(URL, RISCV, format="json")
     assert refused.status_code == 400 and refused.json()["code"] == "never_placeable"
     assert not ComputeJob.objects.exists()
+
+
+def test_a_job_without_environment_answers_null_not_an_empty_string(staff_client, compute_on, k8s_grove):
+    """No environment is accepted (the --cmd one-liner sends none) and said as null, never as ``""``."""
+    created = staff_client.post(URL, _body(), format="json").json()
+    assert created["environment"] is None
+    assert staff_client.get(f"{URL}/{created['id']}").json()["environment"] is None
+    named = staff_client.post(URL, _body(environment="lab"), format="json").json()
+    assert staff_client.get(f"{URL}/{named['id']}").json()["environment"] == "lab"

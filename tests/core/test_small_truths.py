@@ -37,7 +37,6 @@ def test_an_exec_node_error_reads_an_exec_node():
 @pytest.mark.django_db
 def test_staff_lists_show_a_total_capped_without_an_unbounded_count(client, staff_user, fresh_grove, settings):
     from apps.flags.services import flag_override_set
-    from apps.staff import views
 
     flag_override_set(name="host.staff.execution_observability", enabled=True, reason="test")
     client.force_login(staff_user)
@@ -45,11 +44,33 @@ def test_staff_lists_show_a_total_capped_without_an_unbounded_count(client, staf
     fresh_grove(name="b")
     page = client.get("/staff/groves/").content.decode()
     assert 'id="list-total">2 matching' in page
-    views.TOTAL_CAP = 1
-    try:
-        assert 'id="list-total">more than 1 matching' in client.get("/staff/groves/").content.decode()
-    finally:
-        views.TOTAL_CAP = 1000
+    settings.FOREST_LIST_TOTAL_CAP = 1
+    assert 'id="list-total">more than 1 matching' in client.get("/staff/groves/").content.decode()
+
+
+@pytest.mark.django_db
+def test_api_pages_carry_the_same_bounded_total(staff_client, fresh_grove, settings):
+    """The API's paged lists count like the staff pages: exact up to the cap, then the cap and
+    ``count_capped`` (no unbounded COUNT); ``next`` still says whether another page exists."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.flags.services import flag_override_set
+
+    flag_override_set(name="host.staff.execution_observability", enabled=True, reason="test")
+    for name in ("a", "b", "c"):
+        fresh_grove(name=name)
+    exact = staff_client.get("/api/forest/v1/staff/groves", {"page_size": 2}).json()
+    assert (exact["count"], exact["count_capped"], len(exact["results"])) == (3, False, 2) and exact["next"]
+    last = staff_client.get(exact["next"]).json()
+    assert len(last["results"]) == 1 and last["next"] is None and last["previous"]
+    settings.FOREST_LIST_TOTAL_CAP = 2
+    with CaptureQueriesContext(connection) as queries:
+        capped = staff_client.get("/api/forest/v1/staff/groves", {"page_size": 1}).json()
+    assert (capped["count"], capped["count_capped"]) == (2, True) and capped["next"]
+    counts = [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
+    assert counts and all("LIMIT 3" in sql for sql in counts)
+    assert staff_client.get("/api/forest/v1/staff/groves", {"page": 9}).json()["code"]
 
 
 @pytest.mark.django_db

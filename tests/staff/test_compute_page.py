@@ -38,7 +38,7 @@ def test_the_compute_job_page_links_everything_and_names_the_step(client, fresh_
     grant(member, "viewer", teams=("ml",))
     client.force_login(member)
     page = client.get(f"/staff/compute/{job.id}/").content.decode()
-    assert "Compute job hello" in page and 'id="output-hi"' in page and "hello" in page
+    assert "Compute job hello" in page and 'id="output-hi">hello\n</pre>' in page
     assert f'/staff/runs/{job.run_id}/' in page and "/staff/groves/local-box/" in page
     assert "/staff/placements/" in page and ">placed</span>" in page
     assert "hello:hi:1" in page or ":1</code>" in page  # the attempt's Grove job
@@ -109,3 +109,37 @@ def test_an_unclaimed_step_is_signalled_on_the_run_job_pages_and_status(client, 
     assert ">unclaimed</span>" in client.get(f"/staff/runs/{job.run_id}/").content.decode()
     step = staff_client.get(f"/api/forest/v1/compute/jobs/{job.id}").json()["steps"][0]
     assert step["signal"]["code"] == "unclaimed" and step["signal"]["grove_last_poll_age_s"] is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_environment_reads_none_on_the_page_and_in_the_cli(client, live_server, staff_user, fresh_grove,
+                                                              observability_on):
+    grove, _ = fresh_grove(name="local-box")
+    job = _job(grove)
+    client.force_login(staff_user)
+    assert "environment (none)" in client.get(f"/staff/compute/{job.id}/").content.decode()
+    assert "environment (none)" in client.get(f"/staff/runs/{job.run_id}/").content.decode()
+    token = api_token_for(staff_user)
+    runner = CliRunner()
+    status = runner.invoke(app, ["--host", live_server.url, "--token", token, "compute", "status", str(job.id)],
+                           catch_exceptions=False, terminal_width=200)
+    assert status.exit_code == 0 and "environment (none)" in status.output
+    listed = runner.invoke(app, ["--host", live_server.url, "--token", token, "compute", "list"],
+                           catch_exceptions=False, terminal_width=200)
+    assert "(none)" in listed.output
+
+
+@pytest.mark.django_db
+def test_the_run_page_shows_each_step_s_output_tail(client, staff_user, dispatched_run, observability_on):
+    """A plain pipeline run (no compute job) shows the last lines its nodes' current Grove jobs reported, the
+    same fragment as the compute-job page; a node with no Grove job says so."""
+    run = dispatched_run()
+    grove_job = PipelineNode.objects.get(run=run, node_id="train").current_job
+    grove_job.log_tail = [f"line {i}" for i in range(30)] + ["<b>done</b>"]
+    grove_job.save(update_fields=["log_tail"])
+    client.force_login(staff_user)
+    page = client.get(f"/staff/runs/{run.id}/").content.decode()
+    assert 'id="output-heading"' in page and 'id="output-train"' in page
+    tail = page.split('id="output-train">', 1)[1].split("</pre>", 1)[0]
+    assert tail.splitlines()[-1] == "&lt;b&gt;done&lt;/b&gt;" and "line 11" in tail and "line 10\n" not in tail
+    assert "No output reported." in page.split("<h3>pinned</h3>", 1)[1]

@@ -86,7 +86,7 @@ class ComputeJobSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     run_id = serializers.UUIDField()
     name = serializers.CharField()
-    environment = serializers.CharField()
+    environment = serializers.CharField(allow_null=True, help_text="null when the request named none")
     team = serializers.CharField()
     status = serializers.CharField()
     reason = serializers.CharField()
