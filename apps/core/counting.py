@@ -6,6 +6,11 @@ from __future__ import annotations
 from django.conf import settings
 from django.db.models import QuerySet
 
+# Pages are read with OFFSET (no COUNT): the database walks every row before a page, so a page deeper than
+# this many rows would cost more than the page budget (~18 ms at 10,000 rows, ~180 ms at 100,000 on a million
+# placements). Deeper pages answer 400 pointing at the filters instead, on the staff pages and the API alike.
+MAX_OFFSET_ROWS = 10_000
+
 
 def capped_count(rows: QuerySet) -> tuple[int, bool]:
     """``(count, capped)``: the exact number of rows, or ``(cap, True)`` when more than ``cap`` match."""

@@ -81,3 +81,17 @@ def test_the_api_docs_load_nothing_from_the_internet(client):
         page = client.get(url).content.decode()
         external = re.findall(r'(?:src|href)="(https?://[^"]+)"', page)
         assert external == [] and "googleapis" not in page, (url, external)
+
+
+@pytest.mark.django_db
+def test_an_api_page_deeper_than_the_offset_bound_is_a_coded_400(staff_client, fresh_grove):
+    """OFFSET walks every row before a page: past MAX_OFFSET_ROWS the API answers as the staff pages do."""
+    from apps.flags.services import flag_override_set
+
+    flag_override_set(name="host.staff.execution_observability", enabled=True, reason="test")
+    fresh_grove(name="only-one")
+    for page in ("99999999999999999999", "201"):
+        answer = staff_client.get("/api/forest/v1/staff/groves", {"page": page, "page_size": 50})
+        assert answer.status_code == 400, answer.content
+        assert answer.json()["code"] == "page_too_deep" and answer.json()["field"] == "page"
+    assert staff_client.get("/api/forest/v1/staff/groves", {"page": "200", "page_size": 50}).status_code == 404

@@ -17,6 +17,7 @@ HELPERS = {
     "subjects_describe": "describes the placements it is handed (already scoped by the caller)",
     "placement_node": "the node of a placement the caller already authorised",
     "run_node_counts": "counts the nodes of the runs it is handed (one page of a scoped list)",
+    "output_tail": "the output of the nodes it is handed (of a run or job the caller already authorised)",
     "compute_jobs_by_run": "names the compute jobs of the runs it is handed (a run the caller already authorised)",
     "_counts": "fleet-wide counts without names; team names pass through team_label in refusal_report",
 }

@@ -11,7 +11,8 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
-from apps.core.counting import capped_count
+from apps.core.counting import MAX_OFFSET_ROWS, capped_count
+from apps.core.errors import ValidationFailed
 
 
 class ForestPagination(PageNumberPagination):
@@ -30,6 +31,10 @@ class ForestPagination(PageNumberPagination):
         if self.number < 1:
             raise NotFound(self.invalid_page_message.format(page_number=self.number, message="below 1"))
         start = (self.number - 1) * page_size
+        if start >= MAX_OFFSET_ROWS:
+            raise ValidationFailed(
+                "page_too_deep", f"Page {self.number} starts past the first {MAX_OFFSET_ROWS:,} rows, which are as "
+                "deep as lists go: narrow the list with its filters instead.", field="page")
         rows = list(queryset[start:start + page_size + 1])
         if self.number > 1 and not rows:
             raise NotFound(self.invalid_page_message.format(page_number=self.number, message="no rows there"))
