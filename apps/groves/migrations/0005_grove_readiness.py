@@ -1,3 +1,5 @@
+import importlib
+
 from django.db import migrations, models
 
 # Readiness (docs/decisions.md "Grove readiness"): last_polled_at, written coarsely by a poll or a claim; and
@@ -37,31 +39,8 @@ BEGIN
 END $$;
 """
 # 0003's function, restored on the way back.
-PREVIOUS = """
-CREATE OR REPLACE FUNCTION groves_grove_touch() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'UPDATE'
-       AND NEW.last_heartbeat_at IS NOT NULL AND OLD.liveness_stamped_at IS NOT NULL
-       AND NEW.last_heartbeat_at >= OLD.last_heartbeat_at
-       AND NEW.last_heartbeat_at < OLD.liveness_stamped_at + make_interval(secs => coalesce(
-           nullif(current_setting('forest.grove_liveness_touch_s', true), '')::float8, 30))
-       AND (NEW.id, NEW.slug, NEW.name, NEW.roles, NEW.substrate, NEW.platforms, NEW.isolation_modes,
-            NEW.change_kinds, NEW.version, NEW.capacity_digest, NEW.free_digest, NEW.capacity_reported_at,
-            NEW.enabled, NEW.created_at)
-           IS NOT DISTINCT FROM
-           (OLD.id, OLD.slug, OLD.name, OLD.roles, OLD.substrate, OLD.platforms, OLD.isolation_modes,
-            OLD.change_kinds, OLD.version, OLD.capacity_digest, OLD.free_digest, OLD.capacity_reported_at,
-            OLD.enabled, OLD.created_at)
-    THEN
-        NEW.updated_at := OLD.updated_at;
-        NEW.liveness_stamped_at := OLD.liveness_stamped_at;
-        RETURN NEW;
-    END IF;
-    NEW.updated_at := clock_timestamp();
-    NEW.liveness_stamped_at := NEW.last_heartbeat_at;
-    RETURN NEW;
-END $$;
-"""
+# Going back restores 0003's trigger (the same text, not a copy).
+PREVIOUS = importlib.import_module("apps.groves.migrations.0003_grove_hot_liveness").TRIGGER
 
 
 def forward(apps, schema_editor):
