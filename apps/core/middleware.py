@@ -9,6 +9,7 @@ must not be pushed into a thread.
 """
 from __future__ import annotations
 
+import abc
 import functools
 import json
 import re
@@ -165,7 +166,7 @@ def error_body(request: HttpRequest, status: int) -> dict:
     return {"code": code, "detail": detail.format(path=request.path, method=request.method)}
 
 
-class ResponseMiddleware:
+class ResponseMiddleware(abc.ABC):
     """A middleware that only looks at the response (``respond``), sync and async capable: under ASGI the
     long-poll must not be pushed into a thread by us."""
 
@@ -186,8 +187,9 @@ class ResponseMiddleware:
     async def _acall(self, request: HttpRequest) -> HttpResponse:
         return self.respond(request, await self.get_response(request))
 
+    @abc.abstractmethod
     def respond(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
-        raise NotImplementedError
+        """The response to send instead of (or as) ``response``."""
 
 
 class ApiErrorShapeMiddleware(ResponseMiddleware):

@@ -3,6 +3,8 @@
 refuses hostile bodies with 400/413 and the Forest error shape before any view code runs."""
 from __future__ import annotations
 
+import abc
+
 from django.conf import settings
 from rest_framework.parsers import BaseParser, JSONParser
 
@@ -34,15 +36,16 @@ class BoundedJSONParser(JSONParser):
         return _parse_bounded(stream, parser_context, body_limit())
 
 
-class LargeBodyJSONParser(BaseParser):
+class LargeBodyJSONParser(BaseParser, abc.ABC):
     """The same JSON reader for an endpoint with a larger body limit of its own (``limit``). Not a
     ``JSONParser``: DRF reads a JSON parser's body through Django's ``request.body``, which enforces the
     site-wide ``DATA_UPLOAD_MAX_MEMORY_SIZE``; this one reads the request stream itself, bounded."""
 
     media_type = "application/json"
 
+    @abc.abstractmethod
     def limit(self) -> int:
-        raise NotImplementedError
+        """The endpoint's own body limit in bytes (a setting of the app that owns the endpoint)."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         if stream is None:
