@@ -29,6 +29,7 @@ from forest_agent.kube.controller import Controller, ControllerConfig
 from forest_agent.kube.render import RenderConfig, render
 from forest_agent.kube.spec import parse_job
 from forest_agent.kube.validate import validate_all
+from forest_agent.kube.workqueue import WorkQueue
 from forest_agent.wire.client import WireClient
 
 IMAGE = "registry.example/step@sha256:" + "cd" * 32
@@ -405,19 +406,22 @@ def test_every_watch_has_a_server_and_a_client_timeout(
 
 
 def test_the_work_queue_coalesces_and_never_hands_one_job_to_two_workers() -> None:
-    controller = Controller(wire=None, cluster=None, grove_id="g")  # type: ignore[arg-type]
-    controller.enqueue("a")
-    controller.enqueue("b", delay_s=0.001)
-    controller.enqueue("a")  # coalesced with the first
-    assert controller._next_due() == "a"
-    assert controller._next_due() == "b"
-    controller.enqueue("a")  # queued again while a worker still holds it
+    stop = threading.Event()
+    queue = WorkQueue(stop)
+    queue.add("a")
+    queue.add("b", delay_s=0.001)
+    queue.add("a")  # coalesced with the first
+    assert queue.get() == "a"
+    assert queue.get() == "b"
+    queue.add("a")  # queued again while a worker still holds it
     taken: list[str | None] = []
-    worker = threading.Thread(target=lambda: taken.append(controller._next_due()))
+    worker = threading.Thread(target=lambda: taken.append(queue.get()))
     worker.start()
     worker.join(1.5)
     assert worker.is_alive() and taken == []  # "a" is due, but held: nobody else gets it
-    controller._release("a")
+    queue.done("a")
     worker.join(10)
     assert taken == ["a"]
-    controller.stop_event.set()
+    stop.set()
+    queue.wake_all()
+    assert queue.get() is None  # stopped: a worker returns

@@ -173,9 +173,9 @@ def test_a_controller_that_loses_the_lease_claims_nothing_more(
             grove_id=grove_id,
             config=ControllerConfig(heartbeat_interval_s=0.5, poll_wait_s=1, watch_timeout_s=2,
                                     backoff_initial_s=0.2, backoff_max_s=1.0),
+            stop_event=stop,
+            may_act=a.is_leader,
         )
-        controller.stop_event = stop
-        controller.may_act = a.is_leader
         controllers.append(controller)
         return controller.run()
 

@@ -360,10 +360,8 @@ def _run_controller(args: argparse.Namespace, ring: LogRing, cluster: Cluster, i
     ring.redactor.add([identity.credential])
     wire = WireClient(identity.host_url, credential=identity.credential, grove_id=identity.grove_id)
     controller = Controller(wire=wire, cluster=cluster, grove_id=identity.grove_id,
-                            config=_controller_config(args), ring=ring)
-    controller.stop_event = stop  # one stop for signals and for a lost lease
-    if may_act is not None:
-        controller.may_act = may_act
+                            config=_controller_config(args), ring=ring,
+                            stop_event=stop, may_act=may_act)  # one stop: signals and a lost lease
     return controller.run()
 
 

@@ -11,6 +11,7 @@ connection can never hang a watch thread.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import os
@@ -284,7 +285,8 @@ class Cluster:
         finally:
             w.stop()
 
-    def pod_log_tail(self, name: str, namespace: str, *, lines: int) -> list[str]:
+    # builtins: in this class `list` names the method above
+    def pod_log_tail(self, name: str, namespace: str, *, lines: int) -> builtins.list[str]:
         api, _ = self._api("Pod")
         try:
             response = api.read_namespaced_pod_log(
