@@ -6,8 +6,8 @@ The official `kubernetes` client does the talking, from a kubeconfig file, so it
 serialisation and watch streaming run. Scenarios: apply -> watch -> success; failure with an exit
 code; OOMKilled; unschedulable and image-pull problems (the report carries the reason and the
 scheduler's message); cancellation (Job deleted with propagation); controller restart mid-job and
-between claim and release (no duplicate Job, one report); Host down then back (the report arrives
-once); an expired watch (410) re-lists; Deployments roll out; bad payloads are refused.
+between claim and release (no duplicate Job, one report); a restart after the report (nothing is
+reported again); Host down then back (the report arrives once); an expired watch (410) re-lists; Deployments roll out; bad payloads are refused.
 """
 
 from __future__ import annotations
@@ -23,11 +23,14 @@ import pytest
 from kube_fake import FakeKube, Kubelet
 from stub_host import StubHost
 
+from forest_agent.errors import IllegalTransition
 from forest_agent.kube import names
 from forest_agent.kube.cluster import Cluster, api_client_from
 from forest_agent.kube.controller import Controller, ControllerConfig
+from forest_agent.kube.job_states import TrackedState
 from forest_agent.kube.render import RenderConfig, render
 from forest_agent.kube.spec import parse_job
+from forest_agent.kube.tracked import TrackedJobs
 from forest_agent.kube.validate import validate_all
 from forest_agent.kube.workqueue import WorkQueue
 from forest_agent.wire.client import WireClient
@@ -288,6 +291,36 @@ def test_restart_between_claim_and_release(harness: Harness, kubelet: Kubelet, f
     assert len(harness.job_objects()) == 1
 
 
+def test_a_restart_after_the_report_reports_nothing_again(harness: Harness, kubelet: Kubelet) -> None:
+    """The controller reports a job's outcome and marks it; a new controller over the same cluster and
+    Host (a restart) sends no report of that job at all, neither its outcome nor `running`."""
+    first = harness.start(workers=1)
+    job = k8s_job(15)
+    harness.host.add_job(job)
+    pod = _pod_of(kubelet, job)
+    kubelet.running(pod)
+    harness.host.wait_for(lambda: _reports(harness.host, job, "running"), what="the running report")
+    kubelet.exit(pod, 0)
+    assert harness.host.terminal_report(job["job_id"])["state"] == "succeeded"
+    harness.host.wait_for(lambda: not first.tracked, what="the job to be marked reported and forgotten")
+    reported = [r["state"] for r in _reports(harness.host, job)]
+    assert reported == ["running", "succeeded"]
+    harness.stop(first)
+
+    second = harness.start(workers=1)
+    assert second.recovered.wait(10)
+    # One worker serves the queue in due order, and the re-list queued what it found before the first
+    # poll: once a job Host offers now has been reconciled to its end, so has anything the re-list found.
+    later = k8s_job(16)
+    harness.host.add_job(later)
+    later_pod = _pod_of(kubelet, later)
+    kubelet.running(later_pod)
+    kubelet.exit(later_pod, 0)
+    assert harness.host.terminal_report(later["job_id"])["state"] == "succeeded"
+    harness.host.wait_for(lambda: not second.tracked, what="the later job to be forgotten")
+    assert [r["state"] for r in _reports(harness.host, job)] == reported
+
+
 def test_host_down_then_back_delivers_the_report_once(
     harness: Harness, kubelet: Kubelet, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -425,3 +458,21 @@ def test_the_work_queue_coalesces_and_never_hands_one_job_to_two_workers() -> No
     stop.set()
     queue.wake_all()
     assert queue.get() is None  # stopped: a worker returns
+
+
+def test_the_tracked_table_moves_a_job_only_along_its_lifecycle() -> None:
+    """The first outcome decided wins; a job decided meanwhile is not moved back by a slower step; a
+    final state forgets the job; a cancellation of a job nobody tracks is tracked for its report."""
+    table = TrackedJobs()
+    tracked = table.new("j1", "Job", "fj-j1-1", "forest", TrackedState.RECEIVED)
+    assert table.add(tracked) and not table.add(table.new("j1", "Job", "x", "forest", TrackedState.RECEIVED))
+    cancelled = {"state": "cancelled", "reason": "cancelled", "log_tail": []}
+    assert table.decide_cancelled("j1", cancelled) is tracked  # Host cancelled it while a worker claims
+    assert not table.advance(tracked, TrackedState.CLAIMED)  # the claim's answer comes too late to count
+    assert not table.decide(tracked, {"state": "succeeded"})
+    assert (tracked.state, tracked.outcome) == (TrackedState.REPORTING, cancelled)
+    with pytest.raises(IllegalTransition):
+        tracked.lifecycle.transition(TrackedState.RUNNING)
+    assert table.advance(tracked, TrackedState.REPORTED) and "j1" not in table
+    unknown = table.decide_cancelled("j2", cancelled)
+    assert (unknown.state, unknown.name, "j2" in table) == (TrackedState.REPORTING, "", True)
