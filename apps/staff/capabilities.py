@@ -108,7 +108,7 @@ CAPABILITIES: tuple[Capability, ...] = (
                "kubelet runs the commands locally); never run on a real cluster",
                tests=("tests/e2e/test_kube_controller.py", "agent/tests/test_kube_controller.py",
                       "agent/tests/test_kube_render.py"),
-               code=("agent/src/forest_agent/kube/controller.py",)),
+               code=("agent/src/forest_agent/kube",)),
     Capability("Jobs on an NVIDIA GPU (CUDA)", HARDWARE,
                "an NVIDIA GPU: inventory and admission are tested with reported devices only",
                tests=("agent/tests/test_inventory.py", "tests/examples/test_gpu_smoke.py"),
