@@ -7,7 +7,8 @@ serialisation and watch streaming run. Scenarios: apply -> watch -> success; fai
 code; OOMKilled; unschedulable and image-pull problems (the report carries the reason and the
 scheduler's message); cancellation (Job deleted with propagation); controller restart mid-job and
 between claim and release (no duplicate Job, one report); a restart after the report (nothing is
-reported again); Host down then back (the report arrives once); an expired watch (410) re-lists; Deployments roll out; bad payloads are refused.
+reported again); Host down then back (the report arrives once); an expired watch (410) re-lists;
+Deployments roll out; bad payloads are refused.
 """
 
 from __future__ import annotations
