@@ -80,6 +80,7 @@ def change_kinds(config: AgentConfig) -> list[str]:
 
 class Agent(HostLoops):
     runner_name = "agent"
+    config: AgentConfig
 
     def __init__(
         self,

@@ -11,6 +11,7 @@ connection can never hang a watch thread.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import os
@@ -78,7 +79,8 @@ def _in_cluster() -> bool:
 
 def _raw(response: Any) -> Obj:
     try:
-        return json.loads(response.data or b"{}")
+        obj: Obj = json.loads(response.data or b"{}")
+        return obj
     finally:
         response.release_conn()
 
@@ -284,7 +286,7 @@ class Cluster:
         finally:
             w.stop()
 
-    def pod_log_tail(self, name: str, namespace: str, *, lines: int) -> list[str]:
+    def pod_log_tail(self, name: str, namespace: str, *, lines: int) -> builtins.list[str]:
         api, _ = self._api("Pod")
         try:
             response = api.read_namespaced_pod_log(

@@ -27,10 +27,16 @@ MIN_POLL_INTERVAL_S = 1.0
 
 
 class LoopTiming(Protocol):
-    heartbeat_interval_s: float
-    poll_wait_s: int
-    backoff_initial_s: float
-    backoff_max_s: float
+    """What the loops read from a runner's configuration (read-only: the configs are frozen dataclasses)."""
+
+    @property
+    def heartbeat_interval_s(self) -> float: ...
+    @property
+    def poll_wait_s(self) -> int: ...
+    @property
+    def backoff_initial_s(self) -> float: ...
+    @property
+    def backoff_max_s(self) -> float: ...
 
 
 def next_heartbeat_delay(answer: dict[str, Any], interval_s: float) -> float:
