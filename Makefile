@@ -56,8 +56,9 @@ run: $(STAMP)  ## Local settings, migrate, load the demo and serve Host (web :80
 	@echo "Forest Host on http://127.0.0.1:8000/  (admin: /admin/, API schema: /api/schema/)"
 	$(RUN_ENV) $(BIN)/honcho start -f Procfile
 
-test: $(TEST_STAMP)  ## Architecture contracts, the image linter, then the whole suite against real PostgreSQL and Redis
+test: $(TEST_STAMP)  ## Architecture contracts, types, the image linter, then the whole suite against real PostgreSQL and Redis
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/typecheck.py
 	$(BIN)/hadolint docker/host.Dockerfile docker/controller.Dockerfile
 	@scripts/services-up.sh
 	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -67,9 +68,10 @@ fuzz: $(TEST_STAMP)  ## The API fuzz and hostile corpus with many more examples 
 	$(TEST_ENV) FOREST_FUZZ_EXAMPLES=$${FOREST_FUZZ_EXAMPLES:-150} $(BIN)/python -m pytest -q \
 		tests/core/test_schemathesis_api.py tests/core/test_hostile.py tests/groves/test_schemathesis.py
 
-lint: $(TEST_STAMP)  ## ruff and the import-linter contracts
+lint: $(TEST_STAMP)  ## ruff, the import-linter contracts and mypy (strict modules clean, the rest under mypy-baseline.json)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/typecheck.py
 
 clean:  ## Remove the venv and local state
 	rm -rf $(VENV) var staticfiles

@@ -9,6 +9,9 @@ from typing import Any
 
 import httpx
 
+# One JSON object of Host's answers (Host's serializers are the schema; the CLI reads keys it knows).
+JSON = dict[str, Any]
+
 API = "/api/forest/v1"
 TERMINAL = {"succeeded", "failed", "cancelled"}
 # Host's 503 codes for a lost database or broker: it did nothing, so the same request may be sent again.
@@ -18,7 +21,8 @@ RETRY_AFTER_CAP_S = 30.0
 
 
 class ForestClientError(Exception):
-    def __init__(self, code: str, detail: str, *, status: int | None = None, field: str | None = None):
+    def __init__(self, code: str, detail: str, *, status: int | None = None,
+                 field: str | None = None) -> None:
         super().__init__(detail)
         self.code, self.detail, self.status, self.field = code, detail, status, field
         self.retry_after_s: float | None = None
@@ -38,7 +42,7 @@ def _retry_after(value: str | None) -> float | None:
 class ForestClient:
     def __init__(self, host: str | None, token: str | None, *, timeout: float = 30.0,
                  on_retry: Callable[[ForestClientError, float, int], None] | None = None,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         if not host:
             raise ForestClientError("host_missing", "No Forest Host given: pass --host or set FOREST_HOST.")
         if not token:
@@ -51,7 +55,7 @@ class ForestClient:
     def close(self) -> None:
         self._http.close()
 
-    def request(self, method: str, path: str, **kwargs) -> Any:
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
         """One call; a 503 outage answer (``OUTAGE_CODES``) is retried after its ``Retry-After``, at most
         ``RETRY_ATTEMPTS`` times, since Host refused it before doing anything."""
         for attempt in range(1, RETRY_ATTEMPTS + 1):
@@ -66,7 +70,7 @@ class ForestClient:
                 self._sleep(delay)
         raise AssertionError("unreachable")
 
-    def _request_once(self, method: str, path: str, **kwargs) -> Any:
+    def _request_once(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
@@ -87,12 +91,26 @@ class ForestClient:
             raise ForestClientError("bad_response", f"Host's answer to {method} {path} is not JSON.")
         return body
 
-    # compute
-    def compute_submit(self, body: dict) -> dict:
-        return self.request("POST", "/compute/jobs", json=body)
+    def _object(self, method: str, path: str, **kwargs: Any) -> JSON:
+        """``request`` for a route whose answer is one JSON object."""
+        body = self.request(method, path, **kwargs)
+        if not isinstance(body, dict):
+            raise ForestClientError("bad_response", f"Host's answer to {method} {path} is not a JSON object.")
+        return body
 
-    def compute_get(self, job_id: str) -> dict:
-        return self.request("GET", f"/compute/jobs/{self.compute_id(job_id)}")
+    def _rows(self, method: str, path: str, **kwargs: Any) -> list[JSON]:
+        """``request`` for a route whose answer is a JSON array of objects."""
+        body = self.request(method, path, **kwargs)
+        if not isinstance(body, list):
+            raise ForestClientError("bad_response", f"Host's answer to {method} {path} is not a JSON array.")
+        return body
+
+    # compute
+    def compute_submit(self, body: JSON) -> JSON:
+        return self._object("POST", "/compute/jobs", json=body)
+
+    def compute_get(self, job_id: str) -> JSON:
+        return self._object("GET", f"/compute/jobs/{self.compute_id(job_id)}")
 
     def compute_id(self, given: str) -> str:
         """A full compute job id, or the one job whose id starts with ``given`` (the prefix a table shows)."""
@@ -102,81 +120,82 @@ class ForestClient:
         """A full run id, or the one run whose id starts with ``given``."""
         return _resolve(given, lambda: [run["id"] for run in self.runs_list()], "run")
 
-    def compute_list(self) -> list[dict]:
-        return self.request("GET", "/compute/jobs")
+    def compute_list(self) -> list[JSON]:
+        return self._rows("GET", "/compute/jobs")
 
-    def compute_cancel(self, job_id: str) -> dict:
-        return self.request("POST", f"/compute/jobs/{self.compute_id(job_id)}/cancel")
+    def compute_cancel(self, job_id: str) -> JSON:
+        return self._object("POST", f"/compute/jobs/{self.compute_id(job_id)}/cancel")
 
-    def compute_logs(self, job_id: str) -> list[dict]:
-        return self.request("GET", f"/compute/jobs/{self.compute_id(job_id)}/logs")
+    def compute_logs(self, job_id: str) -> list[JSON]:
+        return self._rows("GET", f"/compute/jobs/{self.compute_id(job_id)}/logs")
 
     # staff reads (staff token, host.staff.execution_observability on)
-    def groves_list(self, **filters) -> list[dict]:
+    def groves_list(self, **filters: Any) -> list[JSON]:
         return self._all("/staff/groves", filters)
 
-    def inventory(self) -> dict:
-        return self.request("GET", "/staff/inventory")
+    def inventory(self) -> JSON:
+        return self._object("GET", "/staff/inventory")
 
-    def placements_list(self, *, limit: int = 50, **filters) -> list[dict]:
+    def placements_list(self, *, limit: int = 50, **filters: Any) -> list[JSON]:
         return self._all("/staff/placements", filters, limit=limit)
 
-    def refusals(self, *, since: str | None = None, until: str | None = None) -> dict:
-        return self.request("GET", "/staff/refusals", params=_params(since=since, until=until))
+    def refusals(self, *, since: str | None = None, until: str | None = None) -> JSON:
+        return self._object("GET", "/staff/refusals", params=_params(since=since, until=until))
 
-    def ingress_routes(self, *, state: str | None = None) -> dict:
-        return self.request("GET", "/ingress/routes", params=_params(state=state))
+    def ingress_routes(self, *, state: str | None = None) -> JSON:
+        return self._object("GET", "/ingress/routes", params=_params(state=state))
 
-    def plan(self, body: dict) -> dict:
-        return self.request("POST", "/plan", json=body)
+    def plan(self, body: JSON) -> JSON:
+        return self._object("POST", "/plan", json=body)
 
-    def _all(self, path: str, filters: dict, *, limit: int | None = None) -> list[dict]:
+    def _all(self, path: str, filters: dict[str, Any], *, limit: int | None = None) -> list[JSON]:
         """Follow page numbers until ``limit`` rows (or the end); pages are Host's bounded pages."""
         params = {**_params(**filters), "page_size": min(limit or 500, 500)}
-        rows: list[dict] = []
+        rows: list[JSON] = []
         page = 1
         while True:
-            body = self.request("GET", path, params={**params, "page": page})
+            body = self._object("GET", path, params={**params, "page": page})
             rows.extend(body["results"])
             if not body.get("next") or (limit is not None and len(rows) >= limit):
                 return rows[:limit] if limit is not None else rows
             page += 1
 
     # runs
-    def runs_list(self, **filters) -> list[dict]:
+    def runs_list(self, **filters: Any) -> list[JSON]:
         params = {k: v for k, v in filters.items() if v}
-        return self.request("GET", "/pipelines/runs", params=params)["results"]
+        results: list[JSON] = self._object("GET", "/pipelines/runs", params=params)["results"]
+        return results
 
-    def run_get(self, run_id: str) -> dict:
-        return self.request("GET", f"/pipelines/runs/{self.run_id(run_id)}")
+    def run_get(self, run_id: str) -> JSON:
+        return self._object("GET", f"/pipelines/runs/{self.run_id(run_id)}")
 
-    def run_create(self, body: dict) -> dict:
-        return self.request("POST", "/pipelines/runs", json=body)
+    def run_create(self, body: JSON) -> JSON:
+        return self._object("POST", "/pipelines/runs", json=body)
 
-    def run_cancel(self, run_id: str) -> dict:
-        return self.request("POST", f"/pipelines/runs/{self.run_id(run_id)}/cancel")
+    def run_cancel(self, run_id: str) -> JSON:
+        return self._object("POST", f"/pipelines/runs/{self.run_id(run_id)}/cancel")
 
     # artifacts
-    def artifact_lineage(self, artifact_id: int, *, depth: int | None = None) -> dict:
-        return self.request("GET", f"/artifacts/{artifact_id}/lineage", params=_params(depth=depth))
+    def artifact_lineage(self, artifact_id: int, *, depth: int | None = None) -> JSON:
+        return self._object("GET", f"/artifacts/{artifact_id}/lineage", params=_params(depth=depth))
 
-    def run_lineage(self, run_id: str) -> dict:
-        return self.request("GET", f"/artifacts/runs/{run_id}/lineage")
+    def run_lineage(self, run_id: str) -> JSON:
+        return self._object("GET", f"/artifacts/runs/{run_id}/lineage")
 
     # placements
-    def placements_explain(self, subject: str, step: str | None = None) -> list[dict]:
+    def placements_explain(self, subject: str, step: str | None = None) -> list[JSON]:
         """The stored decisions behind ``subject``: a placement id (``17``), a compute job id (every step's, or
         ``step``'s), ``RUN_ID:NODE`` (a node of a run) or ``TYPE:ID`` (``pipeline_node:42``)."""
         subject = subject.strip()
         if subject.isdigit():
-            return [self.request("GET", f"/placements/{subject}")]
+            return [self._object("GET", f"/placements/{subject}")]
         if _UUID.fullmatch(subject):
             job = self.compute_get(subject)
             steps = [s for s in job["steps"] if step is None or s["name"] == step]
             if not steps:
                 raise ForestClientError("step_not_found", f"Compute job {subject} has no step '{step}'.")
             return [row for s in steps if (s.get("decision") or {}).get("id")
-                    for row in [self.request("GET", f"/placements/{s['decision']['id']}")]]
+                    for row in [self._object("GET", f"/placements/{s['decision']['id']}")]]
         subject_type, subject_id = _subject(subject)
         if subject_type == "run":
             run_id, node_id = subject_id.split(":", 1)
@@ -185,10 +204,11 @@ class ForestClient:
                 raise ForestClientError("node_not_found", f"Run {run_id} has no node '{node_id}'.")
             subject_type, subject_id = node["placement_subject"].split(":", 1)
         body = self.request("GET", "/placements", params={"subject_type": subject_type, "subject_id": subject_id})
-        return body["results"] if isinstance(body, dict) and "results" in body else body
+        rows: list[JSON] = body["results"] if isinstance(body, dict) and "results" in body else body
+        return rows
 
 
-def _params(**values) -> dict:
+def _params(**values: Any) -> dict[str, Any]:
     """Query parameters without the unset ones; booleans as Host's filters spell them."""
     return {k: ("true" if v else "false") if isinstance(v, bool) else v for k, v in values.items()
             if v is not None and v != ""}

@@ -6,9 +6,10 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 import yaml
@@ -20,7 +21,7 @@ from rich.text import Text
 
 from apps.core import localenv
 from apps.placement import scoring
-from forest_cli.client import TERMINAL, ForestClient, ForestClientError
+from forest_cli.client import JSON, TERMINAL, ForestClient, ForestClientError
 
 app = typer.Typer(help="Forest: place work on Groves and explain why.", no_args_is_help=True)
 compute = typer.Typer(help="Compute jobs: steps run one after another on Groves.", no_args_is_help=True)
@@ -41,6 +42,8 @@ localenv.load()
 Host = Annotated[str | None, typer.Option("--host", envvar="FOREST_HOST", help="Host URL, e.g. https://forest.example")]
 Token = Annotated[str | None, typer.Option("--token", envvar="FOREST_TOKEN", help="API token", show_default=False)]
 
+T = TypeVar("T")
+
 
 @app.callback()
 def main(ctx: typer.Context, host: Host = None, token: Token = None,
@@ -56,12 +59,12 @@ def _say_retry(exc: ForestClientError, delay: float, attempt: int) -> None:
     err.print(f"[yellow]{escape(exc.detail)}[/] [{exc.code}] retrying in {delay:g}s ({attempt})")
 
 
-def _fail(exc: ForestClientError) -> None:
+def _fail(exc: ForestClientError) -> NoReturn:
     err.print(Text("error: ", style="red") + Text(str(exc)), highlight=False, soft_wrap=True)
     raise typer.Exit(2 if exc.code in {"host_missing", "token_missing", "host_unreachable", "usage"} else 1)
 
 
-def _call(ctx: typer.Context, fn, *args, **kwargs):
+def _call(ctx: typer.Context, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     try:
         client = _client(ctx)
         try:
@@ -72,11 +75,11 @@ def _call(ctx: typer.Context, fn, *args, **kwargs):
         _fail(exc)
 
 
-def _print_json(data) -> None:
+def _print_json(data: object) -> None:
     out.print_json(json.dumps(data, default=str))
 
 
-def _steps_table(job: dict) -> Table:
+def _steps_table(job: JSON) -> Table:
     table = Table(title=f"{job['name']}  {job['id']}  [bold]{job['status']}[/bold]  "
                         f"environment {job.get('environment') or '(none)'}", title_justify="left")
     for column in ("step", "status", "try", "wait", "grove", "exit", "job", "reason"):
@@ -93,11 +96,12 @@ def _steps_table(job: dict) -> Table:
     return table
 
 
-def _notes(view: dict, *, item: str) -> list[Text]:
+def _notes(view: JSON, *, item: str) -> list[Text]:
     """The lines under a job or run table: refusals (code and sentence), shadow-mode warnings (code,
     sentence, the flag that would refuse) and the runner pool."""
     lines = []
-    for entry in view.get("steps", view.get("nodes", [])):
+    entries: list[JSON] = view["steps"] if "steps" in view else view.get("nodes", [])
+    for entry in entries:
         if entry.get("signal"):  # assigned and not claimed (docs/decisions.md "Unclaimed jobs")
             name, signal = entry.get("name") or entry.get("id"), entry["signal"]
             lines.append(Text("unclaimed ", style="red") + Text(f"{item} {name}: [{signal['code']}] "
@@ -126,18 +130,18 @@ def _notes(view: dict, *, item: str) -> list[Text]:
     return lines
 
 
-def _job_view(job: dict) -> Group:
+def _job_view(job: JSON) -> Group:
     return Group(_steps_table(job), *_notes(job, item="step"))
 
 
-def _show_job(ctx: typer.Context, job: dict) -> None:
+def _show_job(ctx: typer.Context, job: JSON) -> None:
     if ctx.obj["json"]:
         _print_json(job)
     else:
         out.print(_job_view(job), soft_wrap=True)
 
 
-def _load(path: Path) -> dict:
+def _load(path: Path) -> JSON:
     try:
         text = path.read_text()
     except OSError as exc:
@@ -151,7 +155,7 @@ def _load(path: Path) -> dict:
     return data
 
 
-def _watch(ctx: typer.Context, client: ForestClient, job_id: str, interval: float) -> dict:
+def _watch(ctx: typer.Context, client: ForestClient, job_id: str, interval: float) -> JSON:
     job = client.compute_get(job_id)
     if ctx.obj["json"]:
         while job["status"] not in TERMINAL:
@@ -181,7 +185,7 @@ def _watch(ctx: typer.Context, client: ForestClient, job_id: str, interval: floa
     return job
 
 
-def _exit_for(job: dict) -> None:
+def _exit_for(job: JSON) -> None:
     if job["status"] in {"failed", "cancelled"}:
         raise typer.Exit(1)
 
@@ -209,7 +213,7 @@ def compute_submit(
             body = _load(file)
             body.setdefault("name", name or file.stem)
         else:
-            step = {"name": "main", "kind": "native" if native else "container", "command": shlex.split(cmd)}
+            step: JSON = {"name": "main", "kind": "native" if native else "container", "command": shlex.split(cmd)}
             if image:
                 step["image"] = image
             if platform:
@@ -223,7 +227,7 @@ def compute_submit(
         if value:
             body[key] = value
 
-    def run(client: ForestClient) -> dict:
+    def run(client: ForestClient) -> JSON:
         job = client.compute_submit(body)
         if not watch:
             _show_job(ctx, job)
@@ -268,7 +272,7 @@ def compute_list(ctx: typer.Context) -> None:
     out.print(table)
 
 
-def _run_table(run: dict) -> Table:
+def _run_table(run: JSON) -> Table:
     table = Table(title=f"run {run['id']}  {run['kind']}  [bold]{run['status']}[/bold]", title_justify="left")
     for column in ("node", "kind", "status", "wait", "grove", "exit", "reason"):
         table.add_column(column)
@@ -294,7 +298,7 @@ def runs_list(ctx: typer.Context, status: Annotated[str | None, typer.Option()] 
     out.print(table)
 
 
-def _show_run(ctx: typer.Context, run: dict) -> None:
+def _show_run(ctx: typer.Context, run: JSON) -> None:
     if ctx.obj["json"]:
         _print_json(run)
     else:
@@ -325,12 +329,12 @@ def runs_cancel(ctx: typer.Context, run_id: str) -> None:
     _show_run(ctx, _call(ctx, lambda c: c.run_cancel(run_id)))
 
 
-def _artifact_line(artifact: dict) -> str:
+def _artifact_line(artifact: JSON) -> str:
     size = "-" if artifact.get("size") is None else f"{artifact['size']} B"
     return f"#{artifact['id']} {artifact['digest'][:19]} {artifact['storage_kind']} {size} {artifact['reference']}"
 
 
-def _uses_table(title: str, uses: list[dict]) -> Table:
+def _uses_table(title: str, uses: list[JSON]) -> Table:
     table = Table(title=title, title_justify="left")
     for column in ("run", "node", "name", "artifact"):
         table.add_column(column, overflow="fold")
@@ -339,7 +343,7 @@ def _uses_table(title: str, uses: list[dict]) -> Table:
     return table
 
 
-def _lineage_tree(body: dict) -> list[Text]:
+def _lineage_tree(body: JSON) -> list[Text]:
     """Every step reached, with what it consumed (<-) and produced (->)."""
     names = {a["id"]: a for a in body["artifacts"]}
     steps: dict[str, list[str]] = {}
@@ -416,7 +420,7 @@ def placements_explain(ctx: typer.Context, subject: Annotated[str, typer.Argumen
         _candidates_table(decision)
 
 
-def _score_cell(stored: dict | None) -> str:
+def _score_cell(stored: JSON | None) -> str:
     """Every plugin's score and the total ("—" when the candidate was not scored: not eligible, or no room)."""
     cells = scoring.cells(stored)
     if stored is None:
@@ -424,7 +428,7 @@ def _score_cell(stored: dict | None) -> str:
     return f"{cells[-1]} = " + ", ".join(f"{name} {cell}" for name, cell in zip(scoring.NAMES, cells, strict=False))
 
 
-def _candidates_table(decision: dict) -> None:
+def _candidates_table(decision: JSON) -> None:
     """Each candidate Grove's verdict: compatible or not and why, its resource fit (now/later/never), and its
     score per plugin and total (every column, zeros shown; "—" for a candidate that was not scored)."""
     table = Table("grove", "eligible", "fit", "score: total = weighted plugins", "why not")
@@ -465,7 +469,7 @@ def _age(iso: str | None) -> str:
     return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m" if seconds < 7200 else f"{seconds // 3600}h"
 
 
-def _gib(value) -> str:
+def _gib(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value / 1024**3:.1f}".removesuffix(".0") + " GiB"  # 23.5 GiB, not 23.5401 GiB
@@ -593,7 +597,7 @@ def placements_list(
 _VERDICT_STYLE = {"placed": "green", "would_refuse": "yellow", "refused": "red", "waiting": "yellow"}
 
 
-def _verdict(row: dict, *, codes: bool = True, first_code_only: bool = False) -> str:
+def _verdict(row: JSON, *, codes: bool = True, first_code_only: bool = False) -> str:
     """Host's own rendering of the outcome (``verdict``: apps/placement/outcome.py), coloured by its key;
     ``first_code_only`` (a table cell): the first code and how many more (``explain`` lists them all)."""
     shown = row.get("verdict") or {"key": row.get("outcome", "placed"), "label": row.get("outcome", "placed"),

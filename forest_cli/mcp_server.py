@@ -8,8 +8,9 @@ models allow extra keys so Host, not the schema, names an unknown field (with it
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -18,14 +19,24 @@ from pydantic import BaseModel, ConfigDict, Field
 from apps.groves.vocabulary import Role, Substrate
 from apps.pipelines.vocabulary import RunKind, RunStatus
 from apps.placement.vocabulary import SubjectType
-from forest_cli.client import ForestClient, ForestClientError
+from forest_cli.client import JSON, ForestClient, ForestClientError
 
-# The enumerations are Host's own vocabulary (one definition each, stdlib only: no Django needed here).
-RunStatusName = Literal[tuple(m.value for m in RunStatus)]
-RunKindName = Literal[tuple(m.value for m in RunKind)]
-SubstrateName = Literal[tuple(m.value for m in Substrate)]
-RoleName = Literal[tuple(m.value for m in Role)]
-SubjectTypeName = Literal[tuple(m.value for m in SubjectType)]
+# The enumerations are Host's own vocabulary (one definition each, stdlib only: no Django needed here). The
+# tools' JSON Schemas come from these Literals at run time; a checker cannot read a Literal built from an
+# enumeration, so it sees the plain strings they are.
+if TYPE_CHECKING:
+    RunStatusName = str
+    RunKindName = str
+    SubstrateName = str
+    RoleName = str
+    SubjectTypeName = str
+else:
+    RunStatusName = Literal[tuple(m.value for m in RunStatus)]
+    RunKindName = Literal[tuple(m.value for m in RunKind)]
+    SubstrateName = Literal[tuple(m.value for m in Substrate)]
+    RoleName = Literal[tuple(m.value for m in Role)]
+    SubjectTypeName = Literal[tuple(m.value for m in SubjectType)]
+T = TypeVar("T")
 
 
 def server_version() -> str:
@@ -83,10 +94,7 @@ class PipelineGraph(BaseModel):
     nodes: list[PipelineNode] = Field(..., description="The graph's nodes")
 
 
-RunKind = Literal["build", "deploy", "compute"]
-
-
-def _body(model: BaseModel) -> dict:
+def _body(model: BaseModel) -> JSON:
     return model.model_dump(exclude_none=True)
 
 
@@ -96,10 +104,10 @@ def build_server(*, host: str | None, token: str | None) -> MCPServer:
                                     "where work would run, list Groves, accelerators and placements, and explain "
                                     "where work was placed and why (the staff tools need a staff token).")
 
-    def call(fn, *args) -> Any:
+    def call(fn: Callable[[ForestClient], T]) -> T:
         client = ForestClient(host, token)
         try:
-            return fn(client, *args)
+            return fn(client)
         except ForestClientError as exc:
             raise ToolError(f"{exc.code}: {exc.detail}") from None
         finally:
@@ -111,45 +119,45 @@ def build_server(*, host: str | None, token: str | None) -> MCPServer:
             steps: Annotated[list[ComputeStep], Field(description="Steps, run one after another")],
             environment: str | None = None, team: str | None = None,
             grove: Annotated[str | None, Field(description="Pin every step to this Grove (id or slug)")] = None,
-    ) -> dict:
+    ) -> JSON:
         """Submit a compute job; its steps run one after another on Groves. The request's fields are the
         tool's own arguments (no wrapper object)."""
         request = ComputeRequest(name=name, steps=steps, environment=environment, team=team, grove=grove)
         return call(lambda c: c.compute_submit(_body(request)))
 
     @server.tool()
-    def compute_status(job_id: Annotated[str, Field(description="Compute job id (UUID)")]) -> dict:
+    def compute_status(job_id: Annotated[str, Field(description="Compute job id (UUID)")]) -> JSON:
         """A compute job with per-step status, Grove, job id and exit code."""
         return call(lambda c: c.compute_get(job_id))
 
     @server.tool()
-    def compute_cancel(job_id: Annotated[str, Field(description="Compute job id (UUID)")]) -> dict:
+    def compute_cancel(job_id: Annotated[str, Field(description="Compute job id (UUID)")]) -> JSON:
         """Cancel a compute job and its Grove jobs."""
         return call(lambda c: c.compute_cancel(job_id))
 
     @server.tool()
-    def compute_list() -> list[dict]:
+    def compute_list() -> list[JSON]:
         """Recent compute jobs."""
         return call(lambda c: c.compute_list())
 
     @server.tool()
-    def compute_logs(job_id: Annotated[str, Field(description="Compute job id (UUID)")]) -> list[dict]:
+    def compute_logs(job_id: Annotated[str, Field(description="Compute job id (UUID)")]) -> list[JSON]:
         """The output of a compute job: each step's Grove job log tail, attempt by attempt."""
         return call(lambda c: c.compute_logs(job_id))
 
     @server.tool()
     def runs_list(status: RunStatusName | None = None, environment: str | None = None,
-                  kind: RunKindName | None = None) -> list[dict]:
+                  kind: RunKindName | None = None) -> list[JSON]:
         """Recent pipeline runs, optionally filtered."""
         return call(lambda c: c.runs_list(status=status, environment=environment, kind=kind))
 
     @server.tool()
-    def run_show(run_id: Annotated[str, Field(description="Run id (UUID)")]) -> dict:
+    def run_show(run_id: Annotated[str, Field(description="Run id (UUID)")]) -> JSON:
         """One pipeline run with its nodes."""
         return call(lambda c: c.run_get(run_id))
 
     @server.tool()
-    def run_cancel(run_id: Annotated[str, Field(description="Run id (UUID)")]) -> dict:
+    def run_cancel(run_id: Annotated[str, Field(description="Run id (UUID)")]) -> JSON:
         """Cancel a pipeline run and its own Grove jobs."""
         return call(lambda c: c.run_cancel(run_id))
 
@@ -157,7 +165,7 @@ def build_server(*, host: str | None, token: str | None) -> MCPServer:
     def placements_explain(subject: Annotated[str, Field(
             description="a placement id (17), a compute job id, RUN_ID:NODE or TYPE:ID (pipeline_node:42)")],
             step: Annotated[str | None, Field(description="with a compute job id: only this step")] = None,
-    ) -> list[dict]:
+    ) -> list[JSON]:
         """Stored placement decisions for one subject, each with its ``verdict`` (placed, would_refuse, refused
         or waiting), why here (``decision.scores``: the policy, weights, the chosen and runner-up Groves' score
         per plugin and total, and a sentence) and every candidate's verdict (eligible or its rule codes, its
@@ -171,8 +179,8 @@ def build_server(*, host: str | None, token: str | None) -> MCPServer:
             environment: str | None = None, team: str | None = None,
             grove: Annotated[str | None, Field(description="A compute request: pin every step")] = None,
             graph: Annotated[PipelineGraph | None, Field(description="A run request: the graph (with kind)")] = None,
-            kind: Annotated[RunKind | None, Field(description="A run request: build, deploy or compute")] = None,
-    ) -> dict:
+            kind: Annotated[RunKindName | None, Field(description="A run request: build, deploy or compute")] = None,
+    ) -> JSON:
         """Preview where each node would run and why, before submitting. Nothing is stored. Give a compute
         request (name, steps, ...) or a run request (graph, kind), as the tool's own arguments."""
         if graph is not None:
@@ -184,32 +192,32 @@ def build_server(*, host: str | None, token: str | None) -> MCPServer:
 
     @server.tool()
     def groves_list(substrate: SubstrateName | None = None, role: RoleName | None = None,
-                    accelerator_api: str | None = None, stale: bool | None = None) -> list[dict]:
+                    accelerator_api: str | None = None, stale: bool | None = None) -> list[JSON]:
         """Groves with their latest capacity report (staff)."""
         return call(lambda c: c.groves_list(substrate=substrate, role=role, accelerator_api=accelerator_api,
                                             stale=stale))
 
     @server.tool()
-    def inventory() -> dict:
+    def inventory() -> JSON:
         """Accelerators by api/vendor/model across Groves, and per-team use this period (staff)."""
         return call(lambda c: c.inventory())
 
     @server.tool()
     def placements_list(refused: bool = False, grove_slug: str | None = None, code: str | None = None,
                         subject_type: SubjectTypeName | None = None,
-                        limit: Annotated[int, Field(ge=1, le=500)] = 50) -> list[dict]:
+                        limit: Annotated[int, Field(ge=1, le=500)] = 50) -> list[JSON]:
         """Stored placements, newest first; refused=true lists only refused / would-refuse ones (staff)."""
         return call(lambda c: c.placements_list(limit=limit, refused=refused or None, grove_slug=grove_slug,
                                                 code=code, subject_type=subject_type))
 
     @server.tool()
     def refusals_report(since: Annotated[str, Field(description="7d, 12h, YYYY-MM-DD or ISO timestamp")] = "14d",
-                        until: str | None = None) -> dict:
+                        until: str | None = None) -> JSON:
         """The "would have refused" report: counts by code, Grove and team, and the daily trend (staff)."""
         return call(lambda c: c.refusals(since=since, until=until))
 
     @server.tool()
-    def ingress_routes(state: Literal["serving", "pending", "failed"] | None = None) -> dict:
+    def ingress_routes(state: Literal["serving", "pending", "failed"] | None = None) -> JSON:
         """Native ingress routes (host name, workload, Grove, mesh upstream, state, nginx's last error), with
         whether host.deploy.native_ingress is on and, when off, why nothing is rendered."""
         return call(lambda c: c.ingress_routes(state=state))

@@ -29,7 +29,7 @@ class AcceleratorRequest:
     api: str | None = None
     min_memory_bytes: int = 0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"count": self.count}
         if self.vendor:
             body["vendor"] = self.vendor
@@ -100,7 +100,7 @@ class Refusal:
     code: str
     message: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message}
 
 

@@ -25,7 +25,7 @@ _STEP_AS_NODE = {"command", "env", "platform", "resources", "accelerators", "tim
                  "backoff", "inputs", "outputs"}
 
 
-def _step(value: Any, field: str) -> dict:
+def _step(value: Any, field: str) -> dict[str, Any]:
     """Map one step to its exec node and validate it with the pipeline node parser (one parser: same
     limits, same codes, the step's own field paths)."""
     value = v.obj(value, field, allowed=STEP_FIELDS, required={"name", "command"})
@@ -39,10 +39,10 @@ def _step(value: Any, field: str) -> dict:
     return graph_rules.node_validate(node, field)
 
 
-def compute_request(body: Any) -> dict:
+def compute_request(body: Any) -> dict[str, Any]:
     """Validate a compute request; returns ``{"name", "environment", "team", "grove", "graph"}``."""
     body = v.obj(body, "", allowed={"name", "environment", "team", "grove", "steps"}, required={"name", "steps"})
-    out = {"name": v.string(body["name"], "name", max_length=200),
+    out: dict[str, Any] = {"name": v.string(body["name"], "name", max_length=200),
            "environment": v.string(body.get("environment", ""), "environment", max_length=100, allow_empty=True),
            "team": v.string(body.get("team", ""), "team", max_length=100, allow_empty=True),
            "grove": None}
@@ -51,7 +51,7 @@ def compute_request(body: Any) -> dict:
     steps = v.array(body["steps"], "steps", max_items=MAX_STEPS)
     if not steps:
         raise v.fail("compute_steps_empty", "A compute job needs at least one step.", "steps")
-    nodes: list[dict] = []
+    nodes: list[dict[str, Any]] = []
     for index, raw in enumerate(steps):
         node = _step(raw, f"steps[{index}]")
         # Steps run one after another, in the order given.

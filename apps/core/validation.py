@@ -6,6 +6,7 @@ magnitude cheaper per field and produce the same ``{"code", "detail", "field"}``
 from __future__ import annotations
 
 import difflib
+from collections.abc import Collection
 from typing import Any
 
 from apps.core.errors import ValidationFailed
@@ -73,13 +74,13 @@ def array(value: Any, field: str, *, max_items: int) -> list:
     return value
 
 
-def choice(value: Any, field: str, *, choices: set[str] | list[str]) -> str:
+def choice(value: Any, field: str, *, choices: Collection[str]) -> str:
     if not isinstance(value, str) or value not in choices:
         raise fail("invalid_choice", f"{field} must be one of: {', '.join(sorted(choices))}.", field)
     return value
 
 
-def choices_list(value: Any, field: str, *, choices: set[str] | list[str], max_items: int = 32) -> list[str]:
+def choices_list(value: Any, field: str, *, choices: Collection[str], max_items: int = 32) -> list[str]:
     items = array(value, field, max_items=max_items)
     out: list[str] = []
     for index, item in enumerate(items):

@@ -19,7 +19,7 @@ from apps.groves.vocabulary import MAX_LOG_LINE, MAX_LOG_LINES
 REASON = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-def job_report(body: Any) -> dict:
+def job_report(body: Any) -> dict[str, Any]:
     body = v.obj(body, "", allowed={"state", "exit_code", "log_tail", "outputs", "reason"}, required={"state"})
     out: dict[str, Any] = {"state": v.choice(body["state"], "state", choices=REPORT_STATES)}
     if body.get("exit_code") is not None:
@@ -57,7 +57,7 @@ UNCLAIMED = "unclaimed"
 
 
 def unclaimed_signal(*, status: str, created_at: datetime, grove_slug: str, grove_last_polled_at: datetime | None,
-                     now: datetime, after_s: float) -> dict | None:
+                     now: datetime, after_s: float) -> dict[str, Any] | None:
     """The coded signal of a job assigned to a Grove that has not claimed it within ``after_s``
     (``GROVE_JOB_UNCLAIMED_AFTER_S``), with the Grove's last poll age; None for any other job. One
     definition for the API status, the CLI, the staff pages and ``/metrics`` (docs/decisions.md

@@ -36,7 +36,7 @@ def platforms(value: Any, field: str = "platforms") -> list[str]:
     return v.platforms(value, field, max_items=MAX_PLATFORMS, blank="A Grove must report at least one platform.")
 
 
-def enrollment(body: Any) -> dict:
+def enrollment(body: Any) -> dict[str, Any]:
     body = v.obj(body, "", allowed={"token", "name", "substrate", "platforms", "version"},
                  required={"token", "name", "substrate", "platforms"})
     return {
@@ -48,7 +48,7 @@ def enrollment(body: Any) -> dict:
     }
 
 
-def _accelerator(item: Any, field: str) -> dict:
+def _accelerator(item: Any, field: str) -> dict[str, Any]:
     item = v.obj(item, field,
                  allowed={"id", "kind", "vendor", "model", "apis", "memory_bytes", "memory_kind",
                           "memory_enforced", "share_mode"},
@@ -70,7 +70,7 @@ def _accelerator(item: Any, field: str) -> dict:
     }
 
 
-def _amount(value: Any, field: str, maximum: int) -> dict:
+def _amount(value: Any, field: str, maximum: int) -> dict[str, Any]:
     value = v.obj(value, field, allowed={"allocatable", "free"}, required={"allocatable", "free"})
     allocatable = v.integer(value["allocatable"], f"{field}.allocatable", maximum=maximum)
     free = v.integer(value["free"], f"{field}.free", maximum=maximum)
@@ -80,7 +80,7 @@ def _amount(value: Any, field: str, maximum: int) -> dict:
     return {"allocatable": allocatable, "free": free}
 
 
-def _unit(unit: Any, field: str, inventory_ids: set[str]) -> dict:
+def _unit(unit: Any, field: str, inventory_ids: set[str]) -> dict[str, Any]:
     unit = v.obj(unit, field, allowed={"id", "cpu_milli", "memory_bytes", "accelerators"},
                  required={"id", "cpu_milli", "memory_bytes"})
     slots = []
@@ -109,7 +109,7 @@ def _unit(unit: Any, field: str, inventory_ids: set[str]) -> dict:
     }
 
 
-def capacity(value: Any, field: str = "capacity") -> dict:
+def capacity(value: Any, field: str = "capacity") -> dict[str, Any]:
     value = v.obj(value, field, allowed={"placement_units", "accelerators"}, required={"placement_units"})
     accelerators = []
     inventory_ids: set[str] = set()
@@ -134,7 +134,7 @@ def capacity(value: Any, field: str = "capacity") -> dict:
     return {"placement_units": units, "accelerators": accelerators}
 
 
-def mesh(value: Any, *, networks: Sequence[str], field: str = "mesh") -> dict | None:
+def mesh(value: Any, *, networks: Sequence[str], field: str = "mesh") -> dict[str, Any] | None:
     """A native Grove's mesh address and ingress proxy port: an IP literal (never a name, which the edge
     would have to resolve) inside one of the configured mesh networks (``FOREST_MESH_NETWORKS``)."""
     if value is None:
@@ -153,7 +153,7 @@ def mesh(value: Any, *, networks: Sequence[str], field: str = "mesh") -> dict | 
     return {"address": str(address), "proxy_port": port}
 
 
-def heartbeat(body: Any, *, substrate: str | None, mesh_networks: Sequence[str] = ()) -> dict:
+def heartbeat(body: Any, *, substrate: str | None, mesh_networks: Sequence[str] = ()) -> dict[str, Any]:
     """Validate a heartbeat. ``substrate=None`` skips the substrate checks: only for the unchanged-report
     fast path, where a matching digest proves the same lists already passed them for this Grove."""
     body = v.obj(body, "", allowed={"version", "change_kinds", "isolation", "capacity", "log_tail", "mesh"},
@@ -186,7 +186,7 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def capacity_digests(capacity_report: dict, change_kinds: list[str], isolation: list[str]) -> tuple[str, str]:
+def capacity_digests(capacity_report: dict[str, Any], change_kinds: list[str], isolation: list[str]) -> tuple[str, str]:
     """(shape, free) identities of what was reported. *Shape* is everything but free counts: units and
     their allocatable amounts, the accelerator inventory, change kinds and isolation; a change rewrites
     units, inventory, capabilities and history. *Free* covers only the free counts, which a busy Grove
@@ -200,7 +200,7 @@ def capacity_digests(capacity_report: dict, change_kinds: list[str], isolation: 
             _digest(free_units))
 
 
-def free_counts(unit: dict) -> list:
+def free_counts(unit: dict[str, Any]) -> list[Any]:
     """One unit's free counts as the free digest and the free-count write read them."""
     return [unit["id"], unit["cpu_milli"]["free"], unit["memory_bytes"]["free"],
             [a["free"] for a in unit["accelerators"]]]

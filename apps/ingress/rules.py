@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,7 @@ class DesiredRoute:
     upstream_port: int
 
 
-def generation_routes(*, spec_ingress: dict | None, claimed: Iterable[str], workload_slug: str, team: str,
+def generation_routes(*, spec_ingress: dict[str, Any] | None, claimed: Iterable[str], workload_slug: str, team: str,
                       environment: str, grove_id: str, mesh_address: str | None,
                       mesh_proxy_port: int | None) -> list[DesiredRoute]:
     """The routes of one live generation: the host names its agent serves (the generation's own ingress,

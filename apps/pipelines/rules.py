@@ -87,12 +87,12 @@ def platform_list(value: Any, field: str) -> list[str]:
                        blank=f"{field} must list at least one platform, or be left out.")
 
 
-def resources(value: Any, field: str) -> dict:
+def resources(value: Any, field: str) -> dict[str, Any]:
     """A node's resources: a requirement's (one parser, one set of limits), and at least 1 of each."""
     return parse_resources(value, field, minimum=1).to_json()
 
 
-def accelerators(value: Any, field: str) -> dict:
+def accelerators(value: Any, field: str) -> dict[str, Any]:
     """A node's accelerators, checked by the requirement's parser; stored as the node spelled them."""
     parse_accelerators(value, field)
     out = {"count": value["count"]}
@@ -121,7 +121,7 @@ def _data_name(value: Any, field: str) -> str:
     return name
 
 
-def _input(item: Any, where: str, index: int) -> dict:
+def _input(item: Any, where: str, index: int) -> dict[str, Any]:
     """One input as declared: what it names (exactly one of ``artifact`` id, ``digest``, ``image``
     reference), the kind the step expects, where it sees it (``path``) and its ``name``. Host resolves it
     at submit (``apps.artifacts.services.artifact_input_resolve``); the legacy ``storage_kind``/``ref``
@@ -156,7 +156,7 @@ def _input(item: Any, where: str, index: int) -> dict:
     return entry
 
 
-def _inputs(value: Any, field: str) -> list[dict]:
+def _inputs(value: Any, field: str) -> list[dict[str, Any]]:
     items = v.array(value, field, max_items=MAX_INPUTS)
     out = [_input(item, f"{field}[{index}]", index) for index, item in enumerate(items)]
     _no_repeats(out, "name", field, "duplicate_input_name")
@@ -164,7 +164,7 @@ def _inputs(value: Any, field: str) -> list[dict]:
     return out  # in the order declared: a refusal at submit names the input by its position
 
 
-def _outputs(value: Any, field: str) -> list[dict]:
+def _outputs(value: Any, field: str) -> list[dict[str, Any]]:
     """``[{"name", "path"}]``: what the executor uploads after a successful command (a file, or a directory
     as a deterministic tar); a declared output that is missing fails the step (``output_missing``)."""
     items = v.array(value, field, max_items=MAX_OUTPUTS)
@@ -185,7 +185,7 @@ def output_key(*, attempt: int, name: str) -> str:
     return f"attempt-{attempt}/{name}"
 
 
-def _no_repeats(items: list[dict], key: str, field: str, code: str) -> None:
+def _no_repeats(items: list[dict[str, Any]], key: str, field: str, code: str) -> None:
     repeat = v.first_repeat([item[key] for item in items])
     if repeat:
         first, index = repeat
@@ -193,7 +193,7 @@ def _no_repeats(items: list[dict], key: str, field: str, code: str) -> None:
                      f"{field}[{index}].{key}")
 
 
-def backoff(value: Any, field: str) -> dict:
+def backoff(value: Any, field: str) -> dict[str, Any]:
     """``{"delay_s"?, "factor"?, "max_s"?}`` with the defaults filled: the wait before each retry."""
     value = v.obj(value, field, allowed=set(DEFAULT_BACKOFF))
     delay = v.integer(value.get("delay_s", DEFAULT_BACKOFF["delay_s"]), f"{field}.delay_s", minimum=0,
@@ -205,7 +205,7 @@ def backoff(value: Any, field: str) -> dict:
     return {"delay_s": delay, "factor": factor, "max_s": cap}
 
 
-def _retry_fields(value: dict, field: str) -> dict:
+def _retry_fields(value: dict[str, Any], field: str) -> dict[str, Any]:
     """A node's retry policy in canonical form: absent when it has none (so graphs written before retries
     keep their digests), else ``retries`` and the filled-in ``backoff``."""
     retries = v.integer(value.get("retries", 0), f"{field}.retries", minimum=0, maximum=MAX_RETRIES)
@@ -217,7 +217,7 @@ def _retry_fields(value: dict, field: str) -> dict:
     return {"retries": retries, "backoff": backoff(value.get("backoff", {}), f"{field}.backoff")}
 
 
-def node_validate(value: Any, field: str) -> dict:
+def node_validate(value: Any, field: str) -> dict[str, Any]:
     """One node of a graph (or a compute step mapped to a node) in canonical form, or raise."""
     value = v.obj(value, field, allowed=NODE_FIELDS, required={"id", "kind"})
     node_id = v.string(value["id"], f"{field}.id", max_length=63)
@@ -277,7 +277,7 @@ def node_validate(value: Any, field: str) -> dict:
     return node
 
 
-def graph_validate(graph: Any, *, field: str = "graph") -> dict:
+def graph_validate(graph: Any, *, field: str = "graph") -> dict[str, Any]:
     """Validate a graph and return its canonical form (defaults filled, nodes sorted by id), or raise."""
     graph = v.obj(graph, field, allowed={"nodes"}, required={"nodes"})
     items = v.array(graph["nodes"], f"{field}.nodes", max_items=MAX_NODES)
@@ -335,12 +335,12 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def graph_digest(canonical: dict) -> str:
+def graph_digest(canonical: dict[str, Any]) -> str:
     """Identity of the *work*: the same graph, however it was spelled, has the same digest."""
     return "sha256:" + hashlib.sha256(canonical_json(canonical).encode()).hexdigest()
 
 
-def topological_order(canonical: dict) -> list[str]:
+def topological_order(canonical: dict[str, Any]) -> list[str]:
     """Node ids in dependency order; ties broken by id so the order is stable."""
     needs = {n["id"]: set(n["needs"]) for n in canonical["nodes"]}
     order: list[str] = []
@@ -359,7 +359,7 @@ def topological_order(canonical: dict) -> list[str]:
 _NON_WORK_FIELDS = {"id", "needs", "grove", "timeout_s", "reuse", "retries", "backoff"}
 
 
-def node_digests(canonical: dict) -> dict[str, str]:
+def node_digests(canonical: dict[str, Any]) -> dict[str, str]:
     """Per-node identity of the work: its own work fields plus the digests of what it needs."""
     by_id = {n["id"]: n for n in canonical["nodes"]}
     out: dict[str, str] = {}
@@ -373,7 +373,7 @@ def node_digests(canonical: dict) -> dict[str, str]:
 
 # --- GRAPH_DEDUP ----------------------------------------------------------------------------------
 
-def dedup_exclusion(node: dict) -> str | None:
+def dedup_exclusion(node: dict[str, Any]) -> str | None:
     """Why a node may not inherit an earlier result (a stable code), or None when it is eligible.
 
     Only trusted container work whose every input is a content-addressed OCI artifact and whose image
@@ -401,17 +401,18 @@ def dedup_exclusion(node: dict) -> str | None:
 RETRYABLE_OUTCOMES = frozenset({NodeStatus.FAILED, NodeStatus.TIMED_OUT})
 
 
-def retry_delay_s(node: dict, *, attempt: int) -> int | None:
+def retry_delay_s(node: dict[str, Any], *, attempt: int) -> int | None:
     """Seconds to wait before the attempt after ``attempt`` (1-based), or None when the node has no
     retries left."""
     retries = node.get("retries", 0)
     if attempt > retries:
         return None
     policy = node.get("backoff") or DEFAULT_BACKOFF
-    return min(policy["delay_s"] * policy["factor"] ** (attempt - 1), policy["max_s"])
+    delay: int = min(policy["delay_s"] * policy["factor"] ** (attempt - 1), policy["max_s"])
+    return delay
 
 
-def retry_after(node: dict, *, attempt: int, outcome: str) -> int | None:
+def retry_after(node: dict[str, Any], *, attempt: int, outcome: str) -> int | None:
     """How long before a node whose attempt ended ``outcome`` runs again; None: it does not."""
     if outcome not in RETRYABLE_OUTCOMES:
         return None
@@ -420,7 +421,7 @@ def retry_after(node: dict, *, attempt: int, outcome: str) -> int | None:
 
 # --- detached wait eligibility --------------------------------------------------------------------
 
-def detached_wait_exclusion(node: dict) -> str | None:
+def detached_wait_exclusion(node: dict[str, Any]) -> str | None:
     """Why a node must wait in place (a code), or None when its runner slot may be released.
 
     Only plain container exec steps detach: accelerator steps, native steps and other node kinds keep
@@ -438,7 +439,7 @@ def detached_wait_exclusion(node: dict) -> str | None:
 # --- the execution requirement of a node ---------------------------------------------------------
 
 # How each kind of node runs: (family or None for the run kind's, artifact kind, change kind, isolation).
-_NODE_SHAPES = {
+_NODE_SHAPES: dict[tuple[str, str], tuple[str | None, str, str, str]] = {
     (NodeKind.EXEC, NodeRuntime.CONTAINER): (None, ArtifactKind.OCI_IMAGE, ChangeKind.K8S_JOB,
                                             IsolationMode.CONTAINER),
     (NodeKind.EXEC, NodeRuntime.NATIVE): (None, ArtifactKind.HOST_COMMAND, ChangeKind.NATIVE_JOB,
@@ -452,8 +453,8 @@ _NODE_SHAPES = {
 }
 
 
-def node_requirement(node: dict, *, run_kind: str, artifact: dict | None = None,
-                     grove: dict | None = None) -> ExecutionRequirement:
+def node_requirement(node: dict[str, Any], *, run_kind: str, artifact: dict[str, Any] | None = None,
+                     grove: dict[str, Any] | None = None) -> ExecutionRequirement:
     """A node -> its requirement (derived once, at plan time).
 
     exec/container -> oci_image, k8s.job, container; exec/native -> host_command, native.job,
@@ -477,7 +478,7 @@ def node_requirement(node: dict, *, run_kind: str, artifact: dict | None = None,
                        artifact_kind=artifact_kind, change_kind=change_kind, isolation=isolation)
 
 
-def run_request(body: Any) -> dict:
+def run_request(body: Any) -> dict[str, Any]:
     """``POST pipelines/runs``: ``{"graph", "kind", "environment"?, "team"?, "build_id"?}``."""
     body = v.obj(body, "", allowed={"graph", "kind", "environment", "team", "build_id"}, required={"graph", "kind"})
     out = {"graph": body["graph"], "kind": v.choice(body["kind"], "kind", choices=RUN_KINDS)}

@@ -60,7 +60,8 @@ class OutboxKind(StrEnum):
 
 
 # The Grove role a run's nodes need by default.
-RUN_KIND_FAMILY = {RunKind.BUILD: Role.BUILD, RunKind.DEPLOY: Role.RUNTIME, RunKind.COMPUTE: Role.COMPUTE}
+RUN_KIND_FAMILY: dict[str, Role] = {RunKind.BUILD: Role.BUILD, RunKind.DEPLOY: Role.RUNTIME,
+                                     RunKind.COMPUTE: Role.COMPUTE}
 
 DETACHED_WAIT_FLAG = DETACHED_WAIT
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from apps.groves.vocabulary import MAX_PLATFORMS as MAX_GROVE_PLATFORMS
 from apps.groves.vocabulary import IsolationMode, Substrate
@@ -51,8 +52,8 @@ class GroveFacts:
     units: tuple[tuple[int, int], ...] = ()
     apis: frozenset[str] = frozenset()  # accelerator APIs, for the ranking's API preference
     # Typed loosely on purpose: the pure rules import nothing from apps.accelerators (an upper app).
-    accelerator_units: tuple = ()
-    devices: tuple = ()
+    accelerator_units: tuple[Any, ...] = ()
+    devices: tuple[Any, ...] = ()
     claimed: tuple[tuple[tuple[str, str], int], ...] = ()
     unit_free: tuple[tuple[str, int, int], ...] = ()
     unit_allocatable: tuple[tuple[str, int, int], ...] = ()
@@ -92,7 +93,7 @@ class Incompatibility:
     message: str
     grove: str = ""
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, "grove": self.grove}
 
 
@@ -259,7 +260,7 @@ def selected_platform(req: ExecutionRequirement, grove: GroveFacts) -> str:
     return grove.platforms[rank if rank < len(grove.platforms) else 0]
 
 
-def summarise(verdicts: Sequence[dict]) -> str:
+def summarise(verdicts: Sequence[dict[str, Any]]) -> str:
     """A scheduler-style line: '0/5 Groves eligible: 3 platform_mismatch, 2 substrate_mismatch'."""
     counts: dict[str, int] = {}
     eligible = 0

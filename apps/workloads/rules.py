@@ -40,7 +40,7 @@ def _env(value: Any, field: str) -> dict[str, str]:
     return out
 
 
-def _probe(value: Any, field: str) -> dict:
+def _probe(value: Any, field: str) -> dict[str, Any]:
     value = v.obj(value, field, allowed={"type", "path", "port", "command", "period_s", "timeout_s",
                                          "failure_threshold"}, required={"type"})
     kind = v.choice(value["type"], f"{field}.type", choices=PROBE_TYPES)
@@ -84,7 +84,8 @@ def ingress_hostname(value: Any, field: str, *, domains: Sequence[str], allow_wi
     return name
 
 
-def _ingress(value: Any, field: str, ports: set[int], *, domains: Sequence[str], allow_wildcards: bool) -> dict | None:
+def _ingress(value: Any, field: str, ports: set[int], *, domains: Sequence[str],
+             allow_wildcards: bool) -> dict[str, Any] | None:
     if value is None:
         return None
     value = v.obj(value, field, allowed={"hostnames", "path_prefix", "port"}, required={"hostnames", "port"})
@@ -109,7 +110,7 @@ def _ingress(value: Any, field: str, ports: set[int], *, domains: Sequence[str],
     return {"hostnames": hostnames, "path_prefix": prefix, "port": target}
 
 
-def workload_spec(body: Any, *, ingress_domains: Sequence[str] = (), allow_wildcards: bool = False) -> dict:
+def workload_spec(body: Any, *, ingress_domains: Sequence[str] = (), allow_wildcards: bool = False) -> dict[str, Any]:
     """Validate and normalise a desired native workload as staff/CI submit it."""
     body = v.obj(body, "", allowed={"slug", "environment", "team", "bundle_digest", "command", "env", "secret_refs",
                                     "secrets_mode", "ports", "probes", "ingress", "restart", "platform",
@@ -118,7 +119,7 @@ def workload_spec(body: Any, *, ingress_domains: Sequence[str] = (), allow_wildc
     slug = v.string(body["slug"], "slug", max_length=100)
     if not SLUG_RE.match(slug):
         raise v.fail("invalid_slug", "slug is lowercase letters, digits and '-'.", "slug")
-    ports = []
+    ports: list[dict[str, Any]] = []
     for i, item in enumerate(v.array(body.get("ports", []), "ports", max_items=32)):
         item = v.obj(item, f"ports[{i}]", allowed={"name", "port"}, required={"name", "port"})
         ports.append({"name": v.string(item["name"], f"ports[{i}].name", max_length=50),
@@ -155,7 +156,7 @@ def workload_spec(body: Any, *, ingress_domains: Sequence[str] = (), allow_wildc
     }
 
 
-def generation_spec(*, workload: dict, bundle: dict, ingress_enabled: bool) -> dict:
+def generation_spec(*, workload: dict[str, Any], bundle: dict[str, Any], ingress_enabled: bool) -> dict[str, Any]:
     """The part of a generation that does not depend on its id, without secret values."""
     return {
         "bundle": {"digest": bundle["digest"], "size": bundle["size"], "signature": bundle["signature"],
@@ -171,13 +172,13 @@ def generation_spec(*, workload: dict, bundle: dict, ingress_enabled: bool) -> d
     }
 
 
-def spec_digest(spec: dict, secrets: dict[str, str]) -> str:
+def spec_digest(spec: dict[str, Any], secrets: dict[str, str]) -> str:
     """Identity of a desired state: a changed secret value is a new generation too."""
     canonical = json.dumps([spec, sorted(secrets.items())], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def status_report(body: Any) -> dict:
+def status_report(body: Any) -> dict[str, Any]:
     body = v.obj(body, "", allowed={"state", "live", "restarts", "probes", "reason", "message", "log_tail"},
                  required={"state"})
     probes = v.obj(body.get("probes", {}), "probes", allowed={"readiness", "liveness"})

@@ -284,7 +284,7 @@ def upload_output(
             f"output {output.name}: Host answered {response.status_code} {code}".strip(),
             code="output_upload_failed",
         )
-    artifact = response.json()
+    artifact: dict[str, Any] = response.json()
     digest = "sha256:" + hasher.hexdigest()
     if not hmac.compare_digest(str(artifact.get("digest")), digest):
         raise DataRefused(
@@ -340,10 +340,13 @@ def upload_outputs(
 
 
 def _manifest(path: str | None) -> dict[str, Any]:
+    manifest: dict[str, Any]
     if path is None:
-        return json.loads(os.environ["FOREST_DATA_MANIFEST"])
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+        manifest = json.loads(os.environ["FOREST_DATA_MANIFEST"])
+    else:
+        with open(path, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+    return manifest
 
 
 def main(argv: list[str] | None = None) -> int:

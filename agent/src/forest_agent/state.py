@@ -162,6 +162,7 @@ class StateDir:
 
     def read_status(self) -> dict[str, Any] | None:
         try:
-            return json.loads(self.status_path.read_text())
+            status = json.loads(self.status_path.read_text())
         except (FileNotFoundError, ValueError):
             return None
+        return status if isinstance(status, dict) else None

@@ -79,7 +79,8 @@ def _in_cluster() -> bool:
 
 def _raw(response: Any) -> Obj:
     try:
-        return json.loads(response.data or b"{}")
+        obj: Obj = json.loads(response.data or b"{}")
+        return obj
     finally:
         response.release_conn()
 

@@ -32,7 +32,8 @@ Obj = dict[str, Any]
 
 def _quantity(value: Any) -> Decimal:
     try:
-        return parse_quantity(value) if value is not None else Decimal(0)
+        amount: Decimal = parse_quantity(value) if value is not None else Decimal(0)
+        return amount
     except ValueError:
         return Decimal(0)
 
@@ -61,7 +62,8 @@ def _requests(pod: Obj) -> dict[str, Decimal]:
 def _ready(node: Obj) -> bool:
     if (node.get("spec") or {}).get("unschedulable"):
         return False
-    for condition in (node.get("status") or {}).get("conditions") or []:
+    conditions: list[Obj] = (node.get("status") or {}).get("conditions") or []
+    for condition in conditions:
         if condition.get("type") == "Ready":
             return condition.get("status") == "True"
     return False
@@ -105,8 +107,8 @@ def capacity(nodes: list[Obj], pods: list[Obj]) -> dict[str, Any]:
         if not node_name or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
         bucket = used.setdefault(node_name, {})
-        for name, amount in _requests(pod).items():
-            bucket[name] = bucket.get(name, Decimal(0)) + amount
+        for resource, amount in _requests(pod).items():
+            bucket[resource] = bucket.get(resource, Decimal(0)) + amount
     units: list[Obj] = []
     items: list[AcceleratorItem] = []
     for node in sorted(nodes, key=lambda n: (n.get("metadata") or {}).get("name") or ""):
@@ -121,7 +123,7 @@ def capacity(nodes: list[Obj], pods: list[Obj]) -> dict[str, Any]:
             resource: str,
             scale: int,
             node_alloc: Obj = allocatable,
-            node_taken: dict = taken,
+            node_taken: dict[str, Decimal] = taken,
             schedulable: bool = ready,
         ) -> dict[str, int]:
             total = int(_quantity(node_alloc.get(resource)) * scale)

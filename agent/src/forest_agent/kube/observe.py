@@ -58,14 +58,16 @@ class Observation:
 
 
 def _condition(obj: Obj, kind: str) -> Obj | None:
-    for condition in (obj.get("status") or {}).get("conditions") or []:
+    conditions: list[Obj] = (obj.get("status") or {}).get("conditions") or []
+    for condition in conditions:
         if condition.get("type") == kind and condition.get("status") == "True":
             return condition
     return None
 
 
 def _condition_false(obj: Obj, kind: str) -> Obj | None:
-    for condition in (obj.get("status") or {}).get("conditions") or []:
+    conditions: list[Obj] = (obj.get("status") or {}).get("conditions") or []
+    for condition in conditions:
         if condition.get("type") == kind and condition.get("status") == "False":
             return condition
     return None
@@ -105,9 +107,8 @@ def _terminated(pod: Obj | None) -> Obj | None:
         if status.get("name") == STEP_CONTAINER and _ended(status):
             return _ended(status)
     for status in _container_statuses(pod):
-        terminated = (status.get("state") or {}).get("terminated") or (status.get("lastState") or {}).get(
-            "terminated"
-        )
+        state, last = status.get("state") or {}, status.get("lastState") or {}
+        terminated: Obj | None = state.get("terminated") or last.get("terminated")
         if terminated:
             return terminated
     return None

@@ -143,7 +143,7 @@ def parse_job(data: Any, *, models: dict[str, str] | None = None) -> JobSpec:
         min_mib = None
         if minimum is not None:
             min_mib = -(-_int(minimum, f"{where}.accelerators.min_memory_bytes", minimum=1) // _MIB)
-        products = sorted({(models or {}).get(d) for d in devices} - {None, ""})
+        products = sorted({product for d in devices if (product := (models or {}).get(d))})
         gpu = GpuRequest(
             count=_int(acc.get("count"), f"{where}.accelerators.count", minimum=1),
             min_memory_mib=min_mib,

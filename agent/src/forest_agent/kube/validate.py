@@ -51,7 +51,8 @@ class RenderInvalid(AgentError):
 
 def sanitize(obj: Any) -> dict[str, Any]:
     """What the official client would send (dicts pass through; models become their JSON form)."""
-    return _client.sanitize_for_serialization(obj)
+    sanitized: dict[str, Any] = _client.sanitize_for_serialization(obj)
+    return sanitized
 
 
 def _first_line(exc: Exception) -> str:

@@ -20,11 +20,17 @@ import stat
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from forest_agent.errors import BundleRefused
 
 _COPY_CHUNK = 1 << 20
+
+
+class Readable(Protocol):
+    """A forward-only byte stream: a file, or the bundle download feeding chunks as they arrive."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,7 @@ def _member_parts(name: str) -> tuple[str, ...]:
     return parts
 
 
-def extract_tar(source: Path | BinaryIO, dest: Path, limits: ExtractLimits) -> ExtractResult:
+def extract_tar(source: Path | Readable, dest: Path, limits: ExtractLimits) -> ExtractResult:
     """Extract a tar (plain, gz, bz2 or xz) from a path or a forward-only stream into `dest`."""
     root = os.path.realpath(dest)
     seen: set[tuple[str, ...]] = set()
@@ -125,7 +131,7 @@ def extract_tar(source: Path | BinaryIO, dest: Path, limits: ExtractLimits) -> E
     return ExtractResult(files=count, total_bytes=total)
 
 
-def _open(source: Path | BinaryIO) -> tarfile.TarFile:
+def _open(source: Path | Readable) -> tarfile.TarFile:
     try:
         if isinstance(source, Path):
             return tarfile.open(source, mode="r:*")
@@ -137,7 +143,7 @@ def _open(source: Path | BinaryIO) -> tarfile.TarFile:
 class _Peeked(io.RawIOBase):
     """A forward-only stream with its first bytes pushed back (after sniffing the compression)."""
 
-    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+    def __init__(self, head: bytes, rest: Readable) -> None:
         self._head = head
         self._rest = rest
 
@@ -154,7 +160,7 @@ class _Peeked(io.RawIOBase):
         return len(data)
 
 
-def _decompressing(stream: BinaryIO) -> BinaryIO:
+def _decompressing(stream: Readable) -> BinaryIO:
     """Wrap a forward-only stream in the right decompressor. gzip/bz2/xz file objects offer the
     tell() and forward seek() that tarfile's random-access mode needs, without tarfile's stream
     mode, which re-copies its whole decompression buffer on every header read."""
@@ -179,7 +185,7 @@ class _ForwardSeekable(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def read(self, size: int = -1) -> bytes:  # type: ignore[override]
+    def read(self, size: int = -1) -> bytes:
         data = self._raw.read(size)
         self._pos += len(data)
         return data
@@ -260,4 +266,5 @@ def _write_file(tar: tarfile.TarFile, member: tarfile.TarInfo, target: str) -> N
         # Sequential read straight from the decompressed stream, as tarfile's own extraction does;
         # it raises ReadError on a truncated member.
         tar.fileobj.seek(member.offset_data)
-        tarfile.copyfileobj(tar.fileobj, out, member.size, tarfile.ReadError, _COPY_CHUNK)
+        # tarfile's own copy loop (not in typeshed: undocumented, but the one its extraction uses)
+        tarfile.copyfileobj(tar.fileobj, out, member.size, tarfile.ReadError, _COPY_CHUNK)  # type: ignore[attr-defined]

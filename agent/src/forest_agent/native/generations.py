@@ -63,7 +63,9 @@ class GenerationStore:
         shutil.rmtree(partial, ignore_errors=True)
 
     def read_spec(self, workload: str, generation_id: str) -> dict[str, Any]:
-        return json.loads((self.generation_dir(workload, generation_id) / "spec.json").read_text())
+        path = self.generation_dir(workload, generation_id) / "spec.json"
+        spec: dict[str, Any] = json.loads(path.read_text())
+        return spec
 
     # -- secrets -------------------------------------------------------------------------------
     def write_secrets(self, generation_dir: Path, secrets: dict[str, str]) -> Path:

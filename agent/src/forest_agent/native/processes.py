@@ -55,7 +55,8 @@ def spawn(argv: list[str], *, cwd: Path, env: dict[str, str], log_path: Path) ->
 
 def start_time(pid: int) -> float | None:
     try:
-        return psutil.Process(pid).create_time()
+        created: float = psutil.Process(pid).create_time()
+        return created
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
 
@@ -66,7 +67,8 @@ def same_process_alive(pid: int, recorded_start: float) -> bool:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        return abs(proc.create_time() - recorded_start) <= _START_TIME_TOLERANCE_S
+        created: float = proc.create_time()
+        return abs(created - recorded_start) <= _START_TIME_TOLERANCE_S
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return False
 

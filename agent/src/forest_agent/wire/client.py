@@ -134,10 +134,10 @@ class WireClient:
         )
 
     def claim(self, job_id: str) -> dict[str, Any]:
-        data = self._request("POST", f"groves/{self._grove()}/jobs/{job_id}/claim", json={})
-        if not isinstance(data.get("job"), dict):
+        job = self._request("POST", f"groves/{self._grove()}/jobs/{job_id}/claim", json={}).get("job")
+        if not isinstance(job, dict):
             raise WireError("bad_response", "claim response lacks 'job'")
-        return data["job"]
+        return job
 
     def data_token(self, job_id: str) -> dict[str, Any]:
         """A short-lived token for a claimed job's step data (`Authorization: Job <token>`)."""

@@ -27,7 +27,8 @@ MIN_POLL_INTERVAL_S = 1.0
 
 
 class LoopTiming(Protocol):
-    # Read-only members, so a frozen dataclass (AgentConfig, ControllerConfig) is one.
+    """What the loops read from a runner's configuration (read-only: the configs are frozen dataclasses)."""
+
     @property
     def heartbeat_interval_s(self) -> float: ...
     @property
