@@ -1,5 +1,6 @@
 """Property-based fuzzing of every operation in /api/schema/ over real HTTP: no input yields a 5xx, every
-refusal has the error shape, and a refused call changes no row of any table.
+refusal has the error shape, every documented response matches its schema, and a refused call changes no
+row of any table.
 
 Schemathesis loads the schema from a live Host server and generates requests (valid and invalid) for each
 operation, sent with a staff admin's API token — or, on the Grove wire operations, the Grove's own
@@ -14,6 +15,7 @@ import os
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from apps.flags.services import flag_override_set
 from tests.factories import api_token_for
@@ -60,6 +62,8 @@ def test_every_operation_never_answers_5xx_and_refusals_change_nothing(live_serv
             seen_statuses.add(response.status_code)
             where = f"{operation.method.upper()} {operation.path}: {response.status_code} {response.text[:300]}"
             assert response.status_code < 500, where
+            # Every documented response matches its schema (the schema is what clients are generated from).
+            case.validate_response(response, checks=[response_schema_conformance])
             after = table_fingerprint()
             if response.status_code >= 400:
                 if response.headers.get("Content-Type", "").startswith("application/json"):
