@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from apps.compute.bodies import MAX_STEPS
 from apps.core import validation as v
 from apps.groves.vocabulary import Role
 from apps.pipelines import rules as graph_rules
 from apps.pipelines.vocabulary import NodeKind, NodeRuntime, Reuse
 
-MAX_STEPS = 100
 STEP_KINDS = tuple(NodeRuntime)
 STEP_FIELDS = {"name", "kind", "image", "command", "env", "platform", "resources", "accelerators", "timeout_s",
                "inputs", "outputs", "retries", "backoff"}

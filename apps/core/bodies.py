@@ -175,9 +175,15 @@ def openapi30_schema(model: type[BaseModel], *, ref_template: str = DEFAULT_REF_
     return model.model_json_schema(ref_template=ref_template, schema_generator=_OpenAPI30)
 
 
+def describe(model: type[BaseModel], name: str) -> str:
+    """A declared field's description (the CLI's help for the option that fills it)."""
+    return model.model_fields[name].description or ""
+
+
 def json_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The declaration's JSON Schema (2020-12: what an MCP tool and the CLI show)."""
     return model.model_json_schema()
 
 
-__all__ = ["Body", "BodyError", "choices", "count", "json_schema", "openapi30_schema", "parse", "path_of", "text"]
+__all__ = ["Body", "BodyError", "choices", "count", "describe", "json_schema", "openapi30_schema", "parse", "path_of",
+           "text"]
