@@ -73,8 +73,8 @@ class StepInput(Body):
     artifact: count(1, 2 ** 63 - 1) | None = Field(None, description="An artifact id")  # type: ignore[valid-type]
     digest: str | None = Field(None, pattern=r"^sha256:[0-9a-f]{64}$", description="A blob's digest")
     image: text(500) | None = Field(None, description="An image reference")  # type: ignore[valid-type]
-    kind: StorageKindName | None = None
-    storage_kind: StorageKindName | None = None
+    kind: StorageKindName | None = None  # type: ignore[valid-type]
+    storage_kind: StorageKindName | None = None  # type: ignore[valid-type]
     ref: text(500, blank=True) | None = None  # type: ignore[valid-type]
     path: text(MAX_DATA_PATH) | None = Field(  # type: ignore[valid-type]
         None, description="Where the step sees it, relative to its workspace")

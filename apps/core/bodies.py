@@ -62,7 +62,7 @@ def _first_kept(values: list[Any]) -> list[Any]:
 
 def choices(literal: Any, *, max_items: int = 32, description: str | None = None) -> Any:
     """A list of choices, repeats dropped (order kept: a list of choices may be a preference)."""
-    return Annotated[list[literal], Field(max_length=max_items, description=description),  # type: ignore[valid-type]
+    return Annotated[list[literal], Field(max_length=max_items, description=description),
                      AfterValidator(_first_kept)]
 
 

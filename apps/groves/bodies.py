@@ -86,14 +86,14 @@ class HeartbeatAccelerator(Body):
     """One reported device."""
 
     id: text()  # type: ignore[valid-type]
-    kind: AcceleratorKindName
+    kind: AcceleratorKindName  # type: ignore[valid-type]
     vendor: text(50)  # type: ignore[valid-type]
     model: text(blank=True) = ""  # type: ignore[valid-type]
     apis: list[text(30)] = Field(..., max_length=16)  # type: ignore[valid-type]
     memory_bytes: count(0, MAX_ACCELERATOR_MEMORY) | None = None  # type: ignore[valid-type]
-    memory_kind: MemoryKindName
+    memory_kind: MemoryKindName  # type: ignore[valid-type]
     memory_enforced: bool
-    share_mode: ShareModeName
+    share_mode: ShareModeName  # type: ignore[valid-type]
 
 
 class HeartbeatCapacity(Body):

@@ -292,7 +292,7 @@ def graph_validate(graph: Any, *, field: str = "graph") -> dict:
                            field=field)
 
 
-def graph_canonical(nodes: list[dict], *, field: str = "graph") -> dict:
+def graph_canonical(nodes: list[dict[str, Any]], *, field: str = "graph") -> dict[str, Any]:
     """The graph-level checks (repeated ids, unknown needs, cycles) over nodes that ``node_validate`` already
     parsed, and the canonical form (nodes sorted by id). A compute request builds its nodes from steps and
     comes here directly: its nodes are parsed once, not again as a graph."""
@@ -464,7 +464,7 @@ _NODE_SHAPES = {
 }
 
 
-def planned_requirement(node: dict, *, run_kind: str) -> ExecutionRequirement:
+def planned_requirement(node: dict[str, Any], *, run_kind: str) -> ExecutionRequirement:
     """The requirement of a node ``node_validate`` already parsed (the planner's): built from its
     canonical values without reading them again (``derivation.requirement_parsed``)."""
     kind = node["kind"]
@@ -472,14 +472,15 @@ def planned_requirement(node: dict, *, run_kind: str) -> ExecutionRequirement:
     if kind == NodeKind.EXEC and node.get("family") is not None:
         family = node["family"]
     return requirement_parsed(
-        family=family or RUN_KIND_FAMILY[run_kind], source=f"node:{node['id']}", artifact_kind=artifact_kind,
+        family=family or RUN_KIND_FAMILY[RunKind(run_kind)], source=f"node:{node['id']}", artifact_kind=artifact_kind,
         change_kind=change_kind, isolation=isolation, resources=node["resources"],
         accelerators=node.get("accelerators"), platform=node.get("platform"), trust=node["trust"],
         grove=node.get("grove"))
 
 
 def _node_shape(kind: str, runtime: str) -> tuple[str | None, str, str, str]:
-    return _NODE_SHAPES.get((kind, runtime), _NODE_SHAPES[(kind, NodeRuntime.CONTAINER)])
+    node_kind = NodeKind(kind)
+    return _NODE_SHAPES.get((node_kind, NodeRuntime(runtime)), _NODE_SHAPES[(node_kind, NodeRuntime.CONTAINER)])
 
 
 def node_requirement(node: dict, *, run_kind: str, artifact: dict | None = None,
