@@ -123,10 +123,11 @@ class HeartbeatCapacity(Body):
 
     def to_json(self) -> dict:
         """The stored form: vendors and apis normalised (lower case, apis sorted, repeats dropped)."""
-        return {"placement_units": [unit.model_dump() for unit in self.placement_units],
-                "accelerators": [{**device.model_dump(), "vendor": device.vendor.strip().lower(),
-                                  "apis": sorted({api.strip().lower() for api in device.apis})}
-                                 for device in self.accelerators]}
+        data = self.model_dump()  # one pass in pydantic-core, then the two normalisations in place
+        for device in data["accelerators"]:
+            device["vendor"] = device["vendor"].strip().lower()
+            device["apis"] = sorted({api.strip().lower() for api in device["apis"]})
+        return data
 
 
 class HeartbeatMesh(Body):
