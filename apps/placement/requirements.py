@@ -103,7 +103,7 @@ class ExecutionRequirement:
         return parse_requirement(data)
 
     @classmethod
-    def from_stored(cls, data: dict) -> ExecutionRequirement:
+    def from_stored(cls, data: Any) -> ExecutionRequirement:
         """Trusted: a requirement this code derived and stored with ``to_json`` (on a pipeline node, on a
         placement), loaded without validating it again: it was parsed once, when it was derived.
         ``from_stored(r.to_json()) == r`` (tests/placement/test_requirement_roundtrip.py)."""
