@@ -19,7 +19,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from apps.core import localenv
+from apps.compute.bodies import ComputeJobRequest, ComputeStep
+from apps.core import bodies, localenv
 from apps.placement import scoring
 from forest_cli.client import JSON, TERMINAL, ForestClient, ForestClientError
 
@@ -190,18 +191,26 @@ def _exit_for(job: JSON) -> None:
         raise typer.Exit(1)
 
 
+def _described(model: type, name: str, before: str = "", after: str = "") -> str:
+    """An option's help from Host's declaration of the field it fills (``apps.compute.bodies``), as plain
+    text (``[/variant]`` is not markup)."""
+    return escape(f"{before}{bodies.describe(model, name)}{after}")
+
+
 @compute.command("submit")
 def compute_submit(
     ctx: typer.Context,
     file: Annotated[Path | None, typer.Argument(help="Compute request (JSON or YAML)")] = None,
     cmd: Annotated[str | None, typer.Option("--cmd", help="One-step job: the command line to run")] = None,
-    image: Annotated[str | None, typer.Option(help="Image for a --cmd container step")] = None,
+    image: Annotated[str | None, typer.Option(help=_described(ComputeStep, "image", "--cmd: "))] = None,
     native: Annotated[bool, typer.Option("--native", help="Run --cmd as a native host command")] = False,
-    name: Annotated[str | None, typer.Option(help="Job name (default: the file name or 'cmd')")] = None,
+    name: Annotated[str | None, typer.Option(help=_described(ComputeJobRequest, "name", after=" (default: the "
+                                                                  "file name or 'cmd')"))] = None,
     environment: Annotated[str | None, typer.Option("--environment", "-e")] = None,
-    grove: Annotated[str | None, typer.Option(help="Pin every step to this Grove (id or slug)")] = None,
-    platform: Annotated[list[str] | None, typer.Option(help="Acceptable platform (repeatable)")] = None,
-    timeout: Annotated[int | None, typer.Option(help="Step timeout in seconds")] = None,
+    grove: Annotated[str | None, typer.Option(help=_described(ComputeJobRequest, "grove"))] = None,
+    platform: Annotated[list[str] | None, typer.Option(
+        help=_described(ComputeStep, "platform", "--cmd: ", " (repeatable)"))] = None,
+    timeout: Annotated[int | None, typer.Option(help=_described(ComputeStep, "timeout_s", "--cmd: "))] = None,
     watch: Annotated[bool, typer.Option("--watch", help="Follow progress until the job ends")] = False,
     interval: Annotated[float, typer.Option(help="Seconds between refreshes with --watch")] = 1.0,
 ) -> None:

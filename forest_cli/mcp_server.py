@@ -3,8 +3,9 @@ tools over stdio (official ``mcp`` SDK).
 
 Each tool calls the same REST API as the CLI with the same token, so the flag, validation and error
 codes are Host's own; a refusal comes back as a tool error carrying ``code: detail``. Inputs are typed
-(Pydantic models and ``Literal`` choices), so a client sees a real JSON Schema for every tool; request
-models allow extra keys so Host, not the schema, names an unknown field (with its nearest match).
+(Pydantic models and ``Literal`` choices), so a client sees a real JSON Schema for every tool. A compute
+step is Host's own declaration (``apps.compute.bodies.ComputeStep``: exact keys, ``resources`` and
+``accelerators`` included, and Host's bounds), so the tool's schema is the API's.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, ConfigDict, Field
 
+from apps.compute.bodies import ComputeStep
 from apps.groves.vocabulary import Role, Substrate
 from apps.pipelines.vocabulary import RunKind, RunStatus
 from apps.placement.vocabulary import SubjectType
@@ -46,42 +48,6 @@ def server_version() -> str:
         return "0+unknown"
 
 
-class Resources(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    cpu_milli: int | None = Field(None, ge=1, description="CPU in milli-cores (1000 = one core)")
-    memory_bytes: int | None = Field(None, ge=1, description="Memory in bytes")
-
-
-class Accelerators(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    count: int = Field(..., ge=1, description="How many accelerators (Apple: exactly 1)")
-    vendor: str | None = Field(None, description="nvidia, apple, ...")
-    api: str | None = Field(None, description="cuda, metal, ...")
-    min_memory_bytes: int | None = Field(None, ge=1)
-
-
-class ComputeStep(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    name: str = Field(..., description="Step name, unique in the job")
-    kind: Literal["container", "native"] = Field("container", description="container image or native host command")
-    image: str | None = Field(None, description="Image reference (container steps)")
-    command: list[str] = Field(..., description="argv to run")
-    env: dict[str, str] | None = None
-    platform: list[str] | None = Field(None, description="Acceptable os/arch[/variant], e.g. linux/amd64")
-    resources: Resources | None = None
-    accelerators: Accelerators | None = None
-    timeout_s: int | None = Field(None, ge=1)
-
-
-class ComputeRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    name: str = Field(..., description="Job name")
-    environment: str | None = None
-    team: str | None = None
-    grove: str | None = Field(None, description="Pin every step to this Grove (id or slug)")
-    steps: list[ComputeStep] = Field(..., description="Steps, run one after another")
-
-
 class PipelineNode(BaseModel):
     model_config = ConfigDict(extra="allow")
     id: str = Field(..., description="Node id, unique in the graph")
@@ -94,8 +60,11 @@ class PipelineGraph(BaseModel):
     nodes: list[PipelineNode] = Field(..., description="The graph's nodes")
 
 
-def _body(model: BaseModel) -> JSON:
-    return model.model_dump(exclude_none=True)
+def _compute_body(*, name: str, steps: list[ComputeStep], **fields: str | None) -> JSON:
+    """The compute request as given: the steps' own keys (no defaults filled in), optional fields left out.
+    Not re-validated as a whole here, so Host names what is wrong (``compute_steps_empty``, ...)."""
+    return {"name": name, "steps": [step.model_dump(exclude_unset=True) for step in steps],
+            **{key: value for key, value in fields.items() if value is not None}}
 
 
 def build_server(*, host: str | None, token: str | None) -> MCPServer:
@@ -122,8 +91,8 @@ def build_server(*, host: str | None, token: str | None) -> MCPServer:
     ) -> JSON:
         """Submit a compute job; its steps run one after another on Groves. The request's fields are the
         tool's own arguments (no wrapper object)."""
-        request = ComputeRequest(name=name, steps=steps, environment=environment, team=team, grove=grove)
-        return call(lambda c: c.compute_submit(_body(request)))
+        body = _compute_body(name=name, steps=steps, environment=environment, team=team, grove=grove)
+        return call(lambda c: c.compute_submit(body))
 
     @server.tool()
     def compute_status(job_id: Annotated[str, Field(description="Compute job id (UUID)")]) -> JSON:
@@ -186,8 +155,8 @@ def build_server(*, host: str | None, token: str | None) -> MCPServer:
         if graph is not None:
             body = {"graph": graph.model_dump(exclude_none=True), **({"kind": kind} if kind else {})}
         else:
-            body = _body(ComputeRequest(name=name or "plan", steps=steps or [], environment=environment,
-                                        team=team, grove=grove))
+            body = _compute_body(name=name or "plan", steps=steps or [], environment=environment, team=team,
+                                 grove=grove)
         return call(lambda c: c.plan(body))
 
     @server.tool()

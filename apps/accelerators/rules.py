@@ -39,6 +39,14 @@ class AcceleratorRequest:
             body["min_memory_bytes"] = self.min_memory_bytes
         return body
 
+    @classmethod
+    def of_parsed(cls, *, count: int, vendor: str | None = None, api: str | None = None,
+                  min_memory_bytes: int = 0) -> AcceleratorRequest:
+        """Trusted: values ``parse_accelerators`` already read (a canonical node's, a stored requirement's);
+        the api is implied from the vendor as the parser implies it."""
+        return cls(count=count, vendor=vendor, api=api or VENDOR_APIS.get(vendor or ""),
+                   min_memory_bytes=min_memory_bytes)
+
 
 def parse_accelerators(value: Any, field_path: str = "accelerators") -> AcceleratorRequest:
     value = v.obj(value, field_path, allowed={"count", "vendor", "api", "min_memory_bytes"}, required={"count"})

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from apps.compute.bodies import MAX_STEPS
 from apps.core import validation as v
 from apps.groves.vocabulary import Role
 from apps.pipelines import rules as graph_rules
 from apps.pipelines.vocabulary import NodeKind, NodeRuntime, Reuse
 
-MAX_STEPS = 100
 STEP_KINDS = tuple(NodeRuntime)
 STEP_FIELDS = {"name", "kind", "image", "command", "env", "platform", "resources", "accelerators", "timeout_s",
                "inputs", "outputs", "retries", "backoff"}
@@ -26,8 +26,8 @@ _STEP_AS_NODE = {"command", "env", "platform", "resources", "accelerators", "tim
 
 
 def _step(value: Any, field: str) -> dict[str, Any]:
-    """Map one step to its exec node and validate it with the pipeline node parser (one parser: same
-    limits, same codes, the step's own field paths)."""
+    """Map one step to its exec node and parse it with the pipeline node parser (one parser: same limits,
+    same codes, the step's own field paths). The step's keys are checked here, so the node's are not."""
     value = v.obj(value, field, allowed=STEP_FIELDS, required={"name", "command"})
     name = v.string(value["name"], f"{field}.name", max_length=63)
     if not graph_rules.NODE_ID.match(name):
@@ -36,11 +36,12 @@ def _step(value: Any, field: str) -> dict[str, Any]:
     kind = v.choice(value.get("kind", NodeRuntime.CONTAINER), f"{field}.kind", choices=STEP_KINDS)
     node = {"id": name, "kind": NodeKind.EXEC, "runtime": kind, "reuse": Reuse.NEVER, "family": Role.COMPUTE,
             **{key: value[key] for key in _STEP_AS_NODE if value.get(key) is not None}}
-    return graph_rules.node_validate(node, field)
+    return graph_rules.node_parse(node, field)
 
 
 def compute_request(body: Any) -> dict[str, Any]:
-    """Validate a compute request; returns ``{"name", "environment", "team", "grove", "graph"}``."""
+    """Validate a compute request; returns ``{"name", "environment", "team", "grove", "canonical",
+    "step_fields"}`` (``canonical``: the steps as a canonical pipeline graph, each node parsed once)."""
     body = v.obj(body, "", allowed={"name", "environment", "team", "grove", "steps"}, required={"name", "steps"})
     out: dict[str, Any] = {"name": v.string(body["name"], "name", max_length=200),
            "environment": v.string(body.get("environment", ""), "environment", max_length=100, allow_empty=True),
@@ -64,6 +65,7 @@ def compute_request(body: Any) -> dict[str, Any]:
         first, index = repeat
         raise v.fail("duplicate_step_name", f"Step name '{nodes[index]['id']}' is used twice (steps[{first}] "
                      f"and steps[{index}]).", f"steps[{index}].name")
-    out["graph"] = {"nodes": nodes}
+    # Parsed once: the graph is canonical here and is not parsed again by the run's creation.
+    out["canonical"] = graph_rules.graph_canonical(nodes, field="steps")
     out["step_fields"] = {node["id"]: f"steps[{index}]" for index, node in enumerate(nodes)}
     return out

@@ -18,7 +18,7 @@ def compute_job_submit(*, body: dict, created_by=None) -> ComputeJob:
     environment = body.get("environment") if isinstance(body, dict) else None
     compute_enabled_or_refuse(environment=environment if isinstance(environment, str) else None)
     data = rules.compute_request(body)
-    run = pipelines.pipeline_run_create(graph=data["graph"], kind="compute", environment=data["environment"],
+    run = pipelines.pipeline_run_create(canonical=data["canonical"], kind="compute", environment=data["environment"],
                                         team=data["team"], created_by=created_by, node_fields=data["step_fields"])
     return ComputeJob.objects.create(name=data["name"], environment=data["environment"], team=data["team"],
                                      grove_pin=data["grove"] or "", request=body, run=run,

@@ -7,5 +7,6 @@ class CoreConfig(AppConfig):
 
     def ready(self) -> None:
         from apps.core import wiring
+        from apps.core.api import schema  # noqa: F401  (registers the declared bodies' schema extension)
 
         wiring.connect()

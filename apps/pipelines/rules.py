@@ -39,7 +39,7 @@ from apps.pipelines.vocabulary import (
     Reuse,
     RunKind,
 )
-from apps.placement.derivation import requirement
+from apps.placement.derivation import requirement, requirement_parsed
 from apps.placement.requirements import ExecutionRequirement, parse_accelerators, parse_resources
 from apps.placement.vocabulary import FAMILIES, TRUST_LEVELS, ArtifactKind
 
@@ -218,8 +218,13 @@ def _retry_fields(value: dict[str, Any], field: str) -> dict[str, Any]:
 
 
 def node_validate(value: Any, field: str) -> dict[str, Any]:
-    """One node of a graph (or a compute step mapped to a node) in canonical form, or raise."""
-    value = v.obj(value, field, allowed=NODE_FIELDS, required={"id", "kind"})
+    """One node of a graph in canonical form, or raise."""
+    return node_parse(v.obj(value, field, allowed=NODE_FIELDS, required={"id", "kind"}), field)
+
+
+def node_parse(value: dict[str, Any], field: str) -> dict[str, Any]:
+    """The node parser proper, over an object whose keys were already checked: a graph's node by
+    ``node_validate``, a compute step against its own field names (``apps.compute.rules``)."""
     node_id = v.string(value["id"], f"{field}.id", max_length=63)
     if not NODE_ID.match(node_id):
         raise v.fail("invalid_node_id", f"Node id '{node_id}' must match [a-z0-9][a-z0-9_-]* (at most 63).",
@@ -283,7 +288,14 @@ def graph_validate(graph: Any, *, field: str = "graph") -> dict[str, Any]:
     items = v.array(graph["nodes"], f"{field}.nodes", max_items=MAX_NODES)
     if not items:
         raise v.fail("graph_empty", "A graph needs at least one node.", f"{field}.nodes")
-    nodes = [node_validate(item, f"{field}.nodes[{index}]") for index, item in enumerate(items)]
+    return graph_canonical([node_validate(item, f"{field}.nodes[{index}]") for index, item in enumerate(items)],
+                           field=field)
+
+
+def graph_canonical(nodes: list[dict[str, Any]], *, field: str = "graph") -> dict[str, Any]:
+    """The graph-level checks (repeated ids, unknown needs, cycles) over nodes that ``node_validate`` already
+    parsed, and the canonical form (nodes sorted by id). A compute request builds its nodes from steps and
+    comes here directly: its nodes are parsed once, not again as a graph."""
     repeat = v.first_repeat([node["id"] for node in nodes])
     if repeat:
         first, index = repeat
@@ -453,6 +465,25 @@ _NODE_SHAPES: dict[tuple[str, str], tuple[str | None, str, str, str]] = {
 }
 
 
+def planned_requirement(node: dict[str, Any], *, run_kind: str) -> ExecutionRequirement:
+    """The requirement of a node ``node_validate`` already parsed (the planner's): built from its
+    canonical values without reading them again (``derivation.requirement_parsed``)."""
+    kind = node["kind"]
+    family, artifact_kind, change_kind, isolation = _node_shape(kind, node.get("runtime", NodeRuntime.CONTAINER))
+    if kind == NodeKind.EXEC and node.get("family") is not None:
+        family = node["family"]
+    return requirement_parsed(
+        family=family or RUN_KIND_FAMILY[RunKind(run_kind)], source=f"node:{node['id']}", artifact_kind=artifact_kind,
+        change_kind=change_kind, isolation=isolation, resources=node["resources"],
+        accelerators=node.get("accelerators"), platform=node.get("platform"), trust=node["trust"],
+        grove=node.get("grove"))
+
+
+def _node_shape(kind: str, runtime: str) -> tuple[str | None, str, str, str]:
+    node_kind = NodeKind(kind)
+    return _NODE_SHAPES.get((node_kind, NodeRuntime(runtime)), _NODE_SHAPES[(node_kind, NodeRuntime.CONTAINER)])
+
+
 def node_requirement(node: dict[str, Any], *, run_kind: str, artifact: dict[str, Any] | None = None,
                      grove: dict[str, Any] | None = None) -> ExecutionRequirement:
     """A node -> its requirement (derived once, at plan time).
@@ -461,6 +492,8 @@ def node_requirement(node: dict[str, Any], *, run_kind: str, artifact: dict[str,
     host_process; build_image -> oci_image, k8s.build_job, container, family build;
     deploy -> runtime, k8s.deployment (native.workload with a native bundle for a native runtime).
     ``artifact`` ({"digest", "platform"}) and ``grove`` ({"slug", "platforms"}) add platform sources.
+    Reads a node as given (staff tools, tests); the planner, whose nodes are parsed, uses
+    ``planned_requirement``.
     """
     if not isinstance(node, dict):
         raise ValidationFailed("invalid_type", "A pipeline node must be a JSON object.", field="node")
@@ -469,8 +502,7 @@ def node_requirement(node: dict[str, Any], *, run_kind: str, artifact: dict[str,
         raise ValidationFailed("invalid_choice", f"Run kind must be one of {', '.join(RUN_KIND_FAMILY)}.",
                                field="run_kind")
     runtime = v.choice(node.get("runtime", NodeRuntime.CONTAINER), "runtime", choices=RUNTIMES)
-    family, artifact_kind, change_kind, isolation = _NODE_SHAPES.get(
-        (kind, runtime), _NODE_SHAPES[(kind, NodeRuntime.CONTAINER)])
+    family, artifact_kind, change_kind, isolation = _node_shape(kind, runtime)
     family = family or RUN_KIND_FAMILY[run_kind]
     if node.get("family") is not None and kind == NodeKind.EXEC:
         family = v.choice(node["family"], "family", choices=FAMILIES)

@@ -386,7 +386,7 @@ def replace_batch(*, placements: list[ExecutionPlacement], actor, reason: str,
         raise ValidationFailed("batch_too_large", f"A batch re-places at most {MAX_BATCH_SIZE} placements.",
                                field="placements")
     items = [BatchItem(subject_type=p.subject_type, subject_id=p.subject_id,
-                       requirement=ExecutionRequirement.from_json(p.requirement), target=target,
+                       requirement=ExecutionRequirement.from_stored(p.requirement), target=target,
                        team=p.team or None, environment=p.environment or None, group=p.spread_group or None)
              for p in placements]
     outcomes = [BatchOutcome(subject_type=p.subject_type, subject_id=p.subject_id, placement_id=p.pk)

@@ -106,6 +106,24 @@ def requirement(spec: dict, *, family: str, source: str, artifact_kind: str, cha
     )
 
 
+def requirement_parsed(*, family: str, source: str, artifact_kind: str, change_kind: str, isolation: str,
+                       resources: dict, accelerators: dict | None, platform: list[str] | None, trust: str,
+                       grove: str | None) -> ExecutionRequirement:
+    """``requirement`` for a spec its owner already parsed (a canonical pipeline node: ``node_validate``
+    read its resources, accelerators and platforms with these same readers): built, not read again."""
+    return ExecutionRequirement(
+        family=family,
+        resources=Resources(cpu_milli=resources["cpu_milli"], memory_bytes=resources["memory_bytes"]),
+        accelerators=None if accelerators is None else AcceleratorRequest.of_parsed(**accelerators),
+        compatibility=Compatibility(
+            platform=_merge_platforms([(source, tuple(platform or ()))], "platform"),
+            artifact_kind=artifact_kind, change_kind=change_kind, isolation=isolation,
+        ),
+        trust=trust,
+        target=Target(grove_id=grove) if grove else None,
+    )
+
+
 def _name(spec: dict) -> str:
     return str(spec.get("name") or spec.get("slug") or "?")
 

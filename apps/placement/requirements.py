@@ -98,8 +98,34 @@ class ExecutionRequirement:
 
     @classmethod
     def from_json(cls, data: Any) -> ExecutionRequirement:
-        """Strict: unknown fields, bad platforms, negative resources, an Apple count other than 1 are errors."""
+        """Strict: unknown fields, bad platforms, negative resources, an Apple count other than 1 are errors.
+        For a body from outside (the placement API); a stored requirement loads with ``from_stored``."""
         return parse_requirement(data)
+
+    @classmethod
+    def from_stored(cls, data: Any) -> ExecutionRequirement:
+        """Trusted: a requirement this code derived and stored with ``to_json`` (on a pipeline node, on a
+        placement), loaded without validating it again: it was parsed once, when it was derived.
+        ``from_stored(r.to_json()) == r`` (tests/placement/test_requirement_roundtrip.py)."""
+        compat = data["compatibility"]
+        platform = compat.get("platform")
+        resources = data.get("resources")
+        accelerators = data.get("accelerators")
+        target = data.get("target")
+        return cls(
+            family=data["family"],
+            resources=Resources(**resources) if resources else Resources(),
+            accelerators=None if accelerators is None else AcceleratorRequest.of_parsed(**accelerators),
+            compatibility=Compatibility(
+                platform=PlatformConstraint(allowed=tuple(platform["allowed"]),
+                                            sources=tuple(platform.get("sources") or ("default",)))
+                if platform else PlatformConstraint(),
+                artifact_kind=compat["artifact_kind"], change_kind=compat["change_kind"],
+                isolation=compat["isolation"],
+            ),
+            trust=data.get("trust", "trusted"),
+            target=None if target is None else Target(grove_id=target["grove_id"]),
+        )
 
     @property
     def substrate(self) -> str | None:

@@ -141,7 +141,7 @@ def placement_reuse(placement: ExecutionPlacement, *, enforced: bool) -> Placeme
                    f"{placement.subject_type} {placement.subject_id} was placed on Grove {placement.grove_slug}, "
                    f"which is {'disabled' if grove else 'gone'}; staff can re-place it.",
                    extra={"placement_id": placement.pk, "grove": placement.grove_slug})
-    requirement = ExecutionRequirement.from_json(placement.requirement)
+    requirement = ExecutionRequirement.from_stored(placement.requirement)
     found = rules.check(requirement, snapshot.grove_facts(grove))
     recorded = {item["code"] for item in placement.decision.get("incompatibilities", [])}
     changed = [item for item in found if item.code not in recorded]
@@ -172,7 +172,7 @@ def log_decision(subject: str, decision) -> None:
 def _admitted_on_stored(result: PlacementResult) -> PlacementResult:
     """A re-read placement still needs room now on its stored Grove: wait for it there, or refuse when the
     Grove can no longer ever hold the work (never a silent move to another Grove)."""
-    grove, requirement = result.grove, ExecutionRequirement.from_json(result.placement.requirement)
+    grove, requirement = result.grove, ExecutionRequirement.from_stored(result.placement.requirement)
     facts = snapshot.load_facts(Grove.objects.filter(pk=grove.pk))[0]
     fit = fit_on(admission.Needs.of(requirement), facts)
     if fit.state == FitState.LATER:
@@ -276,7 +276,7 @@ def placement_replace(*, placement: ExecutionPlacement, actor, reason: str, targ
                       requirement: ExecutionRequirement | None = None) -> PlacementResult:
     """Staff only: choose afresh for a stored placement (its Grove is gone or incompatible), keeping history."""
     reason = replace_reason(actor, reason)
-    requirement = requirement or ExecutionRequirement.from_json(placement.requirement)
+    requirement = requirement or ExecutionRequirement.from_stored(placement.requirement)
     enforced = is_enabled(COMPATIBILITY_FLAG, environment=placement.environment or None,
                           team=placement.team or None)
     for _attempt in range(DECIDE_ATTEMPTS):

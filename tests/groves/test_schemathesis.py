@@ -1,4 +1,5 @@
-"""Property-based fuzzing of the Grove wire endpoints from the OpenAPI schema: no input yields a 5xx.
+"""Property-based fuzzing of the Grove wire endpoints from the OpenAPI schema: no input yields a 5xx, and
+every documented response matches its schema.
 
 Schemathesis loads /api/schema/ from a live Host server, generates bodies (valid and invalid) for each
 operation tagged ``wire`` and sends them over real HTTP against PostgreSQL, with a real Grove credential
@@ -9,6 +10,7 @@ from __future__ import annotations
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from apps.groves import services
 from tests.factories import heartbeat_body
@@ -36,6 +38,7 @@ def test_wire_endpoints_never_answer_5xx(live_server):
             response = case.call(base_url=live_server.url, headers={"Authorization": f"Bearer {credential}"})
             seen_statuses.add(response.status_code)
             assert response.status_code < 500, response.text
+            case.validate_response(response, checks=[response_schema_conformance])
             if response.status_code >= 400:
                 assert "code" in response.json(), response.text
 

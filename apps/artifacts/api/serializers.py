@@ -13,7 +13,8 @@ class ArtifactPlatformCheckSerializer(serializers.ModelSerializer):
 
 
 class ArtifactSerializer(serializers.ModelSerializer):
-    uploaded_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    # null for what Host recorded itself (a step's outputs, a pushed image) or whose uploader is gone.
+    uploaded_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = Artifact

@@ -1,36 +1,9 @@
-"""Compute API shapes, for the OpenAPI schema (bodies are validated by ``apps.compute.rules``)."""
+"""Compute API response shapes, for the OpenAPI schema. The request body is declared in
+``apps.compute.bodies`` (and parsed by ``apps.compute.rules``)."""
 from rest_framework import serializers
 
 from apps.pipelines.api.serializers import DecisionRefSerializer, QueueSerializer, RunnerSerializer, WarningSerializer
 from apps.placement.api.serializers import RefusalSerializer
-
-
-class StepRequestSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    kind = serializers.ChoiceField(choices=["container", "native"], required=False)
-    image = serializers.CharField(required=False, help_text="required for container steps")
-    command = serializers.ListField(child=serializers.CharField())
-    env = serializers.DictField(child=serializers.CharField(), required=False)
-    platform = serializers.ListField(child=serializers.CharField(), required=False)
-    resources = serializers.DictField(required=False)
-    accelerators = serializers.DictField(required=False)
-    timeout_s = serializers.IntegerField(required=False)
-    retries = serializers.IntegerField(required=False, help_text="retries after a failed or timed-out attempt")
-    backoff = serializers.DictField(required=False, help_text='{"delay_s", "factor", "max_s"} before each retry')
-    inputs = serializers.ListField(child=serializers.DictField(), required=False, help_text=(
-        '[{"artifact": id | "digest": "sha256:..." | "image": "ref", "path"?, "name"?, "kind"?}]: resolved at '
-        "submit; a blob with a path is delivered there read-only, an image by its pinned reference"))
-    outputs = serializers.ListField(child=serializers.DictField(), required=False, help_text=(
-        '[{"name", "path"}]: uploaded after a successful command (a directory as a tar); a missing one fails '
-        "the step with output_missing"))
-
-
-class ComputeJobRequestSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    environment = serializers.CharField(required=False)
-    team = serializers.CharField(required=False)
-    grove = serializers.CharField(required=False, help_text="Grove id or slug to pin every step to")
-    steps = StepRequestSerializer(many=True)
 
 
 class StepInputSerializer(serializers.Serializer):

@@ -10,6 +10,7 @@ from apps.accounts.api.permissions import requires
 from apps.accounts.selectors import body_with_team, team_authorize, visible
 from apps.compute import selectors, services
 from apps.compute.api import serializers as s
+from apps.compute.bodies import ComputeJobRequest
 from apps.core.api.serializers import ErrorSerializer
 from apps.pipelines.selectors import runner_status
 
@@ -27,7 +28,7 @@ class ComputeJobListView(APIView):
         runner = runner_status()
         return Response([selectors.compute_job_view(job, runner=runner) for job in jobs])
 
-    @extend_schema(request=s.ComputeJobRequestSerializer, responses={201: s.ComputeJobSerializer, **ERRORS},
+    @extend_schema(request=ComputeJobRequest, responses={201: s.ComputeJobSerializer, **ERRORS},
                    tags=["compute"], summary="Submit a compute job: its steps run one after another")
     def post(self, request):
         job = services.compute_job_submit(body=body_with_team(request.user, request.data), created_by=request.user)

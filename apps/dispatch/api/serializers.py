@@ -1,14 +1,10 @@
 """Shapes of the Grove wire API, for the OpenAPI schema. Bodies are validated by ``apps.groves.rules`` and
-``apps.dispatch.rules`` (fast, exact field paths); these serializers only describe them."""
+``apps.dispatch.rules`` (fast, exact field paths); these serializers only describe them. The heartbeat body
+is not here: it is declared once, in ``apps.groves.bodies`` (validation and schema from one class)."""
 from rest_framework import serializers
 
 from apps.dispatch.vocabulary import REPORT_STATES
 from apps.groves.choices import (
-    AcceleratorKind,
-    ChangeKind,
-    IsolationMode,
-    MemoryKind,
-    ShareMode,
     Substrate,
 )
 
@@ -24,49 +20,6 @@ class EnrollRequestSerializer(serializers.Serializer):
 class EnrollResponseSerializer(serializers.Serializer):
     grove_id = serializers.UUIDField()
     credential = serializers.CharField()
-
-
-class AmountSerializer(serializers.Serializer):
-    allocatable = serializers.IntegerField(min_value=0)
-    free = serializers.IntegerField(min_value=0)
-
-
-class UnitAcceleratorSerializer(serializers.Serializer):
-    inventory_id = serializers.CharField()
-    allocatable = serializers.IntegerField(min_value=0)
-    free = serializers.IntegerField(min_value=0)
-
-
-class PlacementUnitWireSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    cpu_milli = AmountSerializer()
-    memory_bytes = AmountSerializer()
-    accelerators = UnitAcceleratorSerializer(many=True, required=False)
-
-
-class AcceleratorWireSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    kind = serializers.ChoiceField(choices=AcceleratorKind.choices)
-    vendor = serializers.CharField()
-    model = serializers.CharField(required=False, allow_blank=True)
-    apis = serializers.ListField(child=serializers.CharField())
-    memory_bytes = serializers.IntegerField(min_value=0, allow_null=True, required=False)
-    memory_kind = serializers.ChoiceField(choices=MemoryKind.choices)
-    memory_enforced = serializers.BooleanField()
-    share_mode = serializers.ChoiceField(choices=ShareMode.choices)
-
-
-class CapacitySerializer(serializers.Serializer):
-    placement_units = PlacementUnitWireSerializer(many=True)
-    accelerators = AcceleratorWireSerializer(many=True, required=False)
-
-
-class HeartbeatRequestSerializer(serializers.Serializer):
-    version = serializers.CharField(allow_blank=True, max_length=100)
-    change_kinds = serializers.ListField(child=serializers.ChoiceField(choices=ChangeKind.choices))
-    isolation = serializers.ListField(child=serializers.ChoiceField(choices=IsolationMode.choices), required=False)
-    capacity = CapacitySerializer()
-    log_tail = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False, max_length=500)
 
 
 class HeartbeatResponseSerializer(serializers.Serializer):

@@ -21,6 +21,7 @@ from apps.groves.api.authentication import (
     bearer_credential,
     grove_for_request,
 )
+from apps.groves.bodies import HeartbeatRequest
 
 ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404, 409, 410, 413)}
 
@@ -54,7 +55,7 @@ class HeartbeatView(APIView):
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
-    @extend_schema(request=s.HeartbeatRequestSerializer, responses={200: s.HeartbeatResponseSerializer, **ERRORS},
+    @extend_schema(request=HeartbeatRequest, responses={200: s.HeartbeatResponseSerializer, **ERRORS},
                    tags=["wire"], summary="Report version, change kinds, capacity and log tail",
                    auth=[{"groveCredential": []}])
     def post(self, request, grove_id):

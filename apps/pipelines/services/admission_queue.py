@@ -141,7 +141,7 @@ def admission_wake(*, grove_id: str) -> list[int]:
         devices = list(facts.devices)
 
         def verdict(requirement: dict) -> tuple[admission.Needs, admission.Fit]:
-            needs = admission.Needs.of(ExecutionRequirement.from_json(requirement))
+            needs = admission.Needs.of(ExecutionRequirement.from_stored(requirement))
             return needs, admission.fit(needs, units=units, devices=devices, claimed=claimed, grove=facts.slug)
 
         now = timezone.now()

@@ -86,7 +86,7 @@ def pipeline_node_execute(*, node_id: int) -> str | None:
             if wait_s > 0:  # early (a re-send): come back when the backoff is over
                 send_after_commit("node_execute", node.pk, countdown=wait_s)
                 return None
-        requirement = ExecutionRequirement.from_json(node.requirement)
+        requirement = ExecutionRequirement.from_stored(node.requirement)
         job_id = uuid.uuid4()  # known before the job row exists: it is the accelerator claim's job_ref
         try:
             with transaction.atomic():

@@ -36,7 +36,7 @@ def pipeline_plan(*, canonical: dict, run_kind: str, environment: str = "", team
     for position, node_id in enumerate(rules.topological_order(canonical)):
         node = by_id[node_id]
         try:
-            requirement = rules.node_requirement(node, run_kind=run_kind)
+            requirement = rules.planned_requirement(node, run_kind=run_kind)
         except ValidationFailed as exc:
             exc.field = f"graph.nodes[{node_id}].{exc.field}" if exc.field else f"graph.nodes[{node_id}]"
             raise

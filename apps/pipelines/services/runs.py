@@ -32,13 +32,16 @@ from apps.placement.vocabulary import MAX_BATCH_SIZE
 
 
 @transaction.atomic
-def pipeline_run_create(*, graph: dict, kind: str, environment: str = "", team: str = "",
-                        build_id: str | None = None, created_by=None,
+def pipeline_run_create(*, kind: str, graph: dict | None = None, canonical: dict | None = None,
+                        environment: str = "", team: str = "", build_id: str | None = None, created_by=None,
                         node_fields: dict[str, str] | None = None) -> PipelineRun:
     """Validate, resolve inputs, plan and seed a run; nodes whose needs are met are queued for the exec
-    driver. Inputs are resolved before the graph is digested: the work's identity holds their digests."""
-    canonical = graph_inputs_resolve(canonical=rules.graph_validate(graph), user=created_by, team=team,
-                                     node_fields=node_fields)
+    driver. Inputs are resolved before the graph is digested: the work's identity holds their digests.
+    ``graph`` is a body to parse; ``canonical`` a graph already parsed (``rules.graph_canonical``: a compute
+    request's), which is not parsed again."""
+    if canonical is None:
+        canonical = rules.graph_validate(graph)
+    canonical = graph_inputs_resolve(canonical=canonical, user=created_by, team=team, node_fields=node_fields)
     planned = pipeline_plan(canonical=canonical, run_kind=kind, environment=environment, team=team)
     digest = rules.graph_digest(canonical)
     graph_row, _ = PipelineGraph.objects.get_or_create(digest=digest, defaults={"canonical": canonical})
@@ -70,7 +73,7 @@ def pipeline_run_create(*, graph: dict, kind: str, environment: str = "", team: 
             # An explicit Grove pin is validated and stored as the node's placement before the run starts.
             try:
                 placement_pin(subject_type="pipeline_node", subject_id=str(row.pk),
-                              requirement=ExecutionRequirement.from_json(row.requirement), grove=node["grove"],
+                              requirement=ExecutionRequirement.from_stored(row.requirement), grove=node["grove"],
                               team=run.team or None, environment=run.environment or None)
             except ForestError as exc:
                 if exc.field == "target.grove_id":  # placement's name for it; the request said "grove"
@@ -128,7 +131,7 @@ def _place_ready(run: PipelineRun, nodes: list[PipelineNode]) -> None:
     which reports the refusal on the node."""
     for first in range(0, len(nodes), MAX_BATCH_SIZE):
         place_batch([BatchItem(subject_type="pipeline_node", subject_id=str(node.pk),
-                               requirement=ExecutionRequirement.from_json(node.requirement),
+                               requirement=ExecutionRequirement.from_stored(node.requirement),
                                target=node.spec.get("grove") or None, team=run.team or None,
                                environment=run.environment or None, group=f"run:{run.pk}")
                      for node in nodes[first:first + MAX_BATCH_SIZE]])

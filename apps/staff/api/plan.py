@@ -33,17 +33,16 @@ def plan_preview(body) -> dict:
         environment = body.get("environment") if isinstance(body.get("environment"), str) else None
         compute_enabled_or_refuse(environment=environment)
         data = compute_rules.compute_request(body)
-        graph, kind, environment, team = data["graph"], "compute", data["environment"], data["team"]
+        canonical, kind, environment, team = data["canonical"], "compute", data["environment"], data["team"]
     else:
         data = pipeline_rules.run_request(body)
-        graph, kind = data["graph"], data["kind"]
+        canonical, kind = pipeline_rules.graph_validate(data["graph"]), data["kind"]
         environment, team = data.get("environment", ""), data.get("team", "")
-    canonical = pipeline_rules.graph_validate(graph)
     planned = pipeline_plan(canonical=canonical, run_kind=kind, environment=environment, team=team)
     enforced = is_enabled(COMPATIBILITY_FLAG, environment=environment or None, team=team or None)
     nodes = []
     for item in planned:
-        requirement = ExecutionRequirement.from_json(item.requirement)
+        requirement = ExecutionRequirement.from_stored(item.requirement)
         decision = placement_decide(requirement=requirement, target=item.node.get("grove"), enforced=enforced)
         refusal = decision.refusal
         nodes.append({

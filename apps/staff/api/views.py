@@ -166,9 +166,21 @@ class StaffRefusalReportView(StaffAPIView):
         })
 
 
+class StaffCapabilitySerializer(serializers.Serializer):
+    """One entry of the capability registry (doc only: the view answers a list of these)."""
+
+    name = serializers.CharField()
+    state = serializers.CharField()
+    status = serializers.CharField()
+    flag = serializers.CharField(allow_null=True)
+    flag_enabled = serializers.BooleanField(allow_null=True)
+    setting = serializers.CharField(allow_null=True)
+    evidence = serializers.CharField()
+
+
 class StaffCapabilityView(StaffAPIView):
     @extend_schema(tags=["staff"], summary="What is proven here: the capability status registry",
-                   responses={200: OpenApiTypes.OBJECT, **ERRORS})
+                   responses={200: StaffCapabilitySerializer(many=True), **ERRORS})
     def get(self, request):
         defaults = {name: flag.default for name, flag in FLAGS.items()}
         return Response([{"name": c.name, "state": c.state, "status": capabilities.state_label(c, defaults),

@@ -1,0 +1,28 @@
+"""Declared bodies (``apps.core.bodies.Body``) in the OpenAPI schema: drf-spectacular's own pydantic
+extension emits JSON Schema 2020-12 (``{"type": "null"}`` in an ``anyOf``), which OpenAPI 3.0 refuses; this
+one asks pydantic for the 3.0 spelling (``nullable: true``) and files the nested models as components.
+Imported by ``CoreConfig.ready`` so the extension is registered before any schema is built."""
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.plumbing import ResolvedComponent
+
+from apps.core.bodies import openapi30_schema
+
+
+class DeclaredBodyExtension(OpenApiSerializerExtension):
+    target_class = "apps.core.bodies.Body"
+    match_subclasses = True
+    priority = 1  # before drf-spectacular's generic pydantic extension
+
+    def get_name(self, auto_schema: Any, direction: str) -> str:
+        return self.target.__name__
+
+    def map_serializer(self, auto_schema: Any, direction: str) -> dict:
+        schema = openapi30_schema(self.target, ref_template="#/components/schemas/{model}")
+        for name, sub_schema in schema.pop("$defs", {}).items():
+            auto_schema.registry.register_on_missing(ResolvedComponent(
+                name=name, type=ResolvedComponent.SCHEMA, object=name, schema=sub_schema))
+        return schema

@@ -1,0 +1,115 @@
+"""The compute submit declaration (``apps.compute.bodies``: the OpenAPI schema, the MCP tools, the CLI's
+help) and the parser (``apps.compute.rules.compute_request``) mean one thing: the same keys at every level
+(``resources`` and ``accelerators`` included), the same bounds, and what the parser accepts the declaration
+accepts."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from pydantic import BaseModel
+
+from apps.compute import bodies, rules
+from apps.core.errors import ValidationFailed
+from tests.pipelines.graphs import IMAGE
+
+DIGEST = "sha256:" + "a" * 64
+
+
+def _body() -> dict:
+    return {"name": "train", "environment": "lab", "team": "ml", "steps": [
+        {"name": "prep", "kind": "container", "image": IMAGE, "command": ["python", "prep.py"],
+         "env": {"SEED": "1"}, "inputs": [{"digest": DIGEST, "path": "data/in.bin"}, {"artifact": 3}],
+         "outputs": [{"name": "model", "path": "out/model.bin"}], "timeout_s": 600},
+        {"name": "train", "kind": "native", "command": ["./train.sh"], "platform": ["darwin/arm64"],
+         "resources": {"cpu_milli": 4000, "memory_bytes": 8 << 30},
+         "accelerators": {"count": 1, "vendor": "apple", "min_memory_bytes": 1 << 30},
+         "retries": 2, "backoff": {"delay_s": 1, "factor": 3, "max_s": 30}},
+    ]}
+
+
+def test_what_the_parser_accepts_the_declaration_accepts():
+    body = _body()
+    rules.compute_request(body)
+    bodies.ComputeJobRequest.model_validate(body)
+
+
+# (where the object sits in a body, the declared model for it)
+LEVELS = [
+    (lambda b, extra: b.update(extra), bodies.ComputeJobRequest),
+    (lambda b, extra: b["steps"][0].update(extra), bodies.ComputeStep),
+    (lambda b, extra: b["steps"][1]["resources"].update(extra), bodies.StepResources),
+    (lambda b, extra: b["steps"][1]["accelerators"].update(extra), bodies.StepAccelerators),
+    (lambda b, extra: b["steps"][1]["backoff"].update(extra), bodies.StepBackoff),
+    (lambda b, extra: b["steps"][0]["inputs"][0].update(extra), bodies.StepInput),
+    (lambda b, extra: b["steps"][0]["outputs"][0].update(extra), bodies.StepOutput),
+]
+
+
+@pytest.mark.parametrize(("put", "model"), LEVELS, ids=[m.__name__ for _, m in LEVELS])
+def test_every_level_declares_exactly_the_keys_the_parser_allows(put, model: type[BaseModel]):
+    body = _body()
+    put(body, {"zz_unknown": 1})
+    with pytest.raises(ValidationFailed) as exc:
+        rules.compute_request(body)
+    assert exc.value.code == "unknown_field"
+    allowed = set(re.search(r"expected one of: ([^)]*)\)", exc.value.detail).group(1).split(", "))
+    assert allowed == set(model.model_fields)
+    with pytest.raises(ValueError, match="zz_unknown"):
+        model.model_validate({**_minimal(model), "zz_unknown": 1})
+
+
+def _minimal(model: type[BaseModel]) -> dict:
+    return {bodies.ComputeJobRequest: {"name": "x", "steps": [{"name": "a", "command": ["true"]}]},
+            bodies.ComputeStep: {"name": "a", "command": ["true"]},
+            bodies.StepAccelerators: {"count": 1}, bodies.StepOutput: {"name": "o", "path": "o"}}.get(model, {})
+
+
+# (the field's path in _body(), how to set it, its declared model and field name)
+BOUNDED = [
+    ("steps[1].resources.cpu_milli", lambda b, x: b["steps"][1]["resources"].update(cpu_milli=x),
+     bodies.StepResources, "cpu_milli"),
+    ("steps[1].resources.memory_bytes", lambda b, x: b["steps"][1]["resources"].update(memory_bytes=x),
+     bodies.StepResources, "memory_bytes"),
+    ("steps[1].accelerators.min_memory_bytes",
+     lambda b, x: b["steps"][1]["accelerators"].update(min_memory_bytes=x), bodies.StepAccelerators,
+     "min_memory_bytes"),
+    ("steps[0].timeout_s", lambda b, x: b["steps"][0].update(timeout_s=x), bodies.ComputeStep, "timeout_s"),
+    ("steps[1].retries", lambda b, x: b["steps"][1].update(retries=x), bodies.ComputeStep, "retries"),
+    ("steps[1].backoff.factor", lambda b, x: b["steps"][1]["backoff"].update(factor=x), bodies.StepBackoff,
+     "factor"),
+    ("steps[1].backoff.max_s", lambda b, x: b["steps"][1]["backoff"].update(max_s=x), bodies.StepBackoff, "max_s"),
+]
+
+
+def _bounds(model: type[BaseModel], name: str) -> tuple[int, int]:
+    prop = model.model_json_schema()["properties"][name]
+    inner = next((item for item in prop.get("anyOf", [prop]) if item.get("type") == "integer"), prop)
+    return inner["minimum"], inner["maximum"]
+
+
+@pytest.mark.parametrize(("path", "put", "model", "name"), BOUNDED, ids=[b[0] for b in BOUNDED])
+def test_the_declared_bounds_are_the_parsers(path, put, model, name):
+    low, high = _bounds(model, name)
+    body = _body()
+    put(body, high)
+    rules.compute_request(body)
+    put(body, high + 1)
+    with pytest.raises(ValidationFailed) as exc:
+        rules.compute_request(body)
+    assert (exc.value.code, exc.value.field) == ("out_of_range", path)
+    if low > 0:
+        put(body, low - 1)
+        with pytest.raises(ValidationFailed) as exc:
+            rules.compute_request(body)
+        assert exc.value.code == "out_of_range" and exc.value.field.startswith(path.rsplit(".", 1)[0])
+
+
+def test_the_openapi_request_body_is_the_declaration(staff_client):
+    schema = staff_client.get("/api/schema/?format=json").json()
+    ref = schema["paths"]["/api/forest/v1/compute/jobs"]["post"]["requestBody"]["content"]["application/json"]
+    component = schema["components"]["schemas"][ref["schema"]["$ref"].rsplit("/", 1)[-1]]
+    assert set(component["properties"]) == set(bodies.ComputeJobRequest.model_fields)
+    assert component["additionalProperties"] is False
+    resources = schema["components"]["schemas"]["StepResources"]
+    assert set(resources["properties"]) == {"cpu_milli", "memory_bytes"} and resources["additionalProperties"] is False
