@@ -75,6 +75,7 @@ class BatchOutcome:
 class _Shape:
     """One requirement's shared decision within a batch round: its verdicts, stored once for every subject."""
 
+    requirement: ExecutionRequirement
     decision: Decision
     verdicts_key: str
     verdicts_body: dict
@@ -103,7 +104,7 @@ def _digest(body: dict) -> str:
 def _top_entry(row, rank: int, platform: str) -> dict:
     entry = {"grove_id": row.facts.id, "grove_slug": row.facts.slug, "substrate": row.facts.substrate, "rank": rank,
              "platform": platform, "fits_cpu_memory": True, "fit": row.fit.to_json(),
-             "score": row.score.to_json() if row.score is not None else None}
+             "score": row.score_json()}
     if row.fit.unit_id:
         entry["unit"] = row.fit.unit_id
     if row.fit.admission is not None:
@@ -122,6 +123,10 @@ class _Round:
         self.touched: dict[str, GroveFacts] = {}
         self.groups = groups
         self.shapes: dict[tuple, _Shape] = {}
+        # What ``decide.rank`` judged per Grove, kept while the Grove's load version stands (``_take``
+        # moves it): each placement makes one Grove be judged again, the rest are read back.
+        self.memo: dict = {}
+        self.versions: dict[str, int] = {}
 
     def view(self, requirement: ExecutionRequirement, *, limit: int, role_only: bool = False,
              start: int = 0, with_others: bool = True) -> CandidateSet:
@@ -133,15 +138,20 @@ class _Round:
             rows = free.get(facts.id)
             if rows is None:
                 return facts.fits(cpu, memory)
-            return any(c >= cpu and m >= memory for _u, c, m in rows)
+            for row in rows:
+                if row[1] >= cpu and row[2] >= memory:
+                    return True
+            return False
 
         return self.index.select(requirement, limit=limit, cap=snapshot.COUNT_CAP, cutoff=self.cutoff,
                                  role_only=role_only, start=start, fits=fits, with_others=with_others)
 
     def shape(self, requirement: ExecutionRequirement, enforced: bool) -> _Shape:
-        key = (requirement, enforced)
+        # By the object's identity (the batch's items share a few parsed requirements; hashing a nested
+        # requirement per subject cost more than the lookup), the object kept in the shape.
+        key = (id(requirement), enforced)
         shape = self.shapes.get(key)
-        if shape is None:
+        if shape is None or shape.requirement is not requirement:
             decision = decide(requirement, fleet_view=self.view, loads=self.loads(None), enforced=enforced)
             body = {"candidates": decision.candidates, "summary": decision.summary,
                     "eligible_total": decision.eligible_total, "ineligible_total": decision.ineligible_total}
@@ -149,12 +159,14 @@ class _Round:
             for verdict in decision.candidates:
                 for code in {item["code"] for item in verdict["incompatibilities"]}:
                     counts[code] += 1
-            shape = self.shapes[key] = _Shape(decision=decision, verdicts_key=_digest(body), verdicts_body=body,
-                                              requirement_json=json.dumps(requirement.to_json()), counts=dict(counts))
+            shape = self.shapes[key] = _Shape(requirement=requirement, decision=decision, verdicts_key=_digest(body),
+                                              verdicts_body=body, requirement_json=json.dumps(requirement.to_json()),
+                                              counts=dict(counts))
         return shape
 
     def loads(self, group: str | None) -> Loads:
-        return Loads(free=self.free, claimed=self.claimed, group=self.groups.get(group, {}) if group else {})
+        return Loads(free=self.free, claimed=self.claimed, group=self.groups.get(group, {}) if group else {},
+                     memo=self.memo, versions=self.versions)
 
     def decide(self, item: BatchItem, index: int, enforced: bool) -> writes.Plan:
         requirement = item.requirement
@@ -205,7 +217,9 @@ class _Round:
 
     def _take(self, facts: GroveFacts, unit_id: str | None, requirement: ExecutionRequirement, decision: Decision,
               group: str | None) -> None:
-        """Assume the placement: the unit's free counts and claims less what it takes, the group's count + 1."""
+        """Assume the placement: the unit's free counts and claims less what it takes, the group's count + 1,
+        and the Grove's load version moved (what ``rank`` kept for it is judged again)."""
+        self.versions[facts.id] = self.versions.get(facts.id, 0) + 1
         if group:
             counts = self.groups.setdefault(group, {})
             counts[facts.id] = counts.get(facts.id, 0) + 1

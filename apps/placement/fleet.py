@@ -100,6 +100,9 @@ class FleetIndex:
         self._expiry: list[tuple[float, str]] = []  # (heartbeat, slug) of fresh Groves, lazily pruned
         self._cutoff = float("-inf")
         self._shapes: dict[tuple, _Shape] = {}
+        # The shape of a requirement object already asked about (a batch asks once per subject with the
+        # same few objects): (requirement, shape) by (id, role_only), the object kept so the id stays its.
+        self._shape_of: dict[tuple[int, bool], tuple[ExecutionRequirement, _Shape]] = {}
         self._polls: list[tuple[float, str]] = []  # (last poll, slug) of ready Groves, lazily pruned
         self._rules = rules.RULES  # the table the indexes were built from
         self.version = next(_VERSIONS)
@@ -172,6 +175,7 @@ class FleetIndex:
 
     def _facts_changed(self) -> None:
         self._shapes.clear()
+        self._shape_of.clear()
         self.version = next(_VERSIONS)
 
     def _reindex(self) -> None:
@@ -237,6 +241,16 @@ class FleetIndex:
         return eligible
 
     def _shape(self, requirement: ExecutionRequirement, role_only: bool) -> _Shape:
+        held = self._shape_of.get((id(requirement), role_only))
+        if held is not None and held[0] is requirement:
+            return held[1]
+        shape = self._shape_by_rules(requirement, role_only)
+        if len(self._shape_of) >= self.MAX_SHAPES:
+            self._shape_of.clear()
+        self._shape_of[(id(requirement), role_only)] = (requirement, shape)
+        return shape
+
+    def _shape_by_rules(self, requirement: ExecutionRequirement, role_only: bool) -> _Shape:
         # The role-only fallback (shadow mode) still never picks a Grove that would not claim the work.
         table = (rules.ROLE, rules.READINESS) if role_only else self._rules
         # What each rule accepts *is* the shape (with what the ranking reads: platforms and the API).
