@@ -239,14 +239,16 @@ class _Round:
             for inventory_id, count in admission.allocations:
                 claimed[(unit_id, inventory_id)] = claimed.get((unit_id, inventory_id), 0) + count
 
-    def assumed(self) -> list[GroveFacts]:
-        """The touched Groves' facts with the batch's placements subtracted (for the snapshot, after commit)."""
+    def assumed(self) -> list[tuple[GroveFacts, GroveFacts]]:
+        """The touched Groves' facts as decided from, and with the batch's placements subtracted (for the
+        snapshot, after commit)."""
         out = []
         for grove_id, facts in self.touched.items():
-            unit_free = tuple((u, cpu, memory) for u, cpu, memory in self.free[grove_id])
+            unit_free = tuple([(u, cpu, memory) for u, cpu, memory in self.free[grove_id]])
             claimed = self.claimed.get(grove_id)
-            out.append(replace(facts, unit_free=unit_free, units=frontier((c, m) for _u, c, m in unit_free),
-                               claimed=tuple(sorted(claimed.items())) if claimed is not None else facts.claimed))
+            out.append((facts, replace(facts, unit_free=unit_free, units=frontier([(c, m) for _u, c, m in unit_free]),
+                                       claimed=tuple(sorted(claimed.items())) if claimed is not None
+                                       else facts.claimed)))
         return out
 
 

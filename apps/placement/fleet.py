@@ -173,6 +173,11 @@ class FleetIndex:
         else:
             self._stale.add(record.slug)
 
+    def loads_changed(self, record: GroveFacts) -> None:
+        """The Grove's free counts or claims changed, nothing else (a committed batch's assumed loads): the
+        record is replaced; its index keys, ring point, liveness and readiness entries stand."""
+        self.records[record.slug] = record
+
     def _facts_changed(self) -> None:
         self._shapes.clear()
         self._shape_of.clear()
