@@ -229,7 +229,8 @@ def start_web(workers: int) -> tuple:
         port = sock.getsockname()[1]
     env = {**os.environ, "ALLOWED_HOSTS": "127.0.0.1,localhost", "LOG_LEVEL": "ERROR"}
     proc = subprocess.Popen([str(ROOT / ".venv/bin/uvicorn"), "forest_host.asgi:application", "--host", "127.0.0.1",
-                             "--port", str(port), "--workers", str(workers), "--log-level", "warning", "--no-access-log"],
+                             "--port", str(port), "--workers", str(workers), "--log-level", "warning",
+                             "--no-access-log"],
                             cwd=ROOT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):

@@ -138,7 +138,7 @@ class _Round:
             rows = free.get(facts.id)
             if rows is None:
                 return facts.fits(cpu, memory)
-            for row in rows:
+            for row in rows:  # noqa: SIM110 - a loop, not any(): called for every Grove a decision walks
                 if row[1] >= cpu and row[2] >= memory:
                     return True
             return False

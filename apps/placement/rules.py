@@ -74,7 +74,7 @@ class GroveFacts:
 
     def fits(self, cpu_milli: int, memory_bytes: int) -> bool:
         """Some unit has this much CPU and memory free at once."""
-        for cpu, memory in self.units:  # a loop, not any(): called for every Grove a decision walks
+        for cpu, memory in self.units:  # noqa: SIM110 - a loop, not any(): called for every Grove a decision walks
             if cpu >= cpu_milli and memory >= memory_bytes:
                 return True
         return False
