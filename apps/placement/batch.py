@@ -81,6 +81,8 @@ class _Shape:
     verdicts_body: dict
     requirement_json: str
     counts: dict[str, int]
+    shared: dict  # the stored decision's keys every subject of the shape has alike
+    shared_json: str  # ``shared`` encoded, without its braces
 
 
 def _deadlock(error: Exception) -> bool:
@@ -159,9 +161,15 @@ class _Round:
             for verdict in decision.candidates:
                 for code in {item["code"] for item in verdict["incompatibilities"]}:
                     counts[code] += 1
-            shape = self.shapes[key] = _Shape(requirement=requirement, decision=decision, verdicts_key=_digest(body),
+            verdicts_key = _digest(body)
+            # What every subject of this shape stores alike, encoded once (``writes.Plan.shared_json``).
+            shared = {"enforced": enforced, "summary": decision.summary, "eligible_total": decision.eligible_total,
+                      "ineligible_total": decision.ineligible_total, "counts": dict(counts),
+                      "verdicts": verdicts_key}
+            shape = self.shapes[key] = _Shape(requirement=requirement, decision=decision, verdicts_key=verdicts_key,
                                               verdicts_body=body, requirement_json=json.dumps(requirement.to_json()),
-                                              counts=dict(counts))
+                                              counts=dict(counts), shared=shared,
+                                              shared_json=json.dumps(shared)[1:-1])
         return shape
 
     def loads(self, group: str | None) -> Loads:
@@ -193,27 +201,29 @@ class _Round:
         if facts.id != decision.grove.id:
             facts = decision.grove
         unit_id = decision.fit.unit_id or None if decision.fit is not None else None
+        own = None
         if shape is None:  # an explicit target's decision is one verdict: stored whole, as a single one is
             body = {**decision.to_json(), "unit": unit_id}
             key, verdicts, requirement_json = "", None, json.dumps(requirement.to_json())
         else:
             top = [row for row in decision.ranked if row.score is not None][:BATCH_TOP_CANDIDATES]
-            body = {
+            own = {
                 "grove_id": facts.id, "grove_slug": facts.slug, "selected_platform": decision.selected_platform,
-                "chooser": decision.chooser, "enforced": enforced, "would_refuse": decision.would_refuse,
-                "incompatibilities": decision.incompatibilities, "summary": shape.decision.summary,
-                "eligible_total": shape.decision.eligible_total, "ineligible_total": shape.decision.ineligible_total,
-                "unit": unit_id, "top": [_top_entry(row, rank, selected_platform(requirement, row.facts))
-                                         for rank, row in enumerate(top, start=1)],
-                "counts": shape.counts, "verdicts": shape.verdicts_key, "scores": decision.scores,
+                "chooser": decision.chooser, "would_refuse": decision.would_refuse,
+                "incompatibilities": decision.incompatibilities, "unit": unit_id,
+                "top": [_top_entry(row, rank, selected_platform(requirement, row.facts))
+                        for rank, row in enumerate(top, start=1)],
+                "scores": decision.scores,
             }
+            body = {**own, **shape.shared}
             key, verdicts, requirement_json = shape.verdicts_key, shape.verdicts_body, shape.requirement_json
         self._take(facts, unit_id, requirement, decision, item.group)
         return writes.Plan(
             index=index, subject_type=item.subject_type, subject_id=str(item.subject_id).strip(),
             requirement=requirement, requirement_json=requirement_json, facts=facts, unit_id=unit_id, decision=body,
             chooser=decision.chooser, enforced=enforced, would_refuse=decision.would_refuse, team=item.team or "",
-            environment=item.environment or "", group=item.group or "", verdicts_key=key, verdicts_body=verdicts)
+            environment=item.environment or "", group=item.group or "", verdicts_key=key, verdicts_body=verdicts,
+            own=own if shape is not None else None, shared_json=shape.shared_json if shape is not None else "")
 
     def _take(self, facts: GroveFacts, unit_id: str | None, requirement: ExecutionRequirement, decision: Decision,
               group: str | None) -> None:

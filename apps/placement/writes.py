@@ -58,6 +58,21 @@ class Plan:
     group: str
     verdicts_key: str = ""
     verdicts_body: dict | None = None
+    # A batch subject's stored decision is ``own`` (its choice) and the keys every subject of its
+    # requirement shares, encoded once (``shared_json``, without braces): ``decision`` is both merged.
+    own: dict | None = None
+    shared_json: str = ""
+
+    def note(self, key: str, value) -> None:
+        """Add a key to the stored decision (``earlier``: the refusal the placement supersedes)."""
+        self.decision[key] = value
+        if self.own is not None:
+            self.own[key] = value
+
+    def decision_json(self) -> str:
+        if self.own is None or not self.shared_json:
+            return json.dumps(self.decision)
+        return json.dumps(self.own)[:-1] + ", " + self.shared_json + "}"
 
 
 # --- one placement ----------------------------------------------------------------------------------------
@@ -289,7 +304,7 @@ def placements_write(plans: list[Plan], *, unplaced: dict[tuple[str, str], Execu
         for plan in plans:
             row = unplaced.get((plan.subject_type, plan.subject_id))
             if row is not None:
-                plan.decision["earlier"] = unplaced_summary(row)
+                plan.note("earlier", unplaced_summary(row))
                 superseded.append(row.pk)
         ExecutionPlacement.objects.filter(pk__in=superseded).exclude(outcome=Outcome.PLACED).delete()
     now = verdicts_write(plans)
@@ -343,7 +358,7 @@ def _rows(plans: list[Plan], ids: list[int | None], now) -> list[tuple]:
     for plan, placement_id in zip(plans, ids, strict=True):
         decision = plan.decision
         rows.append((placement_id, plan.subject_type, plan.subject_id, plan.facts.id, plan.facts.slug,
-                     decision["selected_platform"], plan.requirement_json, json.dumps(decision),
+                     decision["selected_platform"], plan.requirement_json, plan.decision_json(),
                      plan.chooser, plan.enforced, plan.would_refuse, plan.team, plan.environment,
                      now, now, "[]", plan.verdicts_key, Outcome.PLACED, "", plan.group))
     return rows
