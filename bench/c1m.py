@@ -8,14 +8,16 @@ heartbeating during the run (one UPDATE of every Grove's liveness every 20 s fro
 a live fleet would), then places ``--count`` subjects in batches of ``--batch``:
 
 * ``api`` (the figure to read): through the HTTP batch API, ``POST /api/forest/v1/placements/batch``, served
-  by the Procfile's server (uvicorn, one worker: the other core is the client's) with a CI user's API token.
+  by the Procfile's server (uvicorn, ``--workers`` processes, default 2 as the Procfile's ``WEB_CONCURRENCY``)
+  with a CI user's API token, as many batches in flight as there are workers (one worker decides while
+  another's rows go into PostgreSQL; ``--workers 1`` sends one batch at a time).
   A full batch of 5,000 items is ~1.7 MB of JSON: the endpoint's own body limit
   (``PLACEMENT_BATCH_MAX_BODY_BYTES``, 4 MiB by default) holds it, the rest of the API keeps 1 MiB.
 * ``inprocess`` (the second figure): ``apps.placement.batch.place_batch`` called in this process, on a
   fresh database, to show what the HTTP layer costs.
 
 Either way each batch is one snapshot read, decisions in memory with the scoring chooser and the assume
-cache, the unit rows locked and re-verified, the ledger, shared verdicts and placements written (``COPY``)
+cache, the unit rows it places on locked and re-verified, the ledger, shared verdicts and placements written (``COPY``)
 in one transaction. The bench runs ``ANALYZE`` on the placement table as autovacuum would (when the rows
 written since the last analyze pass 50 + 10% of the table), so a plan never rests on the statistics of
 an empty table; the existence check probes only the unique index whatever the statistics say.
@@ -31,7 +33,8 @@ table with the same columns and indexes, in the same run (ours / floor is the ra
 never overcommit), and the spread of the compute work is shown (largest Grove share / mean).
 
 ``--count 20000`` is a smoke run of about a minute. Needs PostgreSQL and Redis on 127.0.0.1; drops and
-creates the database named by ``BENCH_C1M_DATABASE_URL`` (default ``forest_bench_c1m``).
+creates the database named by ``BENCH_C1M_DATABASE_URL`` (default ``forest_bench_c1m``); Redis database 14
+unless ``BENCH_CELERY_BROKER_URL`` names another.
 """
 from __future__ import annotations
 
