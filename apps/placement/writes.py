@@ -261,34 +261,43 @@ def _verify_rows(grove_ids: list[str], wanted: list[tuple[str, str]]) -> tuple[d
     """The Groves' rows (by id) and, locked in (Grove, unit) order, the wanted units' free counts with their
     ledger rows: (grove id, unit id, CPU free, memory free, ledger reported_at, ledger CPU, ledger memory)."""
     if connection.vendor == "postgresql":
-        # Two statements, no model objects: at a full batch these are thousands of rows. The units are
+        # Three statements, no model objects: at a full batch these are thousands of rows. The units are
         # joined to the unnested (Grove, unit) pairs, one unique-index probe each, and locked as sorted:
         # every batch (and every accelerator claim, which locks a Grove's units in unit order) takes its
-        # locks in the same order, so they wait on each other, never in a cycle.
+        # locks in the same order, so they wait on each other, never in a cycle. The Grove rows and the
+        # ledger are read by statements of their own *after* the lock is held: a statement reads what was
+        # committed when it started, so a ledger joined into the locking statement would be the one from
+        # before a concurrent batch that held the lock committed (its placements lost: overcommit).
+        units_wanted = [[grove_id for grove_id, _unit in wanted], [unit_id for _grove, unit_id in wanted]]
         with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT u.grove_id, u.unit_id, u.cpu_milli_free, u.memory_bytes_free "
+                f"FROM unnest(%s::uuid[], %s::text[]) AS w(grove_id, unit_id) "
+                f"JOIN {PlacementUnit._meta.db_table} u ON u.grove_id = w.grove_id AND u.unit_id = w.unit_id "
+                "ORDER BY u.grove_id, u.unit_id FOR UPDATE OF u", units_wanted)
+            locked = cursor.fetchall()
             cursor.execute(f"SELECT {', '.join(_GROVE_COLUMNS)} FROM {Grove._meta.db_table} "
                            "WHERE id = ANY(%s::uuid[])", [grove_ids])
             groves = {str(row[0]): row for row in cursor.fetchall()}
             cursor.execute(
-                f"SELECT u.grove_id, u.unit_id, u.cpu_milli_free, u.memory_bytes_free, l.reported_at, l.cpu_milli, "
-                f"l.memory_bytes FROM unnest(%s::uuid[], %s::text[]) AS w(grove_id, unit_id) "
-                f"JOIN {PlacementUnit._meta.db_table} u ON u.grove_id = w.grove_id AND u.unit_id = w.unit_id "
-                f"LEFT JOIN {UnitLoad._meta.db_table} l ON l.grove_id = u.grove_id AND l.unit_id = u.unit_id "
-                "ORDER BY u.grove_id, u.unit_id FOR UPDATE OF u",
-                [[grove_id for grove_id, _unit in wanted], [unit_id for _grove, unit_id in wanted]])
-            units = [(str(row[0]), *row[1:]) for row in cursor.fetchall()]
-        return groves, units
-    groves = {str(row[0]): row for row in Grove.objects.filter(id__in=grove_ids).values_list(*_GROVE_COLUMNS)}
-    keys = set(wanted)
-    loads = {(str(g), u): (at, cpu, memory) for g, u, at, cpu, memory in UnitLoad.objects.filter(
-        grove_id__in=grove_ids).values_list("grove_id", "unit_id", "reported_at", "cpu_milli", "memory_bytes")}
+                f"SELECT l.grove_id, l.unit_id, l.reported_at, l.cpu_milli, l.memory_bytes "
+                f"FROM unnest(%s::uuid[], %s::text[]) AS w(grove_id, unit_id) "
+                f"JOIN {UnitLoad._meta.db_table} l ON l.grove_id = w.grove_id AND l.unit_id = w.unit_id",
+                units_wanted)
+            loads = {(str(row[0]), row[1]): row[2:] for row in cursor.fetchall()}
+        return groves, [(str(grove_id), unit_id, cpu, memory, *loads.get((str(grove_id), unit_id), (None, 0, 0)))
+                        for grove_id, unit_id, cpu, memory in locked]
     units = []
     for grove_id, unit_id, cpu, memory in (PlacementUnit.objects.select_for_update().filter(grove_id__in=grove_ids)
                                            .order_by("grove_id", "unit_id")
                                            .values_list("grove_id", "unit_id", "cpu_milli_free", "memory_bytes_free")):
-        if (str(grove_id), unit_id) in keys:
-            units.append((str(grove_id), unit_id, cpu, memory, *loads.get((str(grove_id), unit_id), (None, 0, 0))))
-    return groves, units
+        units.append((str(grove_id), unit_id, cpu, memory))
+    groves = {str(row[0]): row for row in Grove.objects.filter(id__in=grove_ids).values_list(*_GROVE_COLUMNS)}
+    keys = set(wanted)
+    loads = {(str(g), u): (at, cpu, memory) for g, u, at, cpu, memory in UnitLoad.objects.filter(
+        grove_id__in=grove_ids).values_list("grove_id", "unit_id", "reported_at", "cpu_milli", "memory_bytes")}
+    return groves, [(grove_id, unit_id, cpu, memory, *loads.get((grove_id, unit_id), (None, 0, 0)))
+                    for grove_id, unit_id, cpu, memory in units if (grove_id, unit_id) in keys]
 
 
 def placements_write(plans: list[Plan], *, unplaced: dict[tuple[str, str], ExecutionPlacement] | None = None
