@@ -220,7 +220,7 @@ class Analyzer:
             self.pending, self.runs = 0, self.runs + 1
 
 
-def start_web(workers: int) -> tuple:
+def start_web(workers: int = 1) -> tuple:
     """The Procfile's server (uvicorn, ``workers`` processes) on this bench's database; its URL."""
     import socket
     import subprocess
