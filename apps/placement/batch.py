@@ -11,9 +11,8 @@ The writes (``writes.placements_write``), in one transaction: lock the unit rows
 re-read their reported free counts and the ledger (``UnitLoad``), re-verify every placement; another
 process that placed on those units meanwhile so that they no longer hold makes it fail: the transaction
 rolls back, those Groves are re-read into the snapshot and the batch decides again (``DECIDE_ATTEMPTS``
-times). Then the
-ledger rows, the shared verdicts and the placements (``COPY`` on PostgreSQL) are written, and the
-snapshot takes the batch's assumed facts. A subject already placed returns its stored placement
+times). Then the ledger rows, the shared verdicts and the placements (``COPY`` on PostgreSQL) are
+written, and the snapshot takes the batch's assumed facts. A subject already placed returns its stored placement
 (``services.placement_reuse``), as a retry of ``place_execution`` does.
 """
 from __future__ import annotations
