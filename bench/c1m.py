@@ -8,14 +8,16 @@ heartbeating during the run (one UPDATE of every Grove's liveness every 20 s fro
 a live fleet would), then places ``--count`` subjects in batches of ``--batch``:
 
 * ``api`` (the figure to read): through the HTTP batch API, ``POST /api/forest/v1/placements/batch``, served
-  by the Procfile's server (uvicorn, one worker: the other core is the client's) with a CI user's API token.
+  by the Procfile's server (uvicorn, ``--workers`` processes, default 2 as the Procfile's ``WEB_CONCURRENCY``)
+  with a CI user's API token, as many batches in flight as there are workers (one worker decides while
+  another's rows go into PostgreSQL; ``--workers 1`` sends one batch at a time).
   A full batch of 5,000 items is ~1.7 MB of JSON: the endpoint's own body limit
   (``PLACEMENT_BATCH_MAX_BODY_BYTES``, 4 MiB by default) holds it, the rest of the API keeps 1 MiB.
 * ``inprocess`` (the second figure): ``apps.placement.batch.place_batch`` called in this process, on a
   fresh database, to show what the HTTP layer costs.
 
 Either way each batch is one snapshot read, decisions in memory with the scoring chooser and the assume
-cache, the unit rows locked and re-verified, the ledger, shared verdicts and placements written (``COPY``)
+cache, the unit rows it places on locked and re-verified, the ledger, shared verdicts and placements written (``COPY``)
 in one transaction. The bench runs ``ANALYZE`` on the placement table as autovacuum would (when the rows
 written since the last analyze pass 50 + 10% of the table), so a plan never rests on the statistics of
 an empty table; the existence check probes only the unique index whatever the statistics say.
@@ -31,7 +33,8 @@ table with the same columns and indexes, in the same run (ours / floor is the ra
 never overcommit), and the spread of the compute work is shown (largest Grove share / mean).
 
 ``--count 20000`` is a smoke run of about a minute. Needs PostgreSQL and Redis on 127.0.0.1; drops and
-creates the database named by ``BENCH_C1M_DATABASE_URL`` (default ``forest_bench_c1m``).
+creates the database named by ``BENCH_C1M_DATABASE_URL`` (default ``forest_bench_c1m``); Redis database 14
+unless ``BENCH_CELERY_BROKER_URL`` names another.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ import random
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +56,8 @@ DB_URL = os.environ.get("BENCH_C1M_DATABASE_URL", "postgres://postgres@127.0.0.1
 DB_NAME = DB_URL.rsplit("/", 1)[-1]
 os.environ.update({
     "DATABASE_URL": DB_URL, "SECRET_KEY": "bench-secret-key", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0",
-    "CELERY_BROKER_URL": "redis://127.0.0.1:6379/14", "LOG_LEVEL": "ERROR", "FLAGS_CACHE_TTL_S": "5",
+    "CELERY_BROKER_URL": os.environ.get("BENCH_CELERY_BROKER_URL", "redis://127.0.0.1:6379/14"), "LOG_LEVEL": "ERROR",
+    "FLAGS_CACHE_TTL_S": "5",
     "PLACEMENT_FLEET_REFRESH_S": "1", "DJANGO_SETTINGS_MODULE": "forest_host.settings",
 })
 GIB, MIB = 1024**3, 1024**2
@@ -215,8 +220,8 @@ class Analyzer:
             self.pending, self.runs = 0, self.runs + 1
 
 
-def start_web() -> tuple:
-    """The Procfile's server, one uvicorn worker, on this bench's database; its URL."""
+def start_web(workers: int = 1) -> tuple:
+    """The Procfile's server (uvicorn, ``workers`` processes) on this bench's database; its URL."""
     import socket
     import subprocess
 
@@ -227,7 +232,8 @@ def start_web() -> tuple:
         port = sock.getsockname()[1]
     env = {**os.environ, "ALLOWED_HOSTS": "127.0.0.1,localhost", "LOG_LEVEL": "ERROR"}
     proc = subprocess.Popen([str(ROOT / ".venv/bin/uvicorn"), "forest_host.asgi:application", "--host", "127.0.0.1",
-                             "--port", str(port), "--workers", "1", "--log-level", "warning", "--no-access-log"],
+                             "--port", str(port), "--workers", str(workers), "--log-level", "warning",
+                             "--no-access-log"],
                             cwd=ROOT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
@@ -299,7 +305,7 @@ def run_mode(mode: str, args, size: int) -> dict:
         import httpx
 
         token = ci_token()
-        web, url = start_web()
+        web, url = start_web(args.workers)
         client = httpx.Client(base_url=url, headers={"Authorization": f"Token {token}"}, timeout=600)
     else:
         snapshot.fleet_refresh(full=True)
@@ -310,36 +316,44 @@ def run_mode(mode: str, args, size: int) -> dict:
     codes: dict[str, int] = {}
     start = time.perf_counter()
     last = start
+    def send(numbers: range) -> list[str]:
+        """One batch through the API; the error codes of its results."""
+        body = {"items": [{"subject_type": "compute_step", "subject_id": f"c1m-{i}",
+                           "requirement": gpu_json if i % args.gpu_every == args.gpu_every - 1
+                           else mix_json[i % len(mix)]} for i in numbers]}
+        response = client.post("/api/forest/v1/placements/batch", json=body)
+        if response.status_code != 200:
+            raise SystemExit(f"batch API answered {response.status_code}: {response.text[:300]}")
+        return [r["error"]["code"] for r in response.json()["results"] if r["status"] == "error"]
+
+    def place(numbers: range) -> list[str]:
+        items = [batch.BatchItem(subject_type="compute_step", subject_id=f"c1m-{i}",
+                                 requirement=gpu if i % args.gpu_every == args.gpu_every - 1
+                                 else mix[i % len(mix)]) for i in numbers]
+        return [o.error.code for o in batch.place_batch(items) if o.error is not None]
+
+    batches = [range(first, min(first + size, args.count)) for first in range(0, args.count, size)]
+    # Through the API, as many batches in flight as the server has workers (a CI fleet's clients do not
+    # wait for each other): one worker decides while another's rows go into PostgreSQL.
+    pool = ThreadPoolExecutor(max_workers=args.workers) if mode == "api" else None
     try:
-        for first in range(0, args.count, size):
-            numbers = range(first, min(first + size, args.count))
-            if mode == "api":
-                body = {"items": [{"subject_type": "compute_step", "subject_id": f"c1m-{i}",
-                                   "requirement": gpu_json if i % args.gpu_every == args.gpu_every - 1
-                                   else mix_json[i % len(mix)]} for i in numbers]}
-                response = client.post("/api/forest/v1/placements/batch", json=body)
-                if response.status_code != 200:
-                    raise SystemExit(f"batch API answered {response.status_code}: {response.text[:300]}")
-                results = response.json()["results"]
-                errors = [r["error"]["code"] for r in results if r["status"] == "error"]
-            else:
-                items = [batch.BatchItem(subject_type="compute_step", subject_id=f"c1m-{i}",
-                                         requirement=gpu if i % args.gpu_every == args.gpu_every - 1
-                                         else mix[i % len(mix)]) for i in numbers]
-                errors = [o.error.code for o in batch.place_batch(items) if o.error is not None]
+        for numbers, errors in zip(batches, pool.map(send, batches) if pool else map(place, batches),
+                                   strict=True):
             placed += len(numbers) - len(errors)
             refused += len(errors)
             for code in errors:
                 codes[code] = codes.get(code, 0) + 1
             analyzer.written(len(numbers) - len(errors))
             now = time.perf_counter()
-            if now - last >= 10 or first + size >= args.count:
+            if now - last >= 10 or numbers.stop >= args.count:
                 done = placed + refused
                 print(f"  [{mode}] {done:>9,} decided ({placed:,} placed, {refused:,} refused) in "
                       f"{now - start:6.1f} s: {done / (now - start):,.0f}/s", flush=True)
                 last = now
     finally:
         beats.stop.set()
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
         if web is not None:
             client.close()
             stop_web(web)
@@ -380,6 +394,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=None, help="subjects per batch (default MAX_BATCH_SIZE)")
     parser.add_argument("--gpu-every", type=int, default=400, help="one GPU requirement in this many (default 400)")
     parser.add_argument("--modes", default="api,inprocess", help="api and/or inprocess, in that order")
+    parser.add_argument("--workers", type=int, default=2, help="uvicorn workers, and batches in flight through the "
+                        "API (default 2: the Procfile's WEB_CONCURRENCY)")
     args = parser.parse_args()
     prepare_database()
     import django

@@ -31,7 +31,8 @@ DB_URL = os.environ.get("BENCH_SPREAD_DATABASE_URL", "postgres://postgres@127.0.
 DB_NAME = DB_URL.rsplit("/", 1)[-1]
 ENV = {
     "DATABASE_URL": DB_URL, "SECRET_KEY": "bench-secret-key", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0",
-    "CELERY_BROKER_URL": "redis://127.0.0.1:6379/14", "LOG_LEVEL": "ERROR", "FLAGS_CACHE_TTL_S": "1",
+    "CELERY_BROKER_URL": os.environ.get("BENCH_CELERY_BROKER_URL", "redis://127.0.0.1:6379/14"), "LOG_LEVEL": "ERROR",
+    "FLAGS_CACHE_TTL_S": "1",
     "PLACEMENT_FLEET_REFRESH_S": "1", "DJANGO_SETTINGS_MODULE": "forest_host.settings",
 }
 os.environ.update(ENV)

@@ -7,12 +7,12 @@ Grove's unit free counts and accelerator claims after what the batch already pla
 *assume cache* — and the subject's spread-group counts), which samples, scores and chooses exactly as a
 single placement does. A subject nothing has room for fails with ``no_capacity`` instead of overcommitting.
 
-The writes (``writes.placements_write``), in one transaction: lock the unit rows of every Grove the batch
-touched, re-read their reported free counts and the ledger (``UnitLoad``), re-verify every placement;
-another process that placed on those Groves meanwhile makes it fail: the transaction rolls back, those
-Groves are re-read into the snapshot and the batch decides again (``DECIDE_ATTEMPTS`` times). Then the
-ledger rows, the shared verdicts and the placements (``COPY`` on PostgreSQL) are written, and the
-snapshot takes the batch's assumed facts. A subject already placed returns its stored placement
+The writes (``writes.placements_write``), in one transaction: lock the unit rows the batch places on,
+re-read their reported free counts and the ledger (``UnitLoad``), re-verify every placement; another
+process that placed on those units meanwhile so that they no longer hold makes it fail: the transaction
+rolls back, those Groves are re-read into the snapshot and the batch decides again (``DECIDE_ATTEMPTS``
+times). Then the ledger rows, the shared verdicts and the placements (``COPY`` on PostgreSQL) are
+written, and the snapshot takes the batch's assumed facts. A subject already placed returns its stored placement
 (``services.placement_reuse``), as a retry of ``place_execution`` does.
 """
 from __future__ import annotations
@@ -75,11 +75,14 @@ class BatchOutcome:
 class _Shape:
     """One requirement's shared decision within a batch round: its verdicts, stored once for every subject."""
 
+    requirement: ExecutionRequirement
     decision: Decision
     verdicts_key: str
     verdicts_body: dict
     requirement_json: str
     counts: dict[str, int]
+    shared: dict  # the stored decision's keys every subject of the shape has alike
+    shared_json: str  # ``shared`` encoded, without its braces
 
 
 def _deadlock(error: Exception) -> bool:
@@ -103,7 +106,7 @@ def _digest(body: dict) -> str:
 def _top_entry(row, rank: int, platform: str) -> dict:
     entry = {"grove_id": row.facts.id, "grove_slug": row.facts.slug, "substrate": row.facts.substrate, "rank": rank,
              "platform": platform, "fits_cpu_memory": True, "fit": row.fit.to_json(),
-             "score": row.score.to_json() if row.score is not None else None}
+             "score": row.score_json()}
     if row.fit.unit_id:
         entry["unit"] = row.fit.unit_id
     if row.fit.admission is not None:
@@ -122,6 +125,10 @@ class _Round:
         self.touched: dict[str, GroveFacts] = {}
         self.groups = groups
         self.shapes: dict[tuple, _Shape] = {}
+        # What ``decide.rank`` judged per Grove, kept while the Grove's load version stands (``_take``
+        # moves it): each placement makes one Grove be judged again, the rest are read back.
+        self.memo: dict = {}
+        self.versions: dict[str, int] = {}
 
     def view(self, requirement: ExecutionRequirement, *, limit: int, role_only: bool = False,
              start: int = 0, with_others: bool = True) -> CandidateSet:
@@ -133,15 +140,20 @@ class _Round:
             rows = free.get(facts.id)
             if rows is None:
                 return facts.fits(cpu, memory)
-            return any(c >= cpu and m >= memory for _u, c, m in rows)
+            for row in rows:  # noqa: SIM110 - a loop, not any(): called for every Grove a decision walks
+                if row[1] >= cpu and row[2] >= memory:
+                    return True
+            return False
 
         return self.index.select(requirement, limit=limit, cap=snapshot.COUNT_CAP, cutoff=self.cutoff,
                                  role_only=role_only, start=start, fits=fits, with_others=with_others)
 
     def shape(self, requirement: ExecutionRequirement, enforced: bool) -> _Shape:
-        key = (requirement, enforced)
+        # By the object's identity (the batch's items share a few parsed requirements; hashing a nested
+        # requirement per subject cost more than the lookup), the object kept in the shape.
+        key = (id(requirement), enforced)
         shape = self.shapes.get(key)
-        if shape is None:
+        if shape is None or shape.requirement is not requirement:
             decision = decide(requirement, fleet_view=self.view, loads=self.loads(None), enforced=enforced)
             body = {"candidates": decision.candidates, "summary": decision.summary,
                     "eligible_total": decision.eligible_total, "ineligible_total": decision.ineligible_total}
@@ -149,12 +161,20 @@ class _Round:
             for verdict in decision.candidates:
                 for code in {item["code"] for item in verdict["incompatibilities"]}:
                     counts[code] += 1
-            shape = self.shapes[key] = _Shape(decision=decision, verdicts_key=_digest(body), verdicts_body=body,
-                                              requirement_json=json.dumps(requirement.to_json()), counts=dict(counts))
+            verdicts_key = _digest(body)
+            # What every subject of this shape stores alike, encoded once (``writes.Plan.shared_json``).
+            shared = {"enforced": enforced, "summary": decision.summary, "eligible_total": decision.eligible_total,
+                      "ineligible_total": decision.ineligible_total, "counts": dict(counts),
+                      "verdicts": verdicts_key}
+            shape = self.shapes[key] = _Shape(requirement=requirement, decision=decision, verdicts_key=verdicts_key,
+                                              verdicts_body=body, requirement_json=json.dumps(requirement.to_json()),
+                                              counts=dict(counts), shared=shared,
+                                              shared_json=json.dumps(shared)[1:-1])
         return shape
 
     def loads(self, group: str | None) -> Loads:
-        return Loads(free=self.free, claimed=self.claimed, group=self.groups.get(group, {}) if group else {})
+        return Loads(free=self.free, claimed=self.claimed, group=self.groups.get(group, {}) if group else {},
+                     memo=self.memo, versions=self.versions)
 
     def decide(self, item: BatchItem, index: int, enforced: bool) -> writes.Plan:
         requirement = item.requirement
@@ -181,31 +201,35 @@ class _Round:
         if facts.id != decision.grove.id:
             facts = decision.grove
         unit_id = decision.fit.unit_id or None if decision.fit is not None else None
+        own = None
         if shape is None:  # an explicit target's decision is one verdict: stored whole, as a single one is
             body = {**decision.to_json(), "unit": unit_id}
             key, verdicts, requirement_json = "", None, json.dumps(requirement.to_json())
         else:
             top = [row for row in decision.ranked if row.score is not None][:BATCH_TOP_CANDIDATES]
-            body = {
+            own = {
                 "grove_id": facts.id, "grove_slug": facts.slug, "selected_platform": decision.selected_platform,
-                "chooser": decision.chooser, "enforced": enforced, "would_refuse": decision.would_refuse,
-                "incompatibilities": decision.incompatibilities, "summary": shape.decision.summary,
-                "eligible_total": shape.decision.eligible_total, "ineligible_total": shape.decision.ineligible_total,
-                "unit": unit_id, "top": [_top_entry(row, rank, selected_platform(requirement, row.facts))
-                                         for rank, row in enumerate(top, start=1)],
-                "counts": shape.counts, "verdicts": shape.verdicts_key, "scores": decision.scores,
+                "chooser": decision.chooser, "would_refuse": decision.would_refuse,
+                "incompatibilities": decision.incompatibilities, "unit": unit_id,
+                "top": [_top_entry(row, rank, selected_platform(requirement, row.facts))
+                        for rank, row in enumerate(top, start=1)],
+                "scores": decision.scores,
             }
+            body = {**own, **shape.shared}
             key, verdicts, requirement_json = shape.verdicts_key, shape.verdicts_body, shape.requirement_json
         self._take(facts, unit_id, requirement, decision, item.group)
         return writes.Plan(
             index=index, subject_type=item.subject_type, subject_id=str(item.subject_id).strip(),
             requirement=requirement, requirement_json=requirement_json, facts=facts, unit_id=unit_id, decision=body,
             chooser=decision.chooser, enforced=enforced, would_refuse=decision.would_refuse, team=item.team or "",
-            environment=item.environment or "", group=item.group or "", verdicts_key=key, verdicts_body=verdicts)
+            environment=item.environment or "", group=item.group or "", verdicts_key=key, verdicts_body=verdicts,
+            own=own if shape is not None else None, shared_json=shape.shared_json if shape is not None else "")
 
     def _take(self, facts: GroveFacts, unit_id: str | None, requirement: ExecutionRequirement, decision: Decision,
               group: str | None) -> None:
-        """Assume the placement: the unit's free counts and claims less what it takes, the group's count + 1."""
+        """Assume the placement: the unit's free counts and claims less what it takes, the group's count + 1,
+        and the Grove's load version moved (what ``rank`` kept for it is judged again)."""
+        self.versions[facts.id] = self.versions.get(facts.id, 0) + 1
         if group:
             counts = self.groups.setdefault(group, {})
             counts[facts.id] = counts.get(facts.id, 0) + 1
@@ -225,14 +249,16 @@ class _Round:
             for inventory_id, count in admission.allocations:
                 claimed[(unit_id, inventory_id)] = claimed.get((unit_id, inventory_id), 0) + count
 
-    def assumed(self) -> list[GroveFacts]:
-        """The touched Groves' facts with the batch's placements subtracted (for the snapshot, after commit)."""
+    def assumed(self) -> list[tuple[GroveFacts, GroveFacts]]:
+        """The touched Groves' facts as decided from, and with the batch's placements subtracted (for the
+        snapshot, after commit)."""
         out = []
         for grove_id, facts in self.touched.items():
-            unit_free = tuple((u, cpu, memory) for u, cpu, memory in self.free[grove_id])
+            unit_free = tuple([(u, cpu, memory) for u, cpu, memory in self.free[grove_id]])
             claimed = self.claimed.get(grove_id)
-            out.append(replace(facts, unit_free=unit_free, units=frontier((c, m) for _u, c, m in unit_free),
-                               claimed=tuple(sorted(claimed.items())) if claimed is not None else facts.claimed))
+            out.append((facts, replace(facts, unit_free=unit_free, units=frontier([(c, m) for _u, c, m in unit_free]),
+                                       claimed=tuple(sorted(claimed.items())) if claimed is not None
+                                       else facts.claimed)))
         return out
 
 

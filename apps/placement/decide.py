@@ -44,6 +44,11 @@ class Loads:
     free: Mapping[str, Sequence] = field(default_factory=dict)
     claimed: Mapping[str, Mapping] = field(default_factory=dict)
     group: Mapping[str, int] = field(default_factory=dict)
+    # A batch's memo of what ``rank`` computed per sampled Grove (its resource fit and total), by what they
+    # depend on, and each Grove's load version (``versions``, moved by the batch whenever it places work on
+    # the Grove): an entry stands while its Grove's version does, so a placement recomputes one Grove only.
+    memo: dict | None = None
+    versions: Mapping[str, int] = field(default_factory=dict)
 
 
 NO_LOADS = Loads()
@@ -68,6 +73,13 @@ class Ranked:
     fit: admission.Fit
     score: scoring.Score | None = None
     incompatibilities: list[rules.Incompatibility] = field(default_factory=list)
+    _shown: dict | None = field(default=None, repr=False)
+
+    def score_json(self) -> dict | None:
+        """``score.to_json()``, built once (a batch's stored decision shows it twice: top and scores)."""
+        if self._shown is None and self.score is not None:
+            self._shown = self.score.to_json()
+        return self._shown
 
 
 @dataclass
@@ -180,11 +192,10 @@ def _fit_now(needs: admission.Needs, facts: rules.GroveFacts) -> admission.Fit:
 _ALLOCATABLE: dict[str, tuple[rules.GroveFacts, int, int]] = {}
 
 
-def load_of(facts: rules.GroveFacts, *, free=None, group: int = 0, platform_rank: int = 0) -> scoring.Load:
-    """What the score plugins read of a Grove: its allocatable and free totals, its group count, the
-    operator's preference and the work's platform position on it. The allocatable totals are fleet facts,
-    kept per facts object; the free totals move with every placement and are summed each time (a Grove
-    reports a handful of units)."""
+def _sums(facts: rules.GroveFacts, free) -> tuple[int, int, int, int]:
+    """A Grove's allocatable and free CPU and memory totals (a unit over-placed counts as 0 free). The
+    allocatable totals are fleet facts, kept per facts object; the free totals move with every placement
+    and are summed each time (a Grove reports a handful of units)."""
     held = _ALLOCATABLE.get(facts.id)
     if held is None or held[0] is not facts:
         if len(_ALLOCATABLE) >= _CACHE_MAX:
@@ -197,9 +208,26 @@ def load_of(facts: rules.GroveFacts, *, free=None, group: int = 0, platform_rank
             cpu_free += row[1]
         if row[2] > 0:
             memory_free += row[2]
-    return scoring.Load(cpu_allocatable=held[1], cpu_free=cpu_free, memory_allocatable=held[2],
+    return held[1], cpu_free, held[2], memory_free
+
+
+def load_of(facts: rules.GroveFacts, *, free=None, group: int = 0, platform_rank: int = 0) -> scoring.Load:
+    """What the score plugins read of a Grove: its allocatable and free totals (``_sums``), its group count,
+    the operator's preference and the work's platform position on it."""
+    cpu_allocatable, cpu_free, memory_allocatable, memory_free = _sums(facts, free)
+    return scoring.Load(cpu_allocatable=cpu_allocatable, cpu_free=cpu_free, memory_allocatable=memory_allocatable,
                         memory_free=memory_free, group=group, preference=facts.preference,
                         platform_rank=platform_rank)
+
+
+def _judged(needs: admission.Needs, facts: rules.GroveFacts, free, claimed, group: int, platform_rank: int,
+            policy: scoring.Policy) -> tuple[admission.Fit, float | None]:
+    """One sampled Grove's resource fit and, when it has room now, its total (rounded for the order)."""
+    fit = fit_on(needs, facts, free=free, claimed=claimed)
+    if not fit.now:
+        return fit, None
+    return fit, round(scoring.total_of(policy, needs.cpu_milli, needs.memory_bytes, *_sums(facts, free), group,
+                                       facts.preference, platform_rank), scoring.TOTAL_DIGITS)
 
 
 def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *, loads: Loads, subject: str,
@@ -207,37 +235,53 @@ def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *,
     """Filter and score: each candidate's resource fit (over ``loads``), every one with room now ordered by
     its total (highest first; equal totals by the tie key of subject and Grove), then the others in sampling
     order. Every plugin's column is built for the first ``scored`` with room (all of them by default: a
-    batch's per-subject call needs only the chosen and the runner-up); the order reads only the total, which
-    is the same number to the bit. ``incompatible`` (the shadow-mode fallback) checks the rules too and puts
-    the fewest incompatibilities first."""
+    batch's per-subject call needs only the chosen and the runner-up); the order reads only the total
+    (``scoring.total_of``), which is the same number to the bit. A batch's ``loads.memo`` keeps each Grove's
+    fit and total until the batch places on it. ``incompatible`` (the shadow-mode fallback) checks the rules
+    too and puts the fewest incompatibilities first."""
     needs = admission.Needs.of(requirement)
-    sizes = scoring.Needs(requirement.resources.cpu_milli, requirement.resources.memory_bytes)
-    now, rest, totals, states = [], [], {}, {}
+    free_of, claimed_of, group_of, versions = loads.free, loads.claimed, loads.group, loads.versions
+    table = None
+    if loads.memo is not None:
+        table = loads.memo.get((needs, policy))
+        if table is None:
+            table = loads.memo[(needs, policy)] = {}
+    now, rest = [], []
     for candidate in found:
         facts = candidate.facts
-        free = loads.free.get(facts.id)
-        fit = fit_on(needs, facts, free=free, claimed=loads.claimed.get(facts.id))
-        row = Ranked(facts, candidate.platform_rank, candidate.fits_cpu_memory, fit,
+        grove_id, platform_rank = facts.id, candidate.platform_rank
+        group = group_of.get(grove_id, 0) if group_of else 0
+        if table is None:
+            fit, total = _judged(needs, facts, free_of.get(grove_id), claimed_of.get(grove_id), group,
+                                 platform_rank, policy)
+        else:
+            version = versions.get(grove_id, 0)
+            entry = table.get((grove_id, platform_rank, group))
+            if entry is None or entry[0] != version:
+                entry = table[(grove_id, platform_rank, group)] = (version, *_judged(
+                    needs, facts, free_of.get(grove_id), claimed_of.get(grove_id), group, platform_rank, policy))
+            fit, total = entry[1], entry[2]
+        row = Ranked(facts, platform_rank, candidate.fits_cpu_memory, fit,
                      incompatibilities=checked(requirement, facts) if incompatible else [])
-        if fit.now:
-            state = states[id(row)] = load_of(facts, free=free, group=loads.group.get(facts.id, 0),
-                                              platform_rank=candidate.platform_rank)
-            totals[id(row)] = round(scoring.total(sizes, state, policy), scoring.TOTAL_DIGITS)
-            now.append(row)
+        if total is not None:
+            now.append((total, row))
         else:
             rest.append(row)
-    now.sort(key=lambda row: -totals[id(row)])
+    now.sort(key=lambda pair: -pair[0])
     start = 0
     while start < len(now):  # equal totals: the stable hash of (subject, Grove), computed only for ties
         end = start + 1
-        while end < len(now) and totals[id(now[end])] == totals[id(now[start])]:
+        while end < len(now) and now[end][0] == now[start][0]:
             end += 1
         if end - start > 1:
-            now[start:end] = sorted(now[start:end], key=lambda row: scoring.tie_key(subject, row.facts.id))
+            now[start:end] = sorted(now[start:end], key=lambda pair: scoring.tie_key(subject, pair[1].facts.id))
         start = end
-    for row in now[:len(now) if scored is None else scored]:
-        row.score = scoring.score(sizes, states[id(row)], policy)
-    ranked = now + rest
+    sizes = scoring.Needs(needs.cpu_milli, needs.memory_bytes)
+    for _total, row in now[:len(now) if scored is None else scored]:
+        row.score = scoring.score(sizes, load_of(row.facts, free=free_of.get(row.facts.id),
+                                                 group=group_of.get(row.facts.id, 0) if group_of else 0,
+                                                 platform_rank=row.platform_rank), policy)
+    ranked = [row for _total, row in now] + rest
     if incompatible:
         ranked.sort(key=lambda row: len(row.incompatibilities))
     return ranked
@@ -256,7 +300,7 @@ def verdict(requirement: ExecutionRequirement, row: Ranked | None, facts: rules.
     fit = row.fit
     verdict["fits_cpu_memory"] = row.fits_cpu_memory
     verdict["fit"] = fit.to_json()
-    verdict["score"] = row.score.to_json() if row.score is not None else None
+    verdict["score"] = row.score_json()
     if requirement.accelerators is not None:
         verdict["fits_accelerators"] = fit.now
         verdict["accelerator_reasons"] = [refusal.to_json() for refusal in fit.reasons]
@@ -269,7 +313,7 @@ def scores_of(chosen: Ranked, runner_up: Ranked | None, policy: scoring.Policy) 
     """What a stored decision keeps of "why here": the policy and weights, the chosen Grove's and the
     runner-up's every plugin column and total, and the sentence."""
     def entry(row: Ranked) -> dict:
-        return {"grove_id": row.facts.id, "grove_slug": row.facts.slug, **row.score.to_json()}
+        return {"grove_id": row.facts.id, "grove_slug": row.facts.slug, **row.score_json()}
 
     runner = runner_up if runner_up is not None and runner_up.score is not None else None
     return {**policy.to_json(), "chosen": entry(chosen), "runner_up": entry(runner) if runner else None,

@@ -100,6 +100,9 @@ class FleetIndex:
         self._expiry: list[tuple[float, str]] = []  # (heartbeat, slug) of fresh Groves, lazily pruned
         self._cutoff = float("-inf")
         self._shapes: dict[tuple, _Shape] = {}
+        # The shape of a requirement object already asked about (a batch asks once per subject with the
+        # same few objects): (requirement, shape) by (id, role_only), the object kept so the id stays its.
+        self._shape_of: dict[tuple[int, bool], tuple[ExecutionRequirement, _Shape]] = {}
         self._polls: list[tuple[float, str]] = []  # (last poll, slug) of ready Groves, lazily pruned
         self._rules = rules.RULES  # the table the indexes were built from
         self.version = next(_VERSIONS)
@@ -170,8 +173,14 @@ class FleetIndex:
         else:
             self._stale.add(record.slug)
 
+    def loads_changed(self, record: GroveFacts) -> None:
+        """The Grove's free counts or claims changed, nothing else (a committed batch's assumed loads): the
+        record is replaced; its index keys, ring point, liveness and readiness entries stand."""
+        self.records[record.slug] = record
+
     def _facts_changed(self) -> None:
         self._shapes.clear()
+        self._shape_of.clear()
         self.version = next(_VERSIONS)
 
     def _reindex(self) -> None:
@@ -237,6 +246,16 @@ class FleetIndex:
         return eligible
 
     def _shape(self, requirement: ExecutionRequirement, role_only: bool) -> _Shape:
+        held = self._shape_of.get((id(requirement), role_only))
+        if held is not None and held[0] is requirement:
+            return held[1]
+        shape = self._shape_by_rules(requirement, role_only)
+        if len(self._shape_of) >= self.MAX_SHAPES:
+            self._shape_of.clear()
+        self._shape_of[(id(requirement), role_only)] = (requirement, shape)
+        return shape
+
+    def _shape_by_rules(self, requirement: ExecutionRequirement, role_only: bool) -> _Shape:
         # The role-only fallback (shadow mode) still never picks a Grove that would not claim the work.
         table = (rules.ROLE, rules.READINESS) if role_only else self._rules
         # What each rule accepts *is* the shape (with what the ranking reads: platforms and the API).

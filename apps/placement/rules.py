@@ -75,7 +75,10 @@ class GroveFacts:
 
     def fits(self, cpu_milli: int, memory_bytes: int) -> bool:
         """Some unit has this much CPU and memory free at once."""
-        return any(cpu >= cpu_milli and memory >= memory_bytes for cpu, memory in self.units)
+        for cpu, memory in self.units:  # noqa: SIM110 - a loop, not any(): called for every Grove a decision walks
+            if cpu >= cpu_milli and memory >= memory_bytes:
+                return True
+        return False
 
 
 def frontier(units: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:

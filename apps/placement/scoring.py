@@ -54,16 +54,35 @@ class Needs:
     memory_bytes: int
 
 
-def _allocated_after(needs: Needs, load: Load) -> float:
+def _share(allocatable: int, free: int, need: int) -> float:
+    """The share of one resource allocated once the work is placed (0 empty, 1 full)."""
+    if allocatable <= 0:
+        return 1.0
+    share = (allocatable - free + need) / allocatable
+    return 1.0 if share > 1.0 else 0.0 if share < 0.0 else share  # clamped (min/max cost more, per Grove)
+
+
+def _allocated(cpu_need: int, memory_need: int, cpu_allocatable: int, cpu_free: int, memory_allocatable: int,
+               memory_free: int) -> float:
     """The mean share of CPU and memory allocated once the work is placed (0 empty, 1 full)."""
-    shares = []
-    for allocatable, free, need in ((load.cpu_allocatable, load.cpu_free, needs.cpu_milli),
-                                    (load.memory_allocatable, load.memory_free, needs.memory_bytes)):
-        if allocatable <= 0:
-            shares.append(1.0)
-            continue
-        shares.append(min(1.0, max(0.0, (allocatable - free + need) / allocatable)))
-    return (shares[0] + shares[1]) / 2
+    return (_share(cpu_allocatable, cpu_free, cpu_need) + _share(memory_allocatable, memory_free, memory_need)) / 2
+
+
+def _allocated_after(needs: Needs, load: Load) -> float:
+    return _allocated(needs.cpu_milli, needs.memory_bytes, load.cpu_allocatable, load.cpu_free,
+                      load.memory_allocatable, load.memory_free)
+
+
+def _platform(platform_rank: int) -> float:
+    return 1.0 / (1 + platform_rank)
+
+
+def _run_spread(group: int) -> float:
+    return 1.0 / (1 + group)
+
+
+def _preference(value: int) -> float:
+    return min(max(value, 0), PREFERENCE_MAX) / PREFERENCE_MAX
 
 
 def spread(needs: Needs, load: Load) -> float:
@@ -79,17 +98,17 @@ def binpack(needs: Needs, load: Load) -> float:
 def platform(needs: Needs, load: Load) -> float:
     """The Grove's own platform order: 1 when its first platform is the one the work runs on, 1/2 for
     its second, and so on (what was the chooser's first key before scoring)."""
-    return 1.0 / (1 + load.platform_rank)
+    return _platform(load.platform_rank)
 
 
 def run_spread(needs: Needs, load: Load) -> float:
     """Anti-affinity: 1 on a Grove holding none of the group's work (one run's steps), 1/(n+1) with n."""
-    return 1.0 / (1 + load.group)
+    return _run_spread(load.group)
 
 
 def preference(needs: Needs, load: Load) -> float:
     """The operator's preference for the Grove, set by staff in admin (audited), 0..1."""
-    return min(max(load.preference, 0), PREFERENCE_MAX) / PREFERENCE_MAX
+    return _preference(load.preference)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +145,11 @@ class Policy:
         """(weight, scorer) of every plugin whose weight is not 0, in column order."""
         return tuple((weight, plugin.score) for (_name, weight), plugin in zip(self.weights, PLUGINS, strict=True)
                      if weight)
+
+    @functools.cached_property
+    def weighted_names(self) -> tuple:
+        """(weight, plugin name) of every plugin whose weight is not 0, in column order (``total_of``)."""
+        return tuple((weight, name) for name, weight in self.weights if weight)
 
     def to_json(self) -> dict:
         return {"policy": self.name, "weights": dict(self.weights)}
@@ -175,6 +199,34 @@ def total(needs: Needs, load: Load, policy: Policy) -> float:
     value = 0.0
     for plugin_weight, scorer in policy.weighted:
         value += plugin_weight * scorer(needs, load)
+    return value / weight
+
+
+def total_of(policy: Policy, cpu_need: int, memory_need: int, cpu_allocatable: int, cpu_free: int,
+             memory_allocatable: int, memory_free: int, group: int, preference_value: int,
+             platform_rank: int) -> float:
+    """``total`` from the plain numbers a ``Load`` holds, without building one: what a batch's ranking
+    reads for every sampled Grove. The same column helpers, the same weights in the same order: the same
+    float to the bit as ``score(...).total`` (tests/placement/test_scoring.py checks it)."""
+    weight = policy.total_weight
+    if not weight:
+        return 0.0
+    value = 0.0
+    for plugin_weight, name in policy.weighted_names:
+        if name == SPREAD:
+            column = 1.0 - _allocated(cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable,
+                                      memory_free)
+        elif name == BINPACK:
+            column = _allocated(cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable, memory_free)
+        elif name == "platform":
+            column = _platform(platform_rank)
+        elif name == "run_spread":
+            column = _run_spread(group)
+        elif name == "preference":
+            column = _preference(preference_value)
+        else:  # a plugin added to PLUGINS must be added here too (the bit-equality test says so)
+            raise ValueError(f"total_of does not know the plugin {name!r}")
+        value += plugin_weight * column
     return value / weight
 
 

@@ -132,11 +132,16 @@ def fleet_reload(grove_ids: Iterable[str]) -> list[GroveFacts]:
     return facts
 
 
-def assume(facts: Iterable[GroveFacts]) -> None:
-    """Put these facts (a committed batch's Groves, less what it placed on them) into the snapshot."""
+def assume(pairs: Iterable[tuple[GroveFacts, GroveFacts]]) -> None:
+    """Put these facts (a committed batch's Groves, less what it placed on them: (as decided from, after))
+    into the snapshot. A Grove whose facts are still the ones the batch decided from changes only its loads
+    (``FleetIndex.loads_changed``); one reloaded meanwhile is filed again whole."""
     with _LOCK:
-        for item in facts:
-            if item.slug in _FLEET.records and _FLEET.records[item.slug].id == item.id:
+        for before, item in pairs:
+            held = _FLEET.records.get(item.slug)
+            if held is before:
+                _FLEET.loads_changed(item)
+            elif held is not None and held.id == item.id:
                 _FLEET.upsert(item)
 
 

@@ -58,6 +58,21 @@ class Plan:
     group: str
     verdicts_key: str = ""
     verdicts_body: dict | None = None
+    # A batch subject's stored decision is ``own`` (its choice) and the keys every subject of its
+    # requirement shares, encoded once (``shared_json``, without braces): ``decision`` is both merged.
+    own: dict | None = None
+    shared_json: str = ""
+
+    def note(self, key: str, value) -> None:
+        """Add a key to the stored decision (``earlier``: the refusal the placement supersedes)."""
+        self.decision[key] = value
+        if self.own is not None:
+            self.own[key] = value
+
+    def decision_json(self) -> str:
+        if self.own is None or not self.shared_json:
+            return json.dumps(self.decision)
+        return json.dumps(self.own)[:-1] + ", " + self.shared_json + "}"
 
 
 # --- one placement ----------------------------------------------------------------------------------------
@@ -180,37 +195,36 @@ def existing(keys: list[tuple[str, str]]) -> dict[tuple[str, str], ExecutionPlac
     return found
 
 
-def verify(plans: list[Plan]) -> dict[tuple[str, str], tuple]:
-    """Under the unit rows' lock: every planned placement still fits its unit by the database's own counts
-    (reported free less the ledger), and its Grove is still enabled, fresh and as the decision saw it.
-    Returns the ledger rows to write; raises ``Conflicted`` with the Groves that no longer hold."""
+def verify(plans: list[Plan]) -> dict[tuple[str, str], list]:
+    """Under the lock of the unit rows the plans take (only those: another writer's units are not this
+    batch's business): every planned placement still fits its unit by the database's own counts (reported
+    free less the ledger), and its Grove is still enabled, fresh and as the decision saw it. Returns the
+    ledger entries of those units ([reported_at, cpu, memory, touched]); raises ``Conflicted`` with the
+    Groves that no longer hold."""
     grove_ids = sorted({plan.facts.id for plan in plans})
-    units = list(PlacementUnit.objects.select_for_update().filter(grove_id__in=grove_ids)
-                 .order_by("grove_id", "unit_id").values_list("grove_id", "unit_id", "cpu_milli_free",
-                                                              "memory_bytes_free"))
-    groves = {str(row[0]): row for row in Grove.objects.filter(id__in=grove_ids).values_list(
-        "id", "enabled", "last_heartbeat_at", "capacity_reported_at", "substrate", "roles", "platforms",
-        "isolation_modes", "change_kinds")}
-    loads = {(str(g), u): (at, cpu, memory) for g, u, at, cpu, memory in UnitLoad.objects.filter(
-        grove_id__in=grove_ids).values_list("grove_id", "unit_id", "reported_at", "cpu_milli", "memory_bytes")}
+    wanted = sorted({(plan.facts.id, plan.unit_id) for plan in plans if plan.unit_id is not None})
+    groves, units = _verify_rows(grove_ids, wanted)
     cutoff = snapshot.stale_cutoff()
     free, ledger = {}, {}
-    for grove_id, unit_id, cpu, memory in units:
-        grove_id = str(grove_id)
-        reported_at = groves[grove_id][3]
-        at, load_cpu, load_memory = loads.get((grove_id, unit_id), (None, 0, 0))
-        if at != reported_at:
+    for grove_id, unit_id, cpu, memory, at, load_cpu, load_memory in units:
+        row = groves.get(grove_id)
+        reported_at = row[3] if row is not None else None
+        if at != reported_at or load_cpu is None:
             load_cpu, load_memory = 0, 0
         free[(grove_id, unit_id)] = [cpu - load_cpu, memory - load_memory]
         ledger[(grove_id, unit_id)] = [reported_at, load_cpu, load_memory, False]
+    holds: dict[str, bool] = {}  # per Grove: still enabled, fresh and as the decisions saw it
     conflicted = set()
     for plan in plans:
-        row = groves.get(plan.facts.id)
         facts = plan.facts
-        if row is None or (plan.chooser != Chooser.EXPLICIT and (
-                not row[1] or row[2] is None or row[2].timestamp() < cutoff
-                or (row[4], tuple(row[5]), tuple(row[6]), tuple(row[7]), tuple(row[8]))
-                != (facts.substrate, facts.roles, facts.platforms, facts.isolation_modes, facts.change_kinds))):
+        if plan.chooser != Chooser.EXPLICIT:
+            good = holds.get(facts.id)
+            if good is None:
+                good = holds[facts.id] = _grove_holds(groves.get(facts.id), facts, cutoff)
+            if not good:
+                conflicted.add(facts.id)
+                continue
+        elif facts.id not in groves:
             conflicted.add(facts.id)
             continue
         if plan.unit_id is None:
@@ -227,6 +241,65 @@ def verify(plans: list[Plan]) -> dict[tuple[str, str], tuple]:
     return ledger
 
 
+def _listed(value) -> tuple:
+    """A JSON array column as a tuple (the raw cursor hands ``jsonb`` over as text, the ORM as a list)."""
+    return tuple(json.loads(value) if isinstance(value, str | bytes) else value)
+
+
+def _grove_holds(row, facts: GroveFacts, cutoff: float) -> bool:
+    return (row is not None and row[1] and row[2] is not None and row[2].timestamp() >= cutoff
+            and row[4] == facts.substrate
+            and (_listed(row[5]), _listed(row[6]), _listed(row[7]), _listed(row[8]))
+            == (facts.roles, facts.platforms, facts.isolation_modes, facts.change_kinds))
+
+
+_GROVE_COLUMNS = ("id", "enabled", "last_heartbeat_at", "capacity_reported_at", "substrate", "roles", "platforms",
+                  "isolation_modes", "change_kinds")
+
+
+def _verify_rows(grove_ids: list[str], wanted: list[tuple[str, str]]) -> tuple[dict[str, tuple], list[tuple]]:
+    """The Groves' rows (by id) and, locked in (Grove, unit) order, the wanted units' free counts with their
+    ledger rows: (grove id, unit id, CPU free, memory free, ledger reported_at, ledger CPU, ledger memory)."""
+    if connection.vendor == "postgresql":
+        # Three statements, no model objects: at a full batch these are thousands of rows. The units are
+        # joined to the unnested (Grove, unit) pairs, one unique-index probe each, and locked as sorted:
+        # every batch (and every accelerator claim, which locks a Grove's units in unit order) takes its
+        # locks in the same order, so they wait on each other, never in a cycle. The Grove rows and the
+        # ledger are read by statements of their own *after* the lock is held: a statement reads what was
+        # committed when it started, so a ledger joined into the locking statement would be the one from
+        # before a concurrent batch that held the lock committed (its placements lost: overcommit).
+        units_wanted = [[grove_id for grove_id, _unit in wanted], [unit_id for _grove, unit_id in wanted]]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT u.grove_id, u.unit_id, u.cpu_milli_free, u.memory_bytes_free "
+                f"FROM unnest(%s::uuid[], %s::text[]) AS w(grove_id, unit_id) "
+                f"JOIN {PlacementUnit._meta.db_table} u ON u.grove_id = w.grove_id AND u.unit_id = w.unit_id "
+                "ORDER BY u.grove_id, u.unit_id FOR UPDATE OF u", units_wanted)
+            locked = cursor.fetchall()
+            cursor.execute(f"SELECT {', '.join(_GROVE_COLUMNS)} FROM {Grove._meta.db_table} "
+                           "WHERE id = ANY(%s::uuid[])", [grove_ids])
+            groves = {str(row[0]): row for row in cursor.fetchall()}
+            cursor.execute(
+                f"SELECT l.grove_id, l.unit_id, l.reported_at, l.cpu_milli, l.memory_bytes "
+                f"FROM unnest(%s::uuid[], %s::text[]) AS w(grove_id, unit_id) "
+                f"JOIN {UnitLoad._meta.db_table} l ON l.grove_id = w.grove_id AND l.unit_id = w.unit_id",
+                units_wanted)
+            loads = {(str(row[0]), row[1]): row[2:] for row in cursor.fetchall()}
+        return groves, [(str(grove_id), unit_id, cpu, memory, *loads.get((str(grove_id), unit_id), (None, 0, 0)))
+                        for grove_id, unit_id, cpu, memory in locked]
+    units = []
+    for grove_id, unit_id, cpu, memory in (PlacementUnit.objects.select_for_update().filter(grove_id__in=grove_ids)
+                                           .order_by("grove_id", "unit_id")
+                                           .values_list("grove_id", "unit_id", "cpu_milli_free", "memory_bytes_free")):
+        units.append((str(grove_id), unit_id, cpu, memory))
+    groves = {str(row[0]): row for row in Grove.objects.filter(id__in=grove_ids).values_list(*_GROVE_COLUMNS)}
+    keys = set(wanted)
+    loads = {(str(g), u): (at, cpu, memory) for g, u, at, cpu, memory in UnitLoad.objects.filter(
+        grove_id__in=grove_ids).values_list("grove_id", "unit_id", "reported_at", "cpu_milli", "memory_bytes")}
+    return groves, [(grove_id, unit_id, cpu, memory, *loads.get((grove_id, unit_id), (None, 0, 0)))
+                    for grove_id, unit_id, cpu, memory in units if (grove_id, unit_id) in keys]
+
+
 def placements_write(plans: list[Plan], *, unplaced: dict[tuple[str, str], ExecutionPlacement] | None = None
                      ) -> tuple[set[int], dict[int, int]]:
     """Inside the batch's transaction: verify, then write placements, shared verdicts and the ledger.
@@ -240,7 +313,7 @@ def placements_write(plans: list[Plan], *, unplaced: dict[tuple[str, str], Execu
         for plan in plans:
             row = unplaced.get((plan.subject_type, plan.subject_id))
             if row is not None:
-                plan.decision["earlier"] = unplaced_summary(row)
+                plan.note("earlier", unplaced_summary(row))
                 superseded.append(row.pk)
         ExecutionPlacement.objects.filter(pk__in=superseded).exclude(outcome=Outcome.PLACED).delete()
     now = verdicts_write(plans)
@@ -268,9 +341,23 @@ def ledger_write(plans: list[Plan], ledger: dict, lost: set[int]) -> None:
         entry[1] += plan.requirement.resources.cpu_milli
         entry[2] += plan.requirement.resources.memory_bytes
         entry[3] = True
+    rows = [(grove_id, unit_id, at, cpu, memory) for (grove_id, unit_id), (at, cpu, memory, touched)
+            in sorted(ledger.items()) if touched]
+    if not rows:
+        return
+    if connection.vendor == "postgresql":
+        # One statement over five arrays (no model objects for thousands of rows), in lock order.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {UnitLoad._meta.db_table} (grove_id, unit_id, reported_at, cpu_milli, memory_bytes) "
+                "SELECT * FROM unnest(%s::uuid[], %s::text[], %s::timestamptz[], %s::bigint[], %s::bigint[]) "
+                "ON CONFLICT (grove_id, unit_id) DO UPDATE SET reported_at = EXCLUDED.reported_at, "
+                "cpu_milli = EXCLUDED.cpu_milli, memory_bytes = EXCLUDED.memory_bytes",
+                [list(column) for column in zip(*rows, strict=True)])
+        return
     UnitLoad.objects.bulk_create(
         [UnitLoad(grove_id=grove_id, unit_id=unit_id, reported_at=at, cpu_milli=cpu, memory_bytes=memory)
-         for (grove_id, unit_id), (at, cpu, memory, touched) in ledger.items() if touched],
+         for grove_id, unit_id, at, cpu, memory in rows],
         update_conflicts=True, unique_fields=["grove", "unit_id"],
         update_fields=["reported_at", "cpu_milli", "memory_bytes"])
 
@@ -280,7 +367,7 @@ def _rows(plans: list[Plan], ids: list[int | None], now) -> list[tuple]:
     for plan, placement_id in zip(plans, ids, strict=True):
         decision = plan.decision
         rows.append((placement_id, plan.subject_type, plan.subject_id, plan.facts.id, plan.facts.slug,
-                     decision["selected_platform"], plan.requirement_json, json.dumps(decision),
+                     decision["selected_platform"], plan.requirement_json, plan.decision_json(),
                      plan.chooser, plan.enforced, plan.would_refuse, plan.team, plan.environment,
                      now, now, "[]", plan.verdicts_key, Outcome.PLACED, "", plan.group))
     return rows

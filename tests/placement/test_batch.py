@@ -366,3 +366,58 @@ def test_a_full_batch_body_fits_the_endpoints_own_limit(make_grove, settings):
     body["items"] *= 3  # ~360 KB: over the endpoint's limit too
     response = api().post(f"{URL}/batch", body, format="json")
     assert response.status_code == 413 and response.json()["code"] == "payload_too_large"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_batches_on_one_unit_read_each_others_ledger(make_grove, monkeypatch):
+    """Two batches decide from the same view of one unit (room for four jobs, three each); the second's lock
+    waits on the first's commit, and what it reads of the ledger must be what the first committed (read
+    after its lock is granted, not by the statement that waited for it): four placed, never six."""
+    import threading
+    import time
+
+    from django.db import connection
+
+    make_grove("a", units=[unit("a1", cpu=4000, mem_gib=8)])
+    snapshot.fleet_refresh(full=True)
+    both_decided = threading.Barrier(2)
+    first_verify = threading.local()
+    verify, ledger_write = writes.verify, writes.ledger_write
+
+    def verify_together(plans):
+        if not getattr(first_verify, "done", False):
+            first_verify.done = True
+            both_decided.wait(timeout=30)
+        return verify(plans)
+
+    def ledger_write_once_the_other_waits(plans, ledger, lost):
+        deadline = time.monotonic() + 30
+        with connection.cursor() as cursor:  # the other batch's locking statement is queued behind this one
+            while time.monotonic() < deadline:
+                cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                if cursor.fetchone()[0]:
+                    break
+                time.sleep(0.01)
+        return ledger_write(plans, ledger, lost)
+
+    monkeypatch.setattr(writes, "verify", verify_together)
+    monkeypatch.setattr(writes, "ledger_write", ledger_write_once_the_other_waits)
+    outcomes, errors = {}, []
+
+    def place(prefix):
+        try:
+            outcomes[prefix] = batch.place_batch(items([work()] * 3, prefix=prefix))
+        except Exception as exc:  # surfaced below; a thread must not swallow a failure
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=place, args=(prefix,)) for prefix in ("x", "y")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    placed = [o for found in outcomes.values() for o in found if o.status == "placed"]
+    assert len(placed) == 4 and ExecutionPlacement.objects.count() == 4
+    assert_no_overcommit()

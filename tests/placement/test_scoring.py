@@ -3,6 +3,8 @@ documented total, the tie key, and the "why here" sentence."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from apps.placement import scoring
 
@@ -72,3 +74,24 @@ def test_why_names_the_plugin_that_separated_the_two():
     assert sentence.startswith("k8s-1 chosen over k8s-gpu-2 by spread (0.88 vs 0.12")
     assert "tie-break" in scoring.why("a", emptier, "b", emptier, policy)
     assert "only Grove" in scoring.why("a", emptier, None, None, policy)
+
+
+@given(cpu_need=st.integers(0, 64000), memory_need=st.integers(0, 64 * GIB),
+       cpu_allocatable=st.integers(-1, 128000), cpu_free=st.integers(-64000, 128000),
+       memory_allocatable=st.integers(-1, 256 * GIB), memory_free=st.integers(-GIB, 256 * GIB),
+       group=st.integers(0, 50), preference=st.integers(-10, 200), platform_rank=st.integers(0, 9),
+       policy=st.sampled_from(["spread", "binpack"]),
+       weights=st.dictionaries(st.sampled_from(scoring.NAMES), st.sampled_from([0, 0.5, 1, 2, 3, 7]), min_size=5))
+def test_total_of_is_the_scored_total_to_the_bit(cpu_need, memory_need, cpu_allocatable, cpu_free,
+                                                 memory_allocatable, memory_free, group, preference, platform_rank,
+                                                 policy, weights):
+    """The batch ranks by ``total_of`` (plain numbers, no ``Load``): the very float ``score`` stores, so the
+    order a batch chooses by is the order an explanation shows."""
+    chosen = scoring.policy_for(family="compute", accelerators=False, policies={"compute": policy}, weights=weights)
+    state = scoring.Load(cpu_allocatable=cpu_allocatable, cpu_free=cpu_free, memory_allocatable=memory_allocatable,
+                         memory_free=memory_free, group=group, preference=preference, platform_rank=platform_rank)
+    needs = scoring.Needs(cpu_need, memory_need)
+    expected = scoring.score(needs, state, chosen).total
+    assert scoring.total_of(chosen, cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable,
+                            memory_free, group, preference, platform_rank) == expected
+    assert scoring.total(needs, state, chosen) == expected

@@ -1,9 +1,6 @@
 """Placement API for staff, CI and the CLI (DRF token or staff session; Grove credentials are refused)."""
 from __future__ import annotations
 
-import functools
-import json
-
 from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -233,13 +230,19 @@ def _batch_item(entry, index: int, *, team: str | None, environment: str | None)
 
 
 def parsed(body) -> ExecutionRequirement:
-    """``ExecutionRequirement.from_json``, kept per canonical body (an immutable result, a bounded cache): a
-    batch's items mostly repeat a few requirements, and parsing each of 5,000 bodies cost more than deciding
-    it. A body that does not parse is never kept; its error is raised each time."""
-    return _parse_cached(json.dumps(body, sort_keys=True, separators=(",", ":")))
+    """``ExecutionRequirement.from_json``, kept per body (an immutable result, a bounded cache): a batch's
+    items mostly repeat a few requirements, and parsing each of 5,000 bodies cost more than deciding it.
+    The key is the parsed JSON's ``repr`` (C speed, unambiguous for JSON values; a reordered body is only
+    a miss). A body that does not parse is never kept; its error is raised each time."""
+    key = repr(body)
+    found = _PARSED.get(key)
+    if found is None:
+        found = ExecutionRequirement.from_json(body)
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[key] = found
+    return found
 
 
-@functools.lru_cache(maxsize=1024)
-def _parse_cached(text: str) -> ExecutionRequirement:
-    return ExecutionRequirement.from_json(json.loads(text))
-
+_PARSED: dict[str, ExecutionRequirement] = {}
+_PARSED_MAX = 1024
