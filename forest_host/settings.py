@@ -250,6 +250,10 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    # Every broker key under a prefix: Hosts (or bench runs, bench/_common.py) sharing one Redis database
+    # keep apart, and one can delete its own keys without flushing the others'.
+    if _key_prefix := os.environ.get("CELERY_BROKER_KEY_PREFIX", ""):
+        CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = _key_prefix
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
