@@ -127,7 +127,8 @@ def prepare(args: argparse.Namespace, bench: str, *, env: dict[str, str] | None 
         "DATABASE_URL": target.database_url, "CELERY_BROKER_URL": target.broker_url,
         "CELERY_BROKER_KEY_PREFIX": target.key_prefix, "REDIS_URL": target.broker_url,
         "SECRET_KEY": "bench-secret-key", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost", "LOG_LEVEL": "WARNING", "DJANGO_SETTINGS_MODULE": "forest_host.settings",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost", "LOG_LEVEL": "WARNING",
+        "DJANGO_SETTINGS_MODULE": "forest_host.settings",
         **(env or {}),
     }
     os.environ.update(target.env)
