@@ -128,6 +128,10 @@ FOREST_LEAN_JOB_THREADS = int(os.environ.get("FOREST_LEAN_JOB_THREADS", "8"))
 DATABASE_POOL_TIMEOUT_S = float(os.environ.get("DATABASE_POOL_TIMEOUT_S", "10"))
 # Connections of the lean wire routes' async pool (apps/dispatch/api/lean.py), per web process.
 DATABASE_POOL_ASYNC_SIZE = int(os.environ.get("DATABASE_POOL_ASYNC_SIZE", "4"))
+# Heartbeat statements (group-committed batches) in flight at once per web process (lean.HeartbeatBatch); at
+# most the async pool's size. bench/heartbeat.py: docs/decisions.md "Heartbeat floor: pgbench".
+FOREST_HEARTBEAT_BATCHES_IN_FLIGHT = max(1, min(DATABASE_POOL_ASYNC_SIZE,
+                                                int(os.environ.get("FOREST_HEARTBEAT_BATCHES_IN_FLIGHT", "2"))))
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'forest.sqlite3'}"),

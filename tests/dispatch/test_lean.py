@@ -444,3 +444,38 @@ def test_the_first_poll_stamps_updated_at_and_a_steady_one_stays_hot(fresh_grove
     assert grove_services.grove_poll_record(grove=stamped, now=first + timedelta(seconds=11))
     again = Grove.objects.get(pk=grove.pk)
     assert again.last_polled_at == first + timedelta(seconds=11) and again.updated_at == first_updated
+
+
+def test_two_heartbeat_batches_fly_at_once_and_never_name_one_grove_twice(monkeypatch, settings):
+    """With two statements allowed in flight per event loop, a second batch starts while the first waits on
+    PostgreSQL, and a Grove's next beat waits for a batch after the one carrying its last (no two statements
+    in flight name one Grove; its beats commit in order)."""
+    settings.FOREST_HEARTBEAT_BATCHES_IN_FLIGHT = 2
+    statements: list[list[str]] = []
+    in_flight: list[set[str]] = []
+
+    async def run():
+        batch = lean.HeartbeatBatch()
+        started, overlapped, release = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+        async def held_run(rows):
+            names = [row["grove"] for row in rows]
+            statements.append(names)
+            in_flight.append(set(names))
+            started.set()
+            if len(in_flight) == 2:
+                overlapped.set()
+            await release.wait()
+            in_flight.remove(set(names))
+            return dict.fromkeys(names, False)
+
+        monkeypatch.setattr(batch, "_run", held_run)
+        first = asyncio.ensure_future(batch.record({"grove": "a"}))
+        await started.wait()  # the first statement is in flight with "a"
+        rest = [asyncio.ensure_future(batch.record({"grove": g})) for g in ("b", "a", "c")]
+        await overlapped.wait()  # a second statement started while the first still waits
+        release.set()
+        return await asyncio.gather(first, *rest)
+
+    assert asyncio.run(run()) == [True, True, True, True]
+    assert statements == [["a"], ["b", "c"], ["a"]]  # "a" again waited for the statement after its first
