@@ -415,6 +415,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", "2")),
                         help="uvicorn workers (default $WEB_CONCURRENCY or 2, as deployed)")
     parser.add_argument("--workloads", default="steady,stamped,free")
+    parser.add_argument("--batches-in-flight", default="2",
+                        help="FOREST_HEARTBEAT_BATCHES_IN_FLIGHT values to compare in the same run (e.g. 1,2)")
     parser.add_argument("--longpoll", type=int, default=10000, help="long-polls held at once (0: skip)")
     parser.add_argument("--longpoll-wait", type=int, default=20, help="seconds each long-poll waits")
     common.add_options(parser)
@@ -427,7 +429,17 @@ def main() -> None:
 
     django.setup()
     work = Path(tempfile.mkdtemp(prefix="forest-bench-heartbeat-"))
-    server, url = start_server("forest_host.asgi:application", args.workers)
+    in_flight = [int(k) for k in args.batches_in_flight.split(",")]
+    server, url = None, None
+
+    def serve(k: int) -> None:
+        """Host afresh (a touch window set on the database is read when a connection starts)."""
+        nonlocal server, url
+        if server is not None:
+            stop(server)
+        os.environ["FOREST_HEARTBEAT_BATCHES_IN_FLIGHT"] = str(k)
+        server, url = start_server("forest_host.asgi:application", args.workers)
+
     empty, empty_url = start_server("bench.empty_asgi:app", args.workers)
     rows, longpoll = [], None
     try:
@@ -438,51 +450,54 @@ def main() -> None:
             concurrency = max(1, min(args.concurrency, size // 2))
             for label in args.workloads.split(","):
                 bodies = WORKLOADS[label]
-                # pgbench client k beats Groves k, k + C, ...: the same shares as our connections.
                 pgbench_rows(groves, bodies)
-                restamp()
-                vacuum()
-                if label == "stamped":  # the setting is read when a connection starts: a fresh server
+                if label == "stamped":
                     set_touch_window(0)
-                    stop(server)
-                    server, url = start_server("forest_host.asgi:application", args.workers)
-                print(f"N={size}: {label} heartbeats for {args.seconds}s, {concurrency} connections ...", flush=True)
                 try:
-                    upd, hot = hot_counters()
-                    ours = run_clients(url, groves, bodies, concurrency, args.clients, args.seconds, server)
-                    upd2, hot2 = hot_counters()
+                    runs = []
+                    for k in in_flight:  # each setting of the same run against the same floor
+                        serve(k)
+                        restamp()
+                        vacuum()
+                        print(f"N={size}: {label} heartbeats for {args.seconds}s, {concurrency} connections, "
+                              f"{k} batch(es) in flight per process ...", flush=True)
+                        upd, hot = hot_counters()
+                        ours = run_clients(url, groves, bodies, concurrency, args.clients, args.seconds, server)
+                        upd2, hot2 = hot_counters()
+                        runs.append((k, ours, (hot2 - hot) / max(1, upd2 - upd)))
                     restamp()
                     floor = run_pgbench(size, len(bodies), concurrency, args.seconds, work)
                 finally:
                     if label == "stamped":
                         set_touch_window(None)
-                        stop(server)
-                        server, url = start_server("forest_host.asgi:application", args.workers)
                 http = run_clients(empty_url, groves, bodies, concurrency, args.clients, args.seconds)
-                hot_share = (hot2 - hot) / max(1, upd2 - upd)
-                rows.append((size, label, concurrency, ours, floor, http, hot_share))
+                rows += [(size, label, k, concurrency, ours, floor, http, hot_share) for k, ours, hot_share in runs]
         if args.longpoll:
+            serve(in_flight[-1])
             groves = make_groves(max([*sizes, args.longpoll]))[: args.longpoll]
             print(f"holding {len(groves)} changes long-polls ...", flush=True)
             longpoll = asyncio.run(hold_longpolls(url, groves, args.longpoll_wait, server))
     finally:
-        stop(server)
+        if server is not None:
+            stop(server)
         stop(empty)
         shutil.rmtree(work, ignore_errors=True)
 
     print(f"\nserver: uvicorn x{args.workers} workers (docker/host-entrypoint.sh's flags); ours: {args.clients} "
           f"client processes; floor: pgbench -M prepared -j 2; {common.uptime()}")
-    print(f"{'N':>6} {'load':<9} {'conn':>4} | {'ours rps':>8} {'p50 ms':>7} {'p99 ms':>7} {'err':>4} {'HOT':>5} | "
+    print(f"{'N':>6} {'load':<9} {'k':>2} {'conn':>4} | {'ours rps':>8} {'p50 ms':>7} {'p99 ms':>7} {'err':>4} "
+          f"{'HOT':>5} | "
           f"{'pgbench tps':>11} {'avg ms':>7} | {'HTTP rps':>8} {'p50 ms':>7} | {'/pgbench':>8} {'/HTTP':>6} "
           f"{'cl cpu':>6} {'pgb cpu':>7} {'web ms/req':>10}")
-    for size, label, conc, ours, floor, http, hot in rows:
-        print(f"{size:>6} {label:<9} {conc:>4} | {ours['rps']:>8.0f} {ours['p50']:>7.2f} {ours['p99']:>7.2f} "
+    for size, label, k, conc, ours, floor, http, hot in rows:
+        print(f"{size:>6} {label:<9} {k:>2} {conc:>4} | {ours['rps']:>8.0f} {ours['p50']:>7.2f} {ours['p99']:>7.2f} "
               f"{ours['errors']:>4} {hot:>5.0%} | {floor['rps']:>11.0f} {floor['latency']:>7.2f} | "
               f"{http['rps']:>8.0f} {http['p50']:>7.2f} | {ours['rps'] / floor['rps']:>7.2f}x "
               f"{ours['rps'] / http['rps']:>5.2f}x {ours['client_cpu']:>6.0%} {floor['client_cpu']:>7.0%} "
               f"{ours['server_ms']:>10.2f}")
     print("\nratio: /pgbench, /HTTP = our heartbeats/s over the floor's (target >= 0.5x pgbench running the same "
-          "statement); HOT = share of the Grove row's UPDATEs that were heap-only;\ncl cpu / pgb cpu = the clients' "
+          "statement); k = heartbeat statements in flight per web process;\nHOT = share of the Grove row's UPDATEs "
+          "that were heap-only; cl cpu / pgb cpu = the clients' "
           "CPU as a share of one core; web ms/req = CPU of the web processes per request.")
     if longpoll:
         print(f"\nlong-poll: {longpoll['n']} Groves waiting at once (opened in {longpoll['open_s']:.1f}s): server RSS "

@@ -33,7 +33,8 @@ BENCHES = {
     "ha": (["--jobs", "4", "--groves", "2", "--no-baseline", "--sweep-s", "1", "--resend-s", "2"], [],
            r"^faults\s+\d+\s+\d+\s+\d+"),
     "heartbeat": (["--groves", "8", "--seconds", "1", "--concurrency", "4", "--workloads", "steady",
-                   "--longpoll", "2", "--longpoll-wait", "1"], ["pgbench"], r"^\s+8 steady .* \d+\.\d+x\s+\d+\.\d+x"),
+                   "--longpoll", "2", "--longpoll-wait", "1"], ["pgbench"],
+                  r"^\s+8 steady\s+\d+ .* \d+\.\d+x\s+\d+\.\d+x"),
     "ingress": (["--requests", "40", "--concurrency", "2"], ["nginx"], r"ratio\s+rps \d+\.\d+x"),
     "placement": (["--groves", "10", "--decisions", "20", "--queued", "20", "--events", "3"], [],
                   r"^\s+10\s+persisted\s+\d+ .*\d+\.\d+"),
@@ -74,8 +75,8 @@ def bench_template(bench_base):
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
         subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, check=True,
-                       env={**_env(), "DATABASE_URL": _server_url(name), "DJANGO_SETTINGS_MODULE": "forest_host.settings",
-                            "SECRET_KEY": "bench-secret-key", "DEBUG": "0"}, timeout=300)
+                       env={**_env(), "DATABASE_URL": _server_url(name), "SECRET_KEY": "bench-secret-key",
+                            "DJANGO_SETTINGS_MODULE": "forest_host.settings", "DEBUG": "0"}, timeout=300)
         yield name
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
