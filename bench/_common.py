@@ -75,6 +75,7 @@ class Target:
     def drop_database(self) -> None:
         import psycopg
 
+        close_django_connections()  # else the drop ends the pool's connections under it
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
 
@@ -94,6 +95,22 @@ class Target:
                 client.delete(*batch)
         finally:
             client.close()
+
+
+def close_django_connections() -> None:
+    """This process's Django connections and their pools closed, when Django is set up at all."""
+    if "django.apps" not in sys.modules:
+        return
+    from django.apps import apps
+
+    if not apps.ready:
+        return
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        conn.close()
+        if getattr(conn, "pool", None) is not None:
+            conn.close_pool()
 
 
 def scratch_name(base: str, bench: str) -> str:

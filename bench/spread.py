@@ -36,9 +36,6 @@ JOB_CPU = 250
 
 def prepare(target: common.Target) -> None:
     """The scratch database afresh, migrated."""
-    from django.db import connection
-
-    connection.close()
     target.recreate()
 
 
