@@ -132,6 +132,9 @@ DATABASE_POOL_ASYNC_SIZE = int(os.environ.get("DATABASE_POOL_ASYNC_SIZE", "4"))
 # most the async pool's size. bench/heartbeat.py: docs/decisions.md "Heartbeat floor: pgbench".
 FOREST_HEARTBEAT_BATCHES_IN_FLIGHT = max(1, min(DATABASE_POOL_ASYNC_SIZE,
                                                 int(os.environ.get("FOREST_HEARTBEAT_BATCHES_IN_FLIGHT", "2"))))
+# Groves whose last heartbeat row the lean route keeps per web process, keyed by their exact body bytes (a
+# steady beat skips parsing and validation); 0 keeps none.
+FOREST_HEARTBEAT_ROW_CACHE = int(os.environ.get("FOREST_HEARTBEAT_ROW_CACHE", "10000"))
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'forest.sqlite3'}"),

@@ -479,3 +479,27 @@ def test_two_heartbeat_batches_fly_at_once_and_never_name_one_grove_twice(monkey
 
     assert asyncio.run(run()) == [True, True, True, True]
     assert statements == [["a"], ["b", "c"], ["a"]]  # "a" again waited for the statement after its first
+
+
+def test_a_steady_groves_repeated_body_skips_parsing_and_still_records_each_beat(fresh_grove, monkeypatch):
+    """The same credential and body bytes give the same row (less its time): the second beat is not parsed
+    or validated again, yet it is written (its time moves); other bytes are read afresh."""
+    grove, credential = fresh_grove()
+    built = []
+    real_row = grove_services.heartbeat_fast_row
+
+    def counted_row(**kwargs):
+        built.append(kwargs["grove_id"])
+        return real_row(**kwargs)
+
+    monkeypatch.setattr(grove_services, "heartbeat_fast_row", counted_row)
+    steady = json.dumps(heartbeat_body(log_tail=["steady"])).encode()
+    assert post(f"{V1}/groves/{grove.id}/heartbeat", credential=credential, content=steady).status_code == 200
+    first = Grove.objects.get(pk=grove.pk).last_heartbeat_at
+    assert post(f"{V1}/groves/{grove.id}/heartbeat", credential=credential, content=steady).status_code == 200
+    assert Grove.objects.get(pk=grove.pk).last_heartbeat_at > first
+    assert built == [str(grove.id)]  # parsed and validated once
+    moved = json.dumps(heartbeat_body(log_tail=["moved"])).encode()
+    assert post(f"{V1}/groves/{grove.id}/heartbeat", credential=credential, content=moved).status_code == 200
+    assert built == [str(grove.id)] * 2
+    assert Grove.objects.get(pk=grove.pk).log_tail == ["moved"]

@@ -39,6 +39,7 @@ Counted in ``forest_wire_lean_total{route,outcome}``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import json
 import logging
@@ -217,7 +218,7 @@ class LeanWire:
             context.request_id.reset(token)
 
     @staticmethod
-    async def _json_body(scope, receive, *, empty_ok: bool = False) -> tuple[list[dict], object]:
+    async def _json_body(scope, receive, *, empty_ok: bool = False, raw: bool = False) -> tuple[list[dict], object]:
         """The messages read (for a hand-over to Django) and the parsed JSON body, or ``_DJANGO`` when the
         request is anything but a plain, complete, small-enough JSON call with a bearer credential
         (``empty_ok``: a call that takes no body may also come without one, and without a content type)."""
@@ -236,16 +237,15 @@ class LeanWire:
             return messages, None
         if not (complete and len(body) <= limit and content_type == b"application/json" and _plain_enough(scope)):
             return messages, _DJANGO
-        try:  # the one body reader (depth, NUL, huge numbers): a refusal is Django's to answer
-            return messages, read_json(bytes(body), max_bytes=limit)
-        except ForestError:
-            return messages, _DJANGO
+        if raw:  # the caller parses (_parse) only what it has not seen before
+            return messages, bytes(body)
+        return messages, _parse(body)
 
     async def heartbeat(self, grove_id: str, scope, receive, send) -> None:
-        messages, parsed = await self._json_body(scope, receive)
+        messages, body = await self._json_body(scope, receive, raw=True)
         presented = _bearer(scope)
-        if presented is not None and parsed is not _DJANGO:
-            row = grove_services.heartbeat_fast_row(grove_id=grove_id, presented=presented, body=parsed)
+        if presented is not None and body is not _DJANGO:
+            row = _ROWS.row(grove_id, presented, body)
             if row is not None and await self._record(row):
                 LEAN.labels("heartbeat", "served").inc()
                 return await _send_json(send, scope, 200, {"server_time": _json_datetime(timezone.now()),
@@ -390,6 +390,45 @@ class HeartbeatBatch:
 
 
 _DJANGO = object()  # "hand this request to Django"
+
+
+def _parse(body) -> object:
+    """The one body reader (depth, NUL, huge numbers); a refusal is Django's to answer (``_DJANGO``)."""
+    try:
+        return read_json(bytes(body), max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    except ForestError:
+        return _DJANGO
+
+
+class _Rows:
+    """Each Grove's last fast-path row (less its time), kept with the credential and the exact body bytes
+    it came from: a steady Grove sends the same bytes beat after beat, and the row is a pure function of
+    them (and of settings fixed for the process), so its next beat skips parsing, validation and the
+    digests, about half the route's CPU (bench/heartbeat.py, docs/decisions.md "Benches that stay honest").
+    Bounded (``FOREST_HEARTBEAT_ROW_CACHE`` Groves, the least recently beating dropped first); per process."""
+
+    def __init__(self) -> None:
+        self.rows: collections.OrderedDict[str, tuple[str, bytes, dict]] = collections.OrderedDict()
+
+    def row(self, grove_id: str, presented: str, body: bytes) -> dict | None:
+        cached = self.rows.get(grove_id)
+        if cached is not None and cached[0] == presented and cached[1] == body:
+            self.rows.move_to_end(grove_id)
+            return {**cached[2], "at": timezone.now().isoformat()}
+        parsed = _parse(body)
+        if parsed is _DJANGO:
+            return None
+        row = grove_services.heartbeat_fast_row(grove_id=grove_id, presented=presented, body=parsed)
+        if row is None or settings.FOREST_HEARTBEAT_ROW_CACHE <= 0:
+            return row
+        self.rows[grove_id] = (presented, body, row)
+        self.rows.move_to_end(grove_id)
+        while len(self.rows) > settings.FOREST_HEARTBEAT_ROW_CACHE:
+            self.rows.popitem(last=False)
+        return row
+
+
+_ROWS = _Rows()
 
 
 @functools.cache
