@@ -404,7 +404,8 @@ class _Rows:
     """Each Grove's last fast-path row (less its time), kept with the credential and the exact body bytes
     it came from: a steady Grove sends the same bytes beat after beat, and the row is a pure function of
     them (and of settings fixed for the process), so its next beat skips parsing, validation and the
-    digests, about half the route's CPU (bench/heartbeat.py, docs/decisions.md "Benches that stay honest").
+    digests: a third of the web processes' CPU per beat (bench/heartbeat.py; docs/decisions.md "Benches that
+    stay honest").
     Bounded (``FOREST_HEARTBEAT_ROW_CACHE`` Groves, the least recently beating dropped first); per process."""
 
     def __init__(self) -> None:
