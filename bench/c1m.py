@@ -32,9 +32,9 @@ table with the same columns and indexes, in the same run (ours / floor is the ra
 0.35). Every unit's placed CPU and memory is checked against its reported free counts at the end (it must
 never overcommit), and the spread of the compute work is shown (largest Grove share / mean).
 
-``--count 20000`` is a smoke run of about a minute. Needs PostgreSQL and Redis on 127.0.0.1; drops and
-creates the database named by ``BENCH_C1M_DATABASE_URL`` (default ``forest_bench_c1m``); Redis database 14
-unless ``BENCH_CELERY_BROKER_URL`` names another.
+``--count 20000`` is a run of about a minute (the smoke test runs ``--count 60 --groves 20``). Needs
+PostgreSQL and Redis: a scratch database and broker keys of its own (bench/_common.py: ``--database-url``,
+``--broker-url``), re-created for each mode.
 """
 from __future__ import annotations
 
@@ -51,15 +51,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-ADMIN_URL = os.environ.get("BENCH_ADMIN_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-DB_URL = os.environ.get("BENCH_C1M_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/forest_bench_c1m")
-DB_NAME = DB_URL.rsplit("/", 1)[-1]
-os.environ.update({
-    "DATABASE_URL": DB_URL, "SECRET_KEY": "bench-secret-key", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0",
-    "CELERY_BROKER_URL": os.environ.get("BENCH_CELERY_BROKER_URL", "redis://127.0.0.1:6379/14"), "LOG_LEVEL": "ERROR",
-    "FLAGS_CACHE_TTL_S": "5",
-    "PLACEMENT_FLEET_REFRESH_S": "1", "DJANGO_SETTINGS_MODULE": "forest_host.settings",
-})
+from bench import _common as common  # noqa: E402
+
+ENV = {"LOG_LEVEL": "ERROR", "FLAGS_CACHE_TTL_S": "5", "PLACEMENT_FLEET_REFRESH_S": "1"}
+TARGET: common.Target | None = None  # the run's scratch database, set by main()
 GIB, MIB = 1024**3, 1024**2
 NOMAD_C1M_RATE = 3750  # Nomad C1M (2016): a million containers on 5,000 hosts in under five minutes, 3,750/s
 HEARTBEAT_EVERY_S = 20
@@ -67,11 +62,9 @@ SIZES = ((250, 256 * MIB), (500, 512 * MIB), (500, GIB), (1000, 2 * GIB))  # (CP
 
 
 def prepare_database() -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
+    """The scratch database afresh, empty (the caller migrates it)."""
+    TARGET.drop_database()
+    TARGET.create_database()
 
 
 def load_fleet(n: int, rnd: random.Random) -> None:
@@ -151,7 +144,7 @@ class Heartbeats(threading.Thread):
     def run(self) -> None:
         import psycopg
 
-        with psycopg.connect(DB_URL, autocommit=True) as conn:
+        with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
             while not self.stop.wait(HEARTBEAT_EVERY_S):
                 # Live and ready, as agents that heartbeat and poll for work keep their Groves.
                 conn.execute("UPDATE groves_grove SET last_heartbeat_at = now(), last_polled_at = now()")
@@ -164,7 +157,7 @@ def copy_floor(rows_sql: str) -> float:
     from apps.placement.writes import COLUMNS
 
     columns = ", ".join(COLUMNS)
-    with psycopg.connect(DB_URL, autocommit=True) as conn:
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
         buffer = io.BytesIO()
         with conn.cursor().copy(f"COPY ({rows_sql}) TO STDOUT") as copy:
             for chunk in copy:
@@ -396,8 +389,11 @@ def main() -> None:
     parser.add_argument("--modes", default="api,inprocess", help="api and/or inprocess, in that order")
     parser.add_argument("--workers", type=int, default=2, help="uvicorn workers, and batches in flight through the "
                         "API (default 2: the Procfile's WEB_CONCURRENCY)")
+    common.add_options(parser)
     args = parser.parse_args()
-    prepare_database()
+    global TARGET
+    TARGET = common.prepare(args, "c1m", env=ENV, migrate=False)
+    print(f"uptime: {common.uptime()}", flush=True)
     import django
 
     django.setup()

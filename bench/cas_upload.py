@@ -4,9 +4,10 @@ the floor ``sha256sum FILE && cp FILE DEST`` of the same file in the same run.
 Host runs as in production (uvicorn, ASGI) on PostgreSQL; the upload is ``curl -T`` (streaming, no
 client-side buffering) to ``POST /api/forest/v1/artifacts/blobs?digest=...``. Prints throughput of both,
 their ratio (aim: <= 1.5), and the Host process's peak RSS during the upload (constant memory: it must not
-grow with the blob). Uses database ``forest_bench_cas`` and a temporary directory for files and the CAS.
+grow with the blob). Uses a scratch database of its own (bench/_common.py: ``--database-url``) and a
+temporary directory for files and the CAS.
 
-Run: .venv/bin/python bench/cas_upload.py [--size-mb 1024] [--rounds 3]
+Run: .venv/bin/python bench/cas_upload.py [--size-mb 1024] [--rounds 3]     (tiny: --size-mb 1 --rounds 1)
 """
 from __future__ import annotations
 
@@ -28,29 +29,15 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-DB_NAME = "forest_bench_cas"
-ADMIN_URL = os.environ.get("BENCH_ADMIN_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-ENV = {
-    "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DB_NAME}", "SECRET_KEY": "bench-secret-key", "DEBUG": "0",
-    "SECURE_SSL_REDIRECT": "0", "ALLOWED_HOSTS": "127.0.0.1,localhost", "LOG_LEVEL": "WARNING",
-    "DJANGO_SETTINGS_MODULE": "forest_host.settings", "FOREST_CAS_BACKEND": "filesystem",
-    "FOREST_MAX_BLOB_BYTES": str(8 * 1024**3),
-}
+from bench import _common as common  # noqa: E402
+
+ENV = {"FOREST_CAS_BACKEND": "filesystem", "FOREST_MAX_BLOB_BYTES": str(8 * 1024**3)}
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def prepare_database() -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, check=True)
 
 
 def make_token() -> str:
@@ -138,6 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=3)
+    common.add_options(parser)
     args = parser.parse_args()
     for tool in ("curl", "sha256sum", "cp"):
         if shutil.which(tool) is None:
@@ -145,10 +133,9 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="forest-bench-cas-", dir=os.environ.get("BENCH_TMP")))
     cas = work / "cas"
-    os.environ.update({**ENV, "FOREST_CAS_ROOT": str(cas)})
     web = None
     try:
-        prepare_database()
+        common.prepare(args, "cas", env={**ENV, "FOREST_CAS_ROOT": str(cas)})
         token = make_token()
         src = work / "blob.bin"
         digest = make_file(src, args.size_mb)
@@ -172,6 +159,7 @@ def main() -> None:
             peaks.append(rss.peak)
         mb = args.size_mb
         floor_s, host_s = statistics.median(floors), statistics.median(hosts)
+        print(f"uptime: {common.uptime()}")
         print(f"CAS upload of {mb} MiB (filesystem backend, uvicorn, verified by digest), median of {args.rounds}")
         print(f"  floor  sha256sum + cp : {floor_s:7.2f} s  {mb / floor_s:8.1f} MiB/s")
         print(f"  Host   POST blobs     : {host_s:7.2f} s  {mb / host_s:8.1f} MiB/s")

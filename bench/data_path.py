@@ -12,7 +12,7 @@ Prints both ratios (aim <= 1.3) and the peak RSS of the agent and of Host during
 the file size (constant memory: neither grows with the file).
 
 Run: .venv/bin/python bench/data_path.py [--size-mb 512] [--rounds 3]     (tiny: --size-mb 8 --rounds 1)
-Environment: BENCH_BROKER_URL (default redis://127.0.0.1:6379/13), BENCH_ADMIN_DATABASE_URL.
+Database and broker: bench/_common.py (``--database-url``, ``--broker-url``; a scratch database, own keys).
 """
 from __future__ import annotations
 
@@ -33,30 +33,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "agent" / "src"))
+from bench import _common as common  # noqa: E402
 from bench.cas_upload import PeakRss, free_port, make_file  # noqa: E402
 
-DB_NAME = "forest_bench_data"
-ADMIN_URL = os.environ.get("BENCH_ADMIN_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-ENV = {
-    "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DB_NAME}", "SECRET_KEY": "bench-secret-key", "DEBUG": "0",
-    "SECURE_SSL_REDIRECT": "0", "ALLOWED_HOSTS": "127.0.0.1,localhost", "LOG_LEVEL": "WARNING",
-    "DJANGO_SETTINGS_MODULE": "forest_host.settings", "FOREST_CAS_BACKEND": "filesystem",
-    "FOREST_MAX_BLOB_BYTES": str(8 * 1024**3),
-    "CELERY_BROKER_URL": os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/13"),
-    "PYTHONPATH": f"{ROOT}:{ROOT / 'agent' / 'src'}",
-}
+ENV = {"FOREST_CAS_BACKEND": "filesystem", "FOREST_MAX_BLOB_BYTES": str(8 * 1024**3),
+       "PYTHONPATH": f"{ROOT}:{ROOT / 'agent' / 'src'}"}
 FETCHED = re.compile(r"input data: (\d+) bytes to \S+ in ([0-9.]+)s, digest verified")
 UPLOADED = re.compile(r"output out: (\d+) bytes uploaded as \S+ in ([0-9.]+)s")
 
 
-def prepare() -> tuple[str, str]:
-    """A fresh database, the compute flag on, a staff admin's API token and an enrollment token."""
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, check=True)
+def prepare(args: argparse.Namespace, work: Path) -> tuple[str, str]:
+    """A scratch database, the compute flag on, a staff admin's API token and an enrollment token."""
+    common.prepare(args, "data", env={**ENV, "FOREST_CAS_ROOT": str(work / "cas")})
     import django
 
     django.setup()
@@ -109,15 +97,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size-mb", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=3)
+    common.add_options(parser)
     args = parser.parse_args()
     for tool in ("curl", "sha256sum", "cp"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is needed for this benchmark")
     work = Path(tempfile.mkdtemp(prefix="forest-bench-data-", dir=os.environ.get("BENCH_TMP")))
-    os.environ.update({**ENV, "FOREST_CAS_ROOT": str(work / "cas")})
     procs: list[subprocess.Popen] = []
     try:
-        token, enrollment = prepare()
+        token, enrollment = prepare(args, work)
         src = work / "data.bin"
         digest = make_file(src, args.size_mb)
         port = free_port()
@@ -172,6 +160,7 @@ def main() -> None:
             web_peaks.append(web_rss.peak)
         mb = args.size_mb
         floor_s, fetch_s, upload_s = statistics.median(floors), statistics.median(fetches), statistics.median(uploads)
+        print(f"uptime: {common.uptime()}")
         print(f"Step data, {mb} MiB each way, native agent + Host (uvicorn, filesystem CAS), median of {args.rounds}")
         print(f"  floor  sha256sum + cp      : {floor_s:7.2f} s  {mb / floor_s:8.1f} MiB/s")
         print(f"  input  Host -> agent (fetch): {fetch_s:7.2f} s  {mb / fetch_s:8.1f} MiB/s   "

@@ -8,7 +8,8 @@ claim, report) against either web process, switching to the other when one does 
 terminal report is delivered three times (to alternating web processes). About 5% of runs are cancelled
 by Host mid-run; their Groves still report success, late. During the faulty run, at fixed shares of the
 runs finished: SIGKILL one web process (restarted a second later), SIGKILL one Celery worker (restarted),
-and flush the broker's Redis database once. At the end, counted from the database:
+and empty the broker once (every key of the run's own: its queued messages). At the end, counted from the
+database:
 
 Faults fire at 10%, 20% and 30% of the first half of the runs finished; the second half is created
 right before the flush, so the flush certainly drops queued messages.
@@ -24,7 +25,9 @@ node whose message the flush may have dropped has moved on. The sweep interval a
 delay come from ``PIPELINE_SWEEP_INTERVAL_S`` / ``PIPELINE_RESUME_RESEND_AFTER_S`` (``--sweep-s``,
 ``--resend-s``); recovery is bounded by their sum plus a sweep's run.
 
-Needs PostgreSQL and Redis on 127.0.0.1; uses database ``forest_bench_ha`` and Redis db 3 (flushed).
+Needs PostgreSQL and Redis: a scratch database and broker keys under a prefix of its own
+(bench/_common.py: ``--database-url``, ``--broker-url``); the broker "flush" deletes only those keys.
+Smoke size: ``--jobs 6 --groves 2 --no-baseline``.
 tests/e2e/test_ha.py runs the same harness with a handful of jobs.
 """
 from __future__ import annotations
@@ -45,6 +48,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench import _common as common  # noqa: E402
+
 V1 = "/api/forest/v1"
 
 
@@ -248,7 +253,7 @@ def counts(run_ids: list) -> dict:
 def run(*, jobs: int, groves: int, env: dict, log_dir: Path, faults: bool, flush, tag: str,
         timeout_s: float = 900, say=print) -> dict:
     """One run of ``jobs`` single-node compute runs through a fresh cluster; faults injected if asked.
-    ``flush()`` empties the broker (FLUSHDB, or the test's private queue)."""
+    ``flush()`` empties the broker (the run's own keys, or the test's private queue)."""
     from django.db import transaction
 
     from apps.groves.models import Grove
@@ -359,47 +364,31 @@ def main() -> None:
     parser.add_argument("--sweep-s", type=float, default=2.0, help="PIPELINE_SWEEP_INTERVAL_S")
     parser.add_argument("--resend-s", type=float, default=5.0, help="PIPELINE_RESUME_RESEND_AFTER_S")
     parser.add_argument("--no-baseline", action="store_true", help="skip the same run without faults")
+    common.add_options(parser)
     args = parser.parse_args()
-    import psycopg
-    import redis
-
-    db, broker = "forest_bench_ha", os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/3")
-    print(f"uptime: {os.popen('uptime').read().strip()}", flush=True)
-    with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {db}")
+    print(f"uptime: {common.uptime()}", flush=True)
     log_dir = Path(tempfile.mkdtemp(prefix="forest-ha-"))
-    env = {**os.environ, "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{db}", "CELERY_BROKER_URL": broker,
-           "SECRET_KEY": "ha-bench", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0", "ALLOWED_HOSTS": "127.0.0.1,localhost",
-           "LOG_LEVEL": "WARNING", "DJANGO_SETTINGS_MODULE": "forest_host.settings", "FOREST_VAR_DIR": str(log_dir),
-           "PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS": "ha", "PIPELINE_SWEEP_INTERVAL_S": str(args.sweep_s),
-           "PIPELINE_RESUME_RESEND_AFTER_S": str(args.resend_s), "FLAGS_CACHE_TTL_S": "1",
-           "DATABASE_POOL_MAX_SIZE": "4", "PYTHONPATH": str(ROOT)}
-    os.environ.update({k: env[k] for k in ("DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY", "DEBUG",
-                                           "SECURE_SSL_REDIRECT", "ALLOWED_HOSTS", "DJANGO_SETTINGS_MODULE",
-                                           "FOREST_VAR_DIR", "PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS",
-                                           "PIPELINE_RESUME_RESEND_AFTER_S", "LOG_LEVEL")})
+    target = common.prepare(args, "ha", env={
+        "FOREST_VAR_DIR": str(log_dir), "PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS": "ha",
+        "PIPELINE_SWEEP_INTERVAL_S": str(args.sweep_s), "PIPELINE_RESUME_RESEND_AFTER_S": str(args.resend_s),
+        "FLAGS_CACHE_TTL_S": "1", "DATABASE_POOL_MAX_SIZE": "4", "PYTHONPATH": str(ROOT)})
+    env = {**os.environ}
     import django
 
     django.setup()
-    from django.core.management import call_command
-
     from apps.flags.services import flag_override_set
 
-    call_command("migrate", verbosity=0)
     flag_override_set(name="host.pipeline_detached_wait", enabled=True, reason="ha bench")
-    client = redis.Redis.from_url(broker)
-    client.flushdb()
     rows = []
     if not args.no_baseline:
         print(f"baseline: {args.jobs} jobs, no faults ...", flush=True)
         rows.append(("no faults", run(jobs=args.jobs, groves=args.groves, env=env, log_dir=log_dir, faults=False,
-                                      flush=client.flushdb, tag="base")))
+                                      flush=target.delete_keys, tag="base")))
     print(f"faults: {args.jobs} jobs, SIGKILL a web and a worker, flush the broker once ...", flush=True)
     rows.append(("faults", run(jobs=args.jobs, groves=args.groves, env=env, log_dir=log_dir, faults=True,
-                               flush=client.flushdb, tag="faults")))
+                               flush=target.delete_keys, tag="faults")))
     print(f"\nHA: 2 webs (uvicorn), 2 workers (prefork x2) + beat; {args.groves} simulated Groves; sweep every "
-          f"{args.sweep_s:g}s, resend after {args.resend_s:g}s; {os.popen('uptime').read().strip()}")
+          f"{args.sweep_s:g}s, resend after {args.resend_s:g}s; {common.uptime()}")
     print(f"{'':10}{'lost':>5}{'doubled':>8}{'revived':>8}{'cancelled':>10}{'jobs/s':>8}{'p50 ms':>9}{'p99 ms':>9}"
           f"{'retries':>8}{'recovery s':>11}")
     for label, r in rows:

@@ -1,43 +1,56 @@
 """Heartbeat throughput and latency against two floors measured in the same run, and long-poll memory.
 
-    .venv/bin/python bench/heartbeat.py [--groves 1000,10000] [--seconds 8] [--concurrency 32]
-                                        [--server uvicorn|gunicorn] [--workers 2] [--longpoll 10000]
+    .venv/bin/python bench/heartbeat.py [--groves 1000,10000] [--seconds 8] [--concurrency 32] [--clients 2]
+                                        [--workers 2] [--workloads steady,stamped,free] [--longpoll 10000]
 
-Load comes from ``wrk`` (Debian: ``apt-get install -y wrk``), a C client whose own CPU use is printed: a
-Python client on these 2 shared cores halves the figure it measures. For each N, N simulated Groves
-(enrolled with real credentials and realistic capacity reports) heartbeat against Host under the
-Procfile's server (uvicorn; ``--server gunicorn`` for the comparison in docs/decisions.md) on PostgreSQL.
-Concurrency is ``min(--concurrency, N)`` and consecutive requests name consecutive Groves, so no two
-in-flight heartbeats are for one Grove (a real Grove heartbeats one at a time): the bench measures scale,
-not lock contention on a few rows. Workloads:
+For each N, N simulated Groves (enrolled with real credentials and realistic capacity reports) heartbeat
+against Host served as a deployment serves it (docker/host-entrypoint.sh and the Procfile: uvicorn,
+``--workers $WEB_CONCURRENCY`` (2), ``--proxy-headers --no-access-log``; uvloop and httptools) on PostgreSQL.
+The load comes from ``--clients`` processes with ``--concurrency`` keep-alive connections among them (raw
+asyncio sockets, requests encoded beforehand, so many heartbeats and several lean-route batches are in
+flight per web process). Consecutive requests of a connection name consecutive Groves of its process's
+share, so no two in-flight heartbeats are for one Grove (a real Grove heartbeats one at a time): the bench
+measures scale, not lock contention on a few rows. Workloads:
 
 * *steady*: capacity unchanged since the last report (the common case);
 * *free*: only free counts differ (a busy Grove: one unit's free CPU changes on every beat);
-* *changing*: the inventory differs (units, inventory, capabilities and history are rewritten);
 * *stamped*: steady bodies, but every beat is past the touch window (``forest.grove_liveness_touch_s``
   set to 0 for the run), so each one also stamps ``updated_at`` (an indexed column: not HOT). A real
   Grove beating every I seconds stamps one beat in W/I (W the window, 30 s: one in three at 10 s);
-  *steady* is the other beats.
+  *steady* is the other beats;
+* *changing* (not by default): the inventory differs, so every beat takes Django's full path (units,
+  inventory, capabilities and history rewritten); its pgbench floor writes nothing, read the HTTP ratio.
 
 Before each measured run every Grove's liveness is stamped once (one UPDATE of all rows, then VACUUM),
 as a live fleet's would be: otherwise at 10,000 Groves, where a few seconds give each Grove only one or
 two beats, the run would measure the first beat past the window of every Grove, i.e. *stamped*.
 
-Floors, same run, same concurrency: *bare UPDATE* (a single-row ``UPDATE ... WHERE id = $1`` through
-psycopg from one asyncio process) and *empty HTTP* (``bench/empty_asgi.py``, a bare ASGI app under the
-same server and workers, driven by the same wrk with the same body). The table prints ours/floor ratios
-(target: ours >= 0.5x the bare-UPDATE floor) and the share of the Grove row's UPDATEs that were HOT.
-Tables are vacuumed between sizes. ``--longpoll N`` then holds N ``changes`` long-polls open at once and
-prints the web processes' RSS growth per waiting Grove.
+Floors, same run, same concurrency:
 
-Needs PostgreSQL and Redis on 127.0.0.1 (``scripts/services-up.sh``); uses database ``forest_bench_heartbeat``
-and Redis db 4. ``uptime`` is printed first: figures on a shared box are only comparable within a run.
+* *pgbench*: PostgreSQL's own C client (``pgbench -M prepared -c C -j 2 -T s``) running the very statement
+  the lean route runs (``apps.groves.services.HEARTBEAT_SQL``, imported), one heartbeat per statement, with
+  the same rows the route would build for the same Groves and bodies (``heartbeat_fast_row``: credential
+  check, digests, free counts), read by primary key from a side table with the time set to ``now()``
+  (that lookup makes the floor a little slower than the bare statement). Each pgbench client beats its
+  own Groves, as ours do. Target: ours >= 0.5x pgbench.
+* *empty HTTP*: ``bench/empty_asgi.py``, a bare ASGI app under the same server and workers, driven by the
+  same client with the same bodies: what HTTP and this client alone cost.
+
+The table prints the ratios and the share of the Grove row's UPDATEs that were HOT, the clients' CPU
+(a share of one core) and the web processes' CPU per request. ``--longpoll N`` then holds N ``changes``
+long-polls open at once and prints the web processes' RSS growth per waiting Grove.
+
+Needs PostgreSQL (and ``pgbench``) and Redis: a scratch database and broker keys of its own
+(bench/_common.py: ``--database-url``, ``--broker-url``). ``uptime`` is printed with the figures: on a
+shared box only same-run ratios compare. Smoke size: ``--groves 8 --seconds 1 --concurrency 4
+--longpoll 4 --longpoll-wait 1``.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import re
@@ -53,38 +66,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-DB_NAME = os.environ.get("BENCH_DB_NAME", "forest_bench_heartbeat")
-ADMIN_URL = os.environ.get("BENCH_ADMIN_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-DB_URL = os.environ.get("BENCH_DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/{DB_NAME}")
-ENV = {
-    "DATABASE_URL": DB_URL, "SECRET_KEY": "bench-secret-key", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0",
-    "ALLOWED_HOSTS": "127.0.0.1,localhost", "CELERY_BROKER_URL": os.environ.get("BENCH_REDIS_URL",
-                                                                                "redis://127.0.0.1:6379/4"),
-    "LOG_LEVEL": "WARNING",
-}
+from bench import _common as common  # noqa: E402
+
+PGBENCH = shutil.which("pgbench") or "/usr/bin/pgbench"
+TARGET: common.Target | None = None  # the run's scratch database, set by main()
 GIB = 1024**3
-WRK = shutil.which("wrk")
-LUA = r"""
-local lines, bodies, n = {}, {}, 0
-for line in io.lines(os.getenv("BENCH_TARGETS")) do
-  local id, cred = line:match("(%S+) (%S+)")
-  lines[#lines + 1] = {"/api/forest/v1/groves/" .. id .. "/heartbeat", "Bearer " .. cred}
-end
-for line in io.lines(os.getenv("BENCH_BODIES")) do bodies[#bodies + 1] = line end
-function request()
-  n = n + 1
-  local target = lines[(n - 1) % #lines + 1]
-  local body = bodies[(n - 1) % #bodies + 1]
-  return wrk.format("POST", target[1], {["Authorization"] = target[2], ["Content-Type"] = "application/json"},
-                    body)
-end
-done = function(summary, latency, requests)
-  local errors = summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write
-    + summary.errors.timeout
-  io.write(string.format("BENCH %d %f %f %f %d\n", summary.requests, summary.duration / 1e6,
-    latency:percentile(50) / 1000, latency:percentile(99) / 1000, errors))
-end
-"""
 
 
 def capacity(gpus: int, jitter: int = 0, extra_gpu: bool = False) -> dict:
@@ -111,22 +97,6 @@ WORKLOADS = {
     "changing": [body(extra_gpu=bool(j % 2), jitter=0) for j in range(2)],
     "stamped": [body()],
 }
-
-
-def prepare_database() -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
-    os.environ.update(ENV)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "forest_host.settings"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def make_groves(count: int) -> list[tuple[str, str]]:
@@ -168,7 +138,7 @@ def make_groves(count: int) -> list[tuple[str, str]]:
 def vacuum() -> None:
     import psycopg
 
-    with psycopg.connect(DB_URL, autocommit=True) as conn:
+    with psycopg.connect(TARGET.database_url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE groves_grove, groves_grovecredential, groves_placementunit")
 
 
@@ -177,24 +147,25 @@ def restamp() -> None:
     within the touch window unless the workload says otherwise."""
     import psycopg
 
-    with psycopg.connect(DB_URL, autocommit=True) as conn:
+    with psycopg.connect(TARGET.database_url, autocommit=True) as conn:
         conn.execute("UPDATE groves_grove SET last_heartbeat_at = now()")  # the touch trigger stamps each
 
 
 def set_touch_window(seconds: int | None) -> None:
+    """The liveness touch window of the scratch database (read when a connection starts)."""
     import psycopg
 
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+    with psycopg.connect(TARGET.admin_url, autocommit=True) as conn:
         if seconds is None:
-            conn.execute(f"ALTER DATABASE {DB_NAME} RESET forest.grove_liveness_touch_s")
+            conn.execute(f'ALTER DATABASE "{TARGET.database}" RESET forest.grove_liveness_touch_s')
         else:
-            conn.execute(f"ALTER DATABASE {DB_NAME} SET forest.grove_liveness_touch_s = '{seconds}'")
+            conn.execute(f'ALTER DATABASE "{TARGET.database}" SET forest.grove_liveness_touch_s = \'{seconds}\'')
 
 
 def hot_counters() -> tuple[int, int]:
     import psycopg
 
-    with psycopg.connect(DB_URL, autocommit=True) as conn:
+    with psycopg.connect(TARGET.database_url, autocommit=True) as conn:
         conn.execute("SELECT pg_stat_force_next_flush()")
         return conn.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
                             "WHERE relname = 'groves_grove'").fetchone()
@@ -204,30 +175,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def start_server(kind: str, app: str, workers: int, extra_env: dict | None = None) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    if kind == "uvicorn":
-        args = [str(ROOT / ".venv/bin/uvicorn"), app, "--host", "127.0.0.1", "--port", str(port),
-                "--workers", str(workers), "--log-level", "warning", "--no-access-log", "--backlog", "16384"]
-    else:
-        args = [str(ROOT / ".venv/bin/gunicorn"), app.replace("asgi:application", "wsgi:application"),
-                "-b", f"127.0.0.1:{port}", "-w", str(workers), "--log-level", "warning"]
-    proc = subprocess.Popen(args, cwd=ROOT, env={**os.environ, **ENV, **(extra_env or {})},
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    import httpx
-
-    for _ in range(200):
-        try:
-            httpx.get(f"{url}/healthz", timeout=1)
-            return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    stop(proc)
-    raise SystemExit(f"{kind} did not come up for {app}")
-
 
 def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
@@ -249,56 +196,6 @@ def server_cpu(proc: subprocess.Popen | None) -> float:
         times = p.cpu_times()
         total += times.user + times.system
     return total
-
-
-def run_wrk(url: str, groves: list[tuple[str, str]], bodies: list[dict], concurrency: int, seconds: float,
-            work: Path, server: subprocess.Popen | None = None) -> dict:
-    targets, payloads, script = work / "targets.txt", work / "bodies.txt", work / "heartbeat.lua"
-    targets.write_text("".join(f"{g} {c}\n" for g, c in groves))
-    payloads.write_text("".join(json.dumps(b, separators=(",", ":")) + "\n" for b in bodies))
-    script.write_text(LUA)
-    started, cpu = os.times(), server_cpu(server)
-    done = subprocess.run([WRK, "-t", "1", "-c", str(concurrency), "-d", f"{round(seconds)}s", "--timeout", "30s",
-                           "-s", str(script), url], env={**os.environ, "BENCH_TARGETS": str(targets),
-                                                         "BENCH_BODIES": str(payloads)},
-                          capture_output=True, text=True)
-    out = done.stdout
-    if done.returncode:
-        raise SystemExit(f"wrk failed ({done.returncode}): {done.stderr or out}")
-    ended, cpu = os.times(), server_cpu(server) - cpu
-    match = re.search(r"^BENCH (\d+) (\S+) (\S+) (\S+) (\d+)$", out, re.M)
-    if match is None:
-        raise SystemExit(f"wrk gave no summary:\n{out}")
-    requests, duration, p50, p99, errors = match.groups()
-    client_cpu = (ended.children_user + ended.children_system) - (started.children_user + started.children_system)
-    return {"rps": int(requests) / float(duration), "p50": float(p50), "p99": float(p99), "errors": int(errors),
-            "client_cpu": client_cpu / float(duration), "server_ms": 1000 * cpu / max(1, int(requests))}
-
-
-async def run_floor(groves: list[tuple[str, str]], concurrency: int, seconds: float) -> dict:
-    import psycopg
-
-    latencies: list[float] = []
-    counter = iter(range(10**9))
-    deadline = time.perf_counter() + seconds
-
-    async def worker() -> None:
-        async with await psycopg.AsyncConnection.connect(DB_URL, autocommit=True, prepare_threshold=0) as conn:
-            for n in counter:
-                if time.perf_counter() > deadline:
-                    return
-                grove_id = groves[n % len(groves)][0]
-                started = time.perf_counter()
-                await conn.execute("UPDATE groves_grove SET last_heartbeat_at = now() WHERE id = %s", (grove_id,))
-                latencies.append(time.perf_counter() - started)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - started
-    latencies.sort()
-    return {"rps": len(latencies) / elapsed, "p50": statistics.median(latencies) * 1000,
-            "p99": latencies[int(len(latencies) * 0.99) - 1] * 1000, "errors": 0, "client_cpu": float("nan"),
-            "server_ms": float("nan")}
 
 
 def server_rss(proc: subprocess.Popen) -> int:
@@ -342,75 +239,267 @@ async def hold_longpolls(url: str, groves: list[tuple[str, str]], wait_s: int, p
             "per_grove": (during - before) / len(groves)}
 
 
+def start_server(app: str, workers: int) -> tuple[subprocess.Popen, str]:
+    """``app`` under uvicorn as docker/host-entrypoint.sh and the Procfile run Host (the deployment's
+    server configuration: ``--workers``, ``--proxy-headers``, ``--no-access-log``)."""
+    port = free_port()
+    args = [str(ROOT / ".venv/bin/uvicorn"), app, "--host", "127.0.0.1", "--port", str(port),
+            "--workers", str(workers), "--proxy-headers", "--no-access-log", "--log-level", "warning"]
+    proc = subprocess.Popen(args, cwd=ROOT, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), str(ROOT / "agent" / "src"), os.environ.get("PYTHONPATH", "")])}, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    import httpx
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code < 500:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    stop(proc)
+    raise SystemExit(f"uvicorn did not come up for {app}")
+
+
+def _requests(groves: list[tuple[str, str]], bodies: list[dict]) -> list[list[bytes]]:
+    """Per Grove, one encoded HTTP/1.1 request per body (the client only writes bytes)."""
+    encoded = [json.dumps(b, separators=(",", ":")).encode() for b in bodies]
+    out = []
+    for grove_id, credential in groves:
+        head = (f"POST /api/forest/v1/groves/{grove_id}/heartbeat HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {credential}\r\nContent-Type: application/json\r\n")
+        out.append([f"{head}Content-Length: {len(b)}\r\n\r\n".encode() + b for b in encoded])
+    return out
+
+
+_LENGTH = re.compile(rb"\r\ncontent-length: *(\d+)", re.I)
+
+
+def _client(url: str, requests: list[list[bytes]], connections: int, start_at: float, seconds: float, out) -> None:
+    """One client process: ``connections`` keep-alive connections, each sending its next heartbeat as soon
+    as the last one is answered, from ``start_at`` for ``seconds``; puts (answered, errors, latencies,
+    CPU seconds) on ``out``. Connection c beats Groves c, c + connections, ... of this process's share."""
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    host, port = url.removeprefix("http://").split(":")
+    latencies: list[float] = []
+    errors = 0
+
+    async def connection(c: int) -> None:
+        nonlocal errors
+        reader, writer = await asyncio.open_connection(host, int(port))
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        deadline = time.perf_counter() + seconds
+        n = 0
+        while True:
+            grove = c + (n * connections)
+            grove_requests = requests[grove % len(requests)]
+            request = grove_requests[(grove // len(requests)) % len(grove_requests)]
+            n += 1
+            started = time.perf_counter()
+            if started > deadline:
+                break
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            match = _LENGTH.search(head)
+            await reader.readexactly(int(match.group(1)) if match else 0)
+            latencies.append(time.perf_counter() - started)
+            if head[9:12] != b"200" or match is None:
+                errors += 1
+        writer.close()
+
+    async def run() -> None:
+        await asyncio.gather(*(connection(c) for c in range(connections)))
+
+    cpu = time.process_time()
+    asyncio.run(run())
+    out.put((len(latencies), errors, latencies[:: max(1, len(latencies) // 20000)], time.process_time() - cpu))
+
+
+def run_clients(url: str, groves: list[tuple[str, str]], bodies: list[dict], concurrency: int, clients: int,
+                seconds: float, server: subprocess.Popen | None = None) -> dict:
+    """``clients`` processes, ``concurrency`` connections among them; process p beats Groves p, p + clients, ..."""
+    clients = max(1, min(clients, concurrency))
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    start_at = time.time() + 1.0  # every connection open before the clock starts
+    procs = []
+    for p in range(clients):
+        share = groves[p::clients]
+        connections = concurrency // clients + (1 if p < concurrency % clients else 0)
+        procs.append(context.Process(target=_client, args=(url, _requests(share, bodies), connections, start_at,
+                                                           seconds, out)))
+    for proc in procs:
+        proc.start()
+    cpu = server_cpu(server)
+    results = [out.get(timeout=seconds + 120) for _ in procs]
+    cpu = server_cpu(server) - cpu
+    for proc in procs:
+        proc.join()
+    answered = sum(r[0] for r in results)
+    latencies = sorted(x for r in results for x in r[2])
+    if not latencies:
+        raise SystemExit(f"no heartbeat answered at {url}")
+    return {"rps": answered / seconds, "p50": statistics.median(latencies) * 1000,
+            "p99": latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000, "errors": sum(r[1] for r in results),
+            "client_cpu": sum(r[3] for r in results) / seconds, "server_ms": 1000 * cpu / max(1, answered)}
+
+
+def pgbench_rows(groves: list[tuple[str, str]], bodies: list[dict]) -> None:
+    """The side table the pgbench floor reads its rows from: the rows the lean route builds for these
+    Groves and bodies (``heartbeat_fast_row``), row g * len(bodies) + v for Grove g and body v."""
+    import psycopg
+
+    from apps.groves.services import heartbeat_fast_row
+
+    with psycopg.connect(TARGET.database_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS bench_heartbeat_rows")
+        conn.execute("CREATE TABLE bench_heartbeat_rows (n integer PRIMARY KEY, row jsonb NOT NULL)")
+        with conn.cursor().copy("COPY bench_heartbeat_rows (n, row) FROM STDIN") as copy:
+            for g, (grove_id, credential) in enumerate(groves):
+                for v, b in enumerate(bodies):
+                    row = heartbeat_fast_row(grove_id=grove_id, presented=credential, body=b)
+                    copy.write_row((g * len(bodies) + v, json.dumps(row)))
+        conn.execute("VACUUM ANALYZE bench_heartbeat_rows")
+
+
+def pgbench_script(variants: int) -> str:
+    """``HEARTBEAT_SQL`` as pgbench runs it: its one parameter, the batch, is one row of the side table."""
+    from apps.groves.services import HEARTBEAT_SQL
+
+    row = ("(SELECT jsonb_build_array(r.row || jsonb_build_object('at', now())) FROM bench_heartbeat_rows r "
+           "WHERE r.n = :n)")
+    if "%(rows)s::jsonb" not in HEARTBEAT_SQL:
+        raise SystemExit("HEARTBEAT_SQL no longer takes %(rows)s::jsonb: update bench/heartbeat.py's floor")
+    return (f"\\set variants {variants}\n"
+            "\\set g :client_id + :clients * random(0, :per_client - 1)\n"
+            "\\set n :g * :variants + random(0, :variants - 1)\n"
+            + HEARTBEAT_SQL.strip().replace("%(rows)s::jsonb", row) + ";\n")
+
+
+def run_pgbench(groves: int, variants: int, concurrency: int, seconds: float, work: Path) -> dict:
+    """The floor: pgbench, ``concurrency`` connections, each beating its own share of the Groves."""
+    script = work / "heartbeat.sql"
+    script.write_text(pgbench_script(variants))
+    started = os.times()
+    done = subprocess.run([PGBENCH, "-n", "-M", "prepared", "-f", str(script), "-c", str(concurrency),
+                           "-j", str(min(2, concurrency)), "-T", str(max(1, round(seconds))),
+                           "-D", f"clients={concurrency}", "-D", f"per_client={groves // concurrency}",
+                           TARGET.database_url], capture_output=True, text=True)
+    ended = os.times()
+    if done.returncode:
+        raise SystemExit(f"pgbench failed ({done.returncode}): {done.stderr[-2000:]}")
+    tps = re.search(r"^tps = ([0-9.]+)", done.stdout, re.M)
+    latency = re.search(r"^latency average = ([0-9.]+) ms", done.stdout, re.M)
+    failed = re.search(r"^number of failed transactions: (\d+)", done.stdout, re.M)
+    if tps is None:
+        raise SystemExit(f"pgbench gave no tps:\n{done.stdout}\n{done.stderr}")
+    cpu = (ended.children_user + ended.children_system) - (started.children_user + started.children_system)
+    return {"rps": float(tps.group(1)), "latency": float(latency.group(1)) if latency else float("nan"),
+            "errors": int(failed.group(1)) if failed else 0, "client_cpu": cpu / max(1, round(seconds))}
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--groves", default="1000,10000")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--groves", default="1000,10000", help="fleet sizes, comma-separated (the size option)")
     parser.add_argument("--seconds", type=float, default=8, help="length of each measurement")
-    parser.add_argument("--concurrency", type=int, default=32, help="at most; min(this, N) is used")
-    parser.add_argument("--server", choices=["uvicorn", "gunicorn"], default="uvicorn")
-    parser.add_argument("--workers", type=int, default=2, help="server worker processes (2 cores)")
-    parser.add_argument("--workloads", default="steady,stamped,free,changing")
+    parser.add_argument("--concurrency", type=int, default=32,
+                        help="connections in flight, ours and pgbench's (at most N / 2)")
+    parser.add_argument("--clients", type=int, default=2, help="client processes sharing the connections")
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", "2")),
+                        help="uvicorn workers (default $WEB_CONCURRENCY or 2, as deployed)")
+    parser.add_argument("--workloads", default="steady,stamped,free")
+    parser.add_argument("--batches-in-flight", default="2",
+                        help="FOREST_HEARTBEAT_BATCHES_IN_FLIGHT values to compare in the same run (e.g. 1,2)")
     parser.add_argument("--longpoll", type=int, default=10000, help="long-polls held at once (0: skip)")
+    parser.add_argument("--longpoll-wait", type=int, default=20, help="seconds each long-poll waits")
+    common.add_options(parser)
     args = parser.parse_args()
-    if WRK is None:
-        raise SystemExit("bench/heartbeat.py drives load with wrk: apt-get install -y wrk (Debian package 'wrk')")
     sizes = [int(n) for n in args.groves.split(",")]
-    print(f"uptime: {os.popen('uptime').read().strip()}", flush=True)
-    print(f"preparing database {DB_NAME} ...", flush=True)
-    prepare_database()
+    print(f"uptime: {common.uptime()}", flush=True)
+    global TARGET
+    TARGET = common.prepare(args, "heartbeat", env={"LOG_LEVEL": "WARNING"})
+    import django
+
+    django.setup()
     work = Path(tempfile.mkdtemp(prefix="forest-bench-heartbeat-"))
-    server, url = start_server(args.server, "forest_host.asgi:application", args.workers)
-    empty, empty_url = start_server("uvicorn", "bench.empty_asgi:app", args.workers)
+    in_flight = [int(k) for k in args.batches_in_flight.split(",")]
+    server, url = None, None
+
+    def serve(k: int) -> None:
+        """Host afresh (a touch window set on the database is read when a connection starts)."""
+        nonlocal server, url
+        if server is not None:
+            stop(server)
+        os.environ["FOREST_HEARTBEAT_BATCHES_IN_FLIGHT"] = str(k)
+        server, url = start_server("forest_host.asgi:application", args.workers)
+
+    empty, empty_url = start_server("bench.empty_asgi:app", args.workers)
     rows, longpoll = [], None
     try:
         for size in sizes:
             print(f"N={size}: creating Groves ...", flush=True)
             groves = make_groves(size)[:size]
             random.Random(size).shuffle(groves)
-            concurrency = min(args.concurrency, size)
+            concurrency = max(1, min(args.concurrency, size // 2))
             for label in args.workloads.split(","):
-                restamp()
-                vacuum()
-                if label == "stamped":  # the setting is read when a connection starts: a fresh server
+                bodies = WORKLOADS[label]
+                pgbench_rows(groves, bodies)
+                if label == "stamped":
                     set_touch_window(0)
-                    stop(server)
-                    server, url = start_server(args.server, "forest_host.asgi:application", args.workers)
-                print(f"N={size}: {label} heartbeats for {args.seconds}s, concurrency {concurrency} ...", flush=True)
-                upd, hot = hot_counters()
                 try:
-                    ours = run_wrk(url, groves, WORKLOADS[label], concurrency, args.seconds, work, server)
+                    runs = []
+                    for k in in_flight:  # each setting of the same run against the same floor
+                        serve(k)
+                        restamp()
+                        vacuum()
+                        print(f"N={size}: {label} heartbeats for {args.seconds}s, {concurrency} connections, "
+                              f"{k} batch(es) in flight per process ...", flush=True)
+                        upd, hot = hot_counters()
+                        ours = run_clients(url, groves, bodies, concurrency, args.clients, args.seconds, server)
+                        upd2, hot2 = hot_counters()
+                        runs.append((k, ours, (hot2 - hot) / max(1, upd2 - upd)))
+                    restamp()
+                    floor = run_pgbench(size, len(bodies), concurrency, args.seconds, work)
                 finally:
                     if label == "stamped":
                         set_touch_window(None)
-                        stop(server)
-                        server, url = start_server(args.server, "forest_host.asgi:application", args.workers)
-                upd2, hot2 = hot_counters()
-                floor = asyncio.run(run_floor(groves, concurrency, args.seconds))
-                http = run_wrk(empty_url, groves, WORKLOADS[label], concurrency, args.seconds, work)
-                hot_share = (hot2 - hot) / max(1, upd2 - upd)
-                rows.append((size, label, concurrency, ours, floor, http, hot_share))
+                http = run_clients(empty_url, groves, bodies, concurrency, args.clients, args.seconds)
+                rows += [(size, label, k, concurrency, ours, floor, http, hot_share) for k, ours, hot_share in runs]
         if args.longpoll:
+            if server is None or args.workloads.split(",")[-1] == "stamped":  # not on the touch window of 0
+                serve(in_flight[-1])
             groves = make_groves(max([*sizes, args.longpoll]))[: args.longpoll]
             print(f"holding {len(groves)} changes long-polls ...", flush=True)
-            longpoll = asyncio.run(hold_longpolls(url, groves, 20, server))
+            longpoll = asyncio.run(hold_longpolls(url, groves, args.longpoll_wait, server))
     finally:
-        stop(server)
+        if server is not None:
+            stop(server)
         stop(empty)
         shutil.rmtree(work, ignore_errors=True)
 
-    load = os.popen("uptime").read().strip()
-    print(f"\nserver: {args.server} x{args.workers} workers; client: wrk (1 thread); {load}")
-    print(f"{'N':>6} {'load':<9} {'conc':>4} | {'ours rps':>8} {'p50 ms':>7} {'p99 ms':>7} {'err':>4} {'HOT':>5} | "
-          f"{'UPDATE rps':>10} {'p50 ms':>7} | {'HTTP rps':>8} {'p50 ms':>7} | {'/UPDATE':>7} {'/HTTP':>6} "
-          f"{'wrk cpu':>7} {'web ms/req':>10}")
-    for size, label, conc, ours, floor, http, hot in rows:
-        print(f"{size:>6} {label:<9} {conc:>4} | {ours['rps']:>8.0f} {ours['p50']:>7.2f} {ours['p99']:>7.2f} "
-              f"{ours['errors']:>4} {hot:>5.0%} | {floor['rps']:>10.0f} {floor['p50']:>7.2f} | "
-              f"{http['rps']:>8.0f} {http['p50']:>7.2f} | {ours['rps'] / floor['rps']:>6.2f}x "
-              f"{ours['rps'] / http['rps']:>5.2f}x {ours['client_cpu']:>6.0%} {ours['server_ms']:>10.2f}")
-    print("\n/UPDATE, /HTTP = our req/s over the floor's (target >= 0.5x the bare UPDATE); HOT = share of the Grove "
-          "row's UPDATEs that were heap-only;\nwrk cpu = the client's share of one core while driving ours; "
-          "web ms/req = CPU of the web processes per request.")
+    print(f"\nserver: uvicorn x{args.workers} workers (docker/host-entrypoint.sh's flags); ours: {args.clients} "
+          f"client processes; floor: pgbench -M prepared -j 2; {common.uptime()}")
+    print(f"{'N':>6} {'load':<9} {'k':>2} {'conn':>4} | {'ours rps':>8} {'p50 ms':>7} {'p99 ms':>7} {'err':>4} "
+          f"{'HOT':>5} | "
+          f"{'pgbench tps':>11} {'avg ms':>7} | {'HTTP rps':>8} {'p50 ms':>7} | {'/pgbench':>8} {'/HTTP':>6} "
+          f"{'cl cpu':>6} {'pgb cpu':>7} {'web ms/req':>10}")
+    for size, label, k, conc, ours, floor, http, hot in rows:
+        print(f"{size:>6} {label:<9} {k:>2} {conc:>4} | {ours['rps']:>8.0f} {ours['p50']:>7.2f} {ours['p99']:>7.2f} "
+              f"{ours['errors']:>4} {hot:>5.0%} | {floor['rps']:>11.0f} {floor['latency']:>7.2f} | "
+              f"{http['rps']:>8.0f} {http['p50']:>7.2f} | {ours['rps'] / floor['rps']:>7.2f}x "
+              f"{ours['rps'] / http['rps']:>5.2f}x {ours['client_cpu']:>6.0%} {floor['client_cpu']:>7.0%} "
+              f"{ours['server_ms']:>10.2f}")
+    print("\nratio: /pgbench, /HTTP = our heartbeats/s over the floor's (target >= 0.5x pgbench running the same "
+          "statement); k = heartbeat statements in flight per web process;\nHOT = share of the Grove row's UPDATEs "
+          "that were heap-only; cl cpu / pgb cpu = the clients' "
+          "CPU as a share of one core; web ms/req = CPU of the web processes per request.")
     if longpoll:
         print(f"\nlong-poll: {longpoll['n']} Groves waiting at once (opened in {longpoll['open_s']:.1f}s): server RSS "
               f"{longpoll['before'] / 2**20:.0f} -> {longpoll['during'] / 2**20:.0f} MiB, "

@@ -35,8 +35,8 @@ its queue row gone: what its dispatch does) and the next release is measured. Th
 indexed ``SELECT`` of the next queued row (psycopg). It prints p50/p99, the ratio to the floor and the
 growth of p50 from the smallest to the largest queue (not linear: far below N_max/N_min).
 
-Needs PostgreSQL on 127.0.0.1 (``scripts/services-up.sh``); uses a ``forest_bench_placement`` database
-(``BENCH_PLACEMENT_DATABASE_URL`` names another).
+Needs PostgreSQL and Redis: a scratch database and broker keys of its own (bench/_common.py:
+``--database-url``, ``--broker-url``). Smoke size: ``--groves 10 --decisions 20 --queued 20 --events 3``.
 """
 from __future__ import annotations
 
@@ -56,28 +56,12 @@ from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-ADMIN_URL = os.environ.get("BENCH_ADMIN_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-DB_URL = os.environ.get("BENCH_PLACEMENT_DATABASE_URL",
-                        "postgres://postgres@127.0.0.1:5432/forest_bench_placement")
-DB_NAME = DB_URL.rsplit("/", 1)[-1]  # dropped and created afresh: a name of the caller's own
-os.environ.update({
-    "DATABASE_URL": DB_URL, "SECRET_KEY": "bench-secret-key", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0",
-    "CELERY_BROKER_URL": os.environ.get("BENCH_CELERY_BROKER_URL", "redis://127.0.0.1:6379/14"), "LOG_LEVEL": "ERROR",
-    "FLAGS_CACHE_TTL_S": "1",
-    "PLACEMENT_FLEET_REFRESH_S": "1",
-    "DJANGO_SETTINGS_MODULE": "forest_host.settings",
-})
+from bench import _common as common  # noqa: E402
+
+ENV = {"LOG_LEVEL": "ERROR", "FLAGS_CACHE_TTL_S": "1", "PLACEMENT_FLEET_REFRESH_S": "1"}
 GIB = 1024**3
 K8S_PLATFORMS = [["linux/amd64"], ["linux/arm64"], ["linux/amd64", "linux/arm64"], ["linux/arm64", "linux/amd64"]]
 NATIVE_PLATFORMS = [["darwin/arm64"], ["linux/amd64"], ["linux/arm64"]]
-
-
-def prepare_database() -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
 
 
 def fleet(n: int, rnd: random.Random):
@@ -210,7 +194,7 @@ def measure(fn, count: int) -> dict:
 def floor(count: int) -> dict:
     import psycopg
 
-    with psycopg.connect(DB_URL, autocommit=True) as conn:
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS bench_floor")
         conn.execute("CREATE TABLE bench_floor (id bigserial PRIMARY KEY, subject text UNIQUE, body jsonb)")
 
@@ -289,7 +273,7 @@ def admission_bench(sizes: list[int], events: int) -> None:
                                             started_at=now, accrued_through=now)
 
         hold("holder-0")
-        with psycopg.connect(DB_URL, autocommit=True) as conn:
+        with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
             def next_row(_i: int, grove=grove) -> None:
                 conn.execute("SELECT wait_id FROM pipelines_pipelinenodewaitgrove WHERE grove_id = %s "
                              "ORDER BY seq LIMIT 1", (grove.id,)).fetchone()
@@ -324,8 +308,10 @@ def main() -> None:
     parser.add_argument("--queued", default="1000,10000", help="admission queue sizes ('' skips the section)")
     parser.add_argument("--events", type=int, default=50, help="capacity-free events per queue size")
     parser.add_argument("--skip-decisions", action="store_true", help="only the admission section")
+    common.add_options(parser)
     args = parser.parse_args()
-    prepare_database()
+    common.prepare(args, "placement", env=ENV, migrate=False)
+    print(f"uptime: {common.uptime()}", flush=True)
     import django
 
     django.setup()

@@ -18,12 +18,15 @@ With a real Celery worker (prefork, 4 processes) on Redis and Host under uvicorn
   with a finished job and a done outbox row; it must stay flat (it reads live rows through partial indexes).
 
 Fails fast, naming the cause, when dispatch stalls or nodes are refused (no waiting out a timeout).
-Needs PostgreSQL and Redis on 127.0.0.1 (``scripts/services-up.sh``); uses database ``forest_bench_resume``
-and Redis db 6 (flushed at start; ``BENCH_REDIS_URL`` to change).
+Needs PostgreSQL and Redis: a scratch database and broker keys under a prefix of its own (bench/_common.py:
+``--database-url``, ``--broker-url``; nothing is flushed). The floor's task and this process each keep one
+Redis connection pool for the run, as the resume path keeps its own. Smoke size: ``--jobs 4 --steady-jobs 2
+--concurrency 2 --rate 50 --history 10,20``.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import socket
@@ -37,30 +40,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-DB_NAME = "forest_bench_resume"
-ADMIN_URL = os.environ.get("BENCH_ADMIN_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+from bench import _common as common  # noqa: E402
+
 ENV = {
-    "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DB_NAME}", "SECRET_KEY": "bench-secret-key", "DEBUG": "0",
-    "SECURE_SSL_REDIRECT": "0", "ALLOWED_HOSTS": "127.0.0.1,localhost", "LOG_LEVEL": "ERROR",
-    "CELERY_BROKER_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/6"),
-    "PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS": "bench",
-    "FLAGS_CACHE_TTL_S": "5", "DJANGO_SETTINGS_MODULE": "forest_host.settings",
+    "LOG_LEVEL": "ERROR", "PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS": "bench", "FLAGS_CACHE_TTL_S": "5",
     # The worker imports the bench's floor task from bench/ (not an installed package).
     "PYTHONPATH": str(ROOT),
 }
-os.environ.update(ENV)
-
-
-def prepare_database() -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, check=True)
-    import redis
-
-    redis.Redis.from_url(ENV["CELERY_BROKER_URL"]).flushdb()
+TARGET: common.Target | None = None  # the run's scratch database and broker prefix, set by main()
 
 
 def free_port() -> int:
@@ -73,7 +60,7 @@ LOG_DIR = Path(os.environ.get("BENCH_LOG_DIR", "/tmp"))
 
 
 def start(name: str, args: list[str]) -> subprocess.Popen:
-    log = open(LOG_DIR / f"bench-resume-{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
+    log = open(LOG_DIR / f"bench-resume-{os.getpid()}-{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
     return subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -145,12 +132,18 @@ def offered(n: int, rate: float | None, concurrency: int, send) -> list[float]:
     return sent
 
 
-def measure_floor(n: int, *, rate: float | None, concurrency: int) -> dict:
+@functools.cache
+def broker():
+    """This process's Redis client (one connection pool, shared by the sending threads)."""
     import redis
 
+    return redis.Redis.from_url(TARGET.broker_url)
+
+
+def measure_floor(n: int, *, rate: float | None, concurrency: int) -> dict:
     from bench.floor_tasks import ping
 
-    client, key = redis.Redis.from_url(ENV["CELERY_BROKER_URL"]), f"bench-ping-{uuid.uuid4().hex}"
+    client, key = broker(), f"{TARGET.key_prefix}bench-ping-{uuid.uuid4().hex}"
     for _ in range(20):  # warm the worker's processes
         ping.delay(key)
     wait(lambda: client.llen(key) >= 20, "warm-up pings")
@@ -190,6 +183,7 @@ class Bench:
         self.base_url, self.body = base_url, heartbeat_body(substrate="kubernetes")
         self.stop, self.procs = threading.Event(), []
         groves.grove_heartbeat_record(grove=self.grove, body=self.body)
+        groves.grove_poll_record(grove=self.grove)  # ready for dispatch, as an agent's first poll makes it
         self.beater = threading.Thread(target=self._beat, daemon=True)
         self.beater.start()
 
@@ -199,8 +193,10 @@ class Bench:
         with httpx.Client(timeout=30) as http:
             while not self.stop.wait(5):
                 try:  # base_url moves when the bench restarts the web server
-                    http.post(f"{self.base_url}/api/forest/v1/groves/{self.grove.id}/heartbeat", json=self.body,
-                              headers={"Authorization": f"Bearer {self.credential}"})
+                    auth = {"Authorization": f"Bearer {self.credential}"}
+                    grove_url = f"{self.base_url}/api/forest/v1/groves/{self.grove.id}"
+                    http.post(f"{grove_url}/heartbeat", json=self.body, headers=auth)
+                    http.get(f"{grove_url}/changes", params={"wait": 0}, headers=auth)  # stays ready
                 except httpx.HTTPError as exc:
                     print(f"  ! heartbeat failed: {exc}", file=sys.stderr)
 
@@ -361,10 +357,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20, help="reports per second at the steady load")
     parser.add_argument("--modes", default="inline,celery")
     parser.add_argument("--history", default="10000,100000,1000000")
+    common.add_options(parser)
     args = parser.parse_args()
-    print(f"uptime: {os.popen('uptime').read().strip()}", flush=True)
+    print(f"uptime: {common.uptime()}", flush=True)
 
-    prepare_database()
+    global TARGET
+    TARGET = common.prepare(args, "resume", env=ENV)
     import django
 
     django.setup()
@@ -393,7 +391,7 @@ def main() -> None:
             bench.stop.set()
         stop(worker)
     print(f"\nresume: burst of {args.jobs} jobs ({args.concurrency} reports in flight), steady {args.steady_jobs} "
-          f"jobs at {args.rate:g}/s; worker prefork x4, uvicorn x2, Redis broker; {os.popen('uptime').read().strip()}")
+          f"jobs at {args.rate:g}/s; worker prefork x4, uvicorn x2, Redis broker; {common.uptime()}")
     print(f"{'':34}{'p50 ms':>9}{'p99 ms':>9}{'jobs/s':>8} | {'p50/floor':>9}{'p99/floor':>10}"
           f"{'rate/floor':>11}")
     for label, row, floor in rows:

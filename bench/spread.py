@@ -12,8 +12,8 @@ one worker, a CI user's token) in batches of ``--batch``:
   order: no Grove gets work while an earlier-filled one still has room. Printed: Groves used against the
   fewest that hold the jobs (ratio 1.0 is perfect packing), and whether they filled in order.
 
-Needs PostgreSQL and Redis on 127.0.0.1; drops and creates ``forest_bench_spread``
-(``BENCH_SPREAD_DATABASE_URL`` names another).
+Needs PostgreSQL and Redis: a scratch database (re-created for each run) and broker keys of its own
+(bench/_common.py: ``--database-url``, ``--broker-url``).
 """
 from __future__ import annotations
 
@@ -26,31 +26,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-ADMIN_URL = os.environ.get("BENCH_ADMIN_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-DB_URL = os.environ.get("BENCH_SPREAD_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/forest_bench_spread")
-DB_NAME = DB_URL.rsplit("/", 1)[-1]
-ENV = {
-    "DATABASE_URL": DB_URL, "SECRET_KEY": "bench-secret-key", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0",
-    "CELERY_BROKER_URL": os.environ.get("BENCH_CELERY_BROKER_URL", "redis://127.0.0.1:6379/14"), "LOG_LEVEL": "ERROR",
-    "FLAGS_CACHE_TTL_S": "1",
-    "PLACEMENT_FLEET_REFRESH_S": "1", "DJANGO_SETTINGS_MODULE": "forest_host.settings",
-}
-os.environ.update(ENV)
+from bench import _common as common  # noqa: E402
+
+ENV = {"LOG_LEVEL": "ERROR", "FLAGS_CACHE_TTL_S": "1", "PLACEMENT_FLEET_REFRESH_S": "1"}
 GIB = 1024**3
 CPU_PER_GROVE = 64000
 JOB_CPU = 250
 
 
-def prepare() -> None:
-    import psycopg
-    from django.core.management import call_command
-    from django.db import connection
-
-    connection.close()
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
-    call_command("migrate", verbosity=0)
+def prepare(target: common.Target) -> None:
+    """The scratch database afresh, migrated."""
+    target.recreate()
 
 
 def load(groves: int) -> None:
@@ -72,14 +58,13 @@ def load(groves: int) -> None:
     PlacementUnit.objects.bulk_create(units)
 
 
-def run(policy: str, args) -> list[str]:
+def run(policy: str, args, target: common.Target) -> list[str]:
     """Place the jobs through the API under ``policy``; the Grove slug of each, in order."""
     import httpx
 
     from bench.c1m import ci_token, start_web, stop_web
 
-    os.environ.update(ENV)  # importing the C1M bench set its own database in the environment
-    prepare()
+    prepare(target)
     load(args.groves)
     token = ci_token()
     os.environ["PLACEMENT_POLICY"] = f"build=spread,runtime=spread,compute={policy},accelerators=binpack"
@@ -107,18 +92,21 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--groves", type=int, default=10)
     parser.add_argument("--batch", type=int, default=250)
+    common.add_options(parser)
     args = parser.parse_args()
+    target = common.prepare(args, "spread", env=ENV, migrate=False)
+    print(f"uptime: {common.uptime()}", flush=True)
     import django
 
     django.setup()
     started = time.perf_counter()
-    spread = Counter(run("spread", args))
+    spread = Counter(run("spread", args, target))
     mean = args.jobs / args.groves
     largest, smallest = max(spread.values()), min(spread.values()) if len(spread) == args.groves else 0
     print(f"spread:   {args.jobs} identical jobs on {args.groves} equal Groves; floor (even share) {mean:.1f} each;"
           f" largest {largest} = {largest / mean:.2f}x the mean (target <= 1.20), smallest {smallest} = "
           f"{smallest / mean:.2f}x; Groves used {len(spread)}/{args.groves}")
-    order = run("binpack", args)
+    order = run("binpack", args, target)
     used = Counter(order)
     per_grove = CPU_PER_GROVE // JOB_CPU
     fewest = -(-args.jobs // per_grove)

@@ -11,38 +11,33 @@ filterset, django-tables2, template) ``--repeat`` times, and the p50/p95 server 
 the floor: a bare ``SELECT * FROM <the page's main table> ORDER BY <its order> LIMIT 50`` on the same
 connection, timed the same way. The issue's budget is p95 < 150 ms per page.
 
-Needs PostgreSQL on 127.0.0.1 (``scripts/services-up.sh``); drops and seeds the database named by
-``BENCH_STAFF_DATABASE_URL`` or ``DATABASE_URL`` (default ``forest_bench_staff``). ``--reuse`` keeps an
-already seeded database (migrating it only), to measure again after a code change without seeding anew.
+Needs PostgreSQL: seeds a scratch database of its own (bench/_common.py: ``--database-url``); with
+``--keep-database`` it stays, and ``--reuse NAME`` measures that database again (migrating it only) after a
+code change without seeding anew. The seed names the columns it means; every other NOT NULL column gets
+its model's default (read from ``_meta`` while the seed runs), so a new column cannot break it.
+Smoke size: ``--groves 20 --placements 200 --runs 20 --repeat 1``.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import re
 import statistics
 import sys
 import time
 from datetime import timedelta
 from pathlib import Path
 from unittest import mock
-from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-ADMIN_URL = os.environ.get("BENCH_ADMIN_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-# The bench database is dropped and re-created: it is named by BENCH_STAFF_DATABASE_URL or DATABASE_URL (so
-# several people on one machine each bench in a database of their own), forest_bench_staff by default.
-DB_URL = (os.environ.get("BENCH_STAFF_DATABASE_URL") or os.environ.get("DATABASE_URL")
-          or "postgres://postgres@127.0.0.1:5432/forest_bench_staff")
-DB_NAME = urlsplit(DB_URL).path.lstrip("/")
-os.environ.update({
-    "DATABASE_URL": DB_URL, "SECRET_KEY": "bench-secret-key", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0",
-    "CELERY_BROKER_URL": "redis://127.0.0.1:6379/14", "LOG_LEVEL": "ERROR", "FLAGS_CACHE_TTL_S": "60",
-    "ALLOWED_HOSTS": "testserver", "DJANGO_SETTINGS_MODULE": "forest_host.settings",
-    # The seeded reports must stay fresh through the run (seeding and measuring take minutes).
-    "GROVE_STALE_AFTER_S": "3600",
-})
+from bench import _common as common  # noqa: E402
+
+ENV = {"LOG_LEVEL": "ERROR", "FLAGS_CACHE_TTL_S": "60", "ALLOWED_HOSTS": "testserver",
+       # The seeded reports must stay fresh through the run (seeding and measuring take minutes).
+       "GROVE_STALE_AFTER_S": "3600"}
 BUDGET_MS = 150.0
 
 SEED = [
@@ -123,16 +118,38 @@ SEED = [
 ]
 
 
-def prepare_database(*, reuse: bool) -> bool:
-    """Drop and create the bench database; with ``reuse``, keep it when it exists. True: it needs seeding."""
-    import psycopg
+@contextlib.contextmanager
+def model_defaults(tables: set[str]):
+    """While the seed runs, each NOT NULL column of ``tables`` that the model gives a default (and
+    PostgreSQL none) has that default in the database too: the SQL names only the columns it means, so a
+    column added later cannot break the seed. Unique columns are left alone (one value for every row
+    would collide): the seed must name those."""
+    from django.apps import apps
+    from django.db import connection
+    from django.db.models import NOT_PROVIDED
+    from psycopg import sql
 
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        if reuse and conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone():
-            return False
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
-    return True
+    columns = []
+    for model in apps.get_models():
+        if model._meta.db_table not in tables:
+            continue
+        for field in model._meta.concrete_fields:
+            if (field.null or field.primary_key or field.unique or not field.has_default()
+                    or getattr(field, "db_default", NOT_PROVIDED) is not NOT_PROVIDED):
+                continue
+            value = field.get_db_prep_save(field.get_default(), connection)
+            columns.append((model._meta.db_table, field.column, value))
+    with connection.cursor() as cursor:
+        raw = cursor.cursor  # psycopg's own cursor: sql.Literal renders the value as PostgreSQL would take it
+        for table, column, value in columns:
+            raw.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET DEFAULT {}").format(
+                sql.Identifier(table), sql.Identifier(column), sql.Literal(value)))
+        try:
+            yield
+        finally:
+            for table, column, _ in columns:
+                raw.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} DROP DEFAULT").format(
+                    sql.Identifier(table), sql.Identifier(column)))
 
 
 def seed(*, groves: int, placements: int, runs: int) -> float:
@@ -141,11 +158,13 @@ def seed(*, groves: int, placements: int, runs: int) -> float:
     started = time.perf_counter()
     values = {"groves": groves, "placements": placements, "runs": runs, "node_subjects": min(placements // 3,
                                                                                               runs * 3)}
-    with connection.cursor() as cursor:
+    tables = {re.match(r"\s*INSERT INTO (\w+)", statement).group(1) for statement in SEED}
+    with model_defaults(tables), connection.cursor() as cursor:
         for statement in SEED:
             for key, value in values.items():  # plain substitution: the SQL itself uses % (modulo)
                 statement = statement.replace(f"%({key})s", str(value))
             cursor.execute(statement)
+    with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")  # as autovacuum would: visibility map set, statistics fresh
     return time.perf_counter() - started
 
@@ -174,16 +193,18 @@ def main() -> None:
     parser.add_argument("--placements", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--reuse", action="store_true", help="keep an already seeded bench database")
+    parser.add_argument("--reuse", default="", metavar="NAME",
+                        help="measure a database an earlier run kept (--keep-database) without seeding anew")
     parser.add_argument("--only", default="", help="measure only the pages whose name contains this")
+    common.add_options(parser)
     args = parser.parse_args()
-    fresh = prepare_database(reuse=args.reuse)
+    target = common.prepare(args, "staff", env=ENV)
+    fresh = not args.reuse
     import django
 
     django.setup()
     logging.disable(logging.WARNING)
     from django.contrib.auth import get_user_model
-    from django.core.management import call_command
     from django.db import connection
     from django.test import Client
     from django.utils import timezone
@@ -192,13 +213,12 @@ def main() -> None:
     from apps.pipelines.models import PipelineRun
     from apps.placement.models import ExecutionPlacement
 
-    call_command("migrate", verbosity=0)
     if fresh:
         seconds = seed(groves=args.groves, placements=args.placements, runs=args.runs)
         print(f"seeded {args.groves} Groves, {args.placements} placements, {args.runs} runs "
               f"({args.runs * 3} nodes) in {seconds:.1f}s")
     else:
-        print(f"reusing the seeded database {DB_NAME}")
+        print(f"reusing the seeded database {target.database}")
     from apps.staff.services import refusal_rollup_update
 
     # The seed wrote placements in bulk, past the placement service: build the refusal rollup from them as

@@ -128,6 +128,13 @@ FOREST_LEAN_JOB_THREADS = int(os.environ.get("FOREST_LEAN_JOB_THREADS", "8"))
 DATABASE_POOL_TIMEOUT_S = float(os.environ.get("DATABASE_POOL_TIMEOUT_S", "10"))
 # Connections of the lean wire routes' async pool (apps/dispatch/api/lean.py), per web process.
 DATABASE_POOL_ASYNC_SIZE = int(os.environ.get("DATABASE_POOL_ASYNC_SIZE", "4"))
+# Heartbeat statements (group-committed batches) in flight at once per web process (lean.HeartbeatBatch); at
+# most the async pool's size. bench/heartbeat.py: docs/decisions.md "Heartbeat floor: pgbench".
+FOREST_HEARTBEAT_BATCHES_IN_FLIGHT = max(1, min(DATABASE_POOL_ASYNC_SIZE,
+                                                int(os.environ.get("FOREST_HEARTBEAT_BATCHES_IN_FLIGHT", "2"))))
+# Groves whose last heartbeat row the lean route keeps per web process, keyed by their exact body bytes (a
+# steady beat skips parsing and validation); 0 keeps none.
+FOREST_HEARTBEAT_ROW_CACHE = int(os.environ.get("FOREST_HEARTBEAT_ROW_CACHE", "10000"))
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'forest.sqlite3'}"),
@@ -250,6 +257,10 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    # Every broker key under a prefix: Hosts (or bench runs, bench/_common.py) sharing one Redis database
+    # keep apart, and one can delete its own keys without flushing the others'.
+    if _key_prefix := os.environ.get("CELERY_BROKER_KEY_PREFIX", ""):
+        CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = _key_prefix
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

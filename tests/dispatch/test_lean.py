@@ -444,3 +444,62 @@ def test_the_first_poll_stamps_updated_at_and_a_steady_one_stays_hot(fresh_grove
     assert grove_services.grove_poll_record(grove=stamped, now=first + timedelta(seconds=11))
     again = Grove.objects.get(pk=grove.pk)
     assert again.last_polled_at == first + timedelta(seconds=11) and again.updated_at == first_updated
+
+
+def test_two_heartbeat_batches_fly_at_once_and_never_name_one_grove_twice(monkeypatch, settings):
+    """With two statements allowed in flight per event loop, a second batch starts while the first waits on
+    PostgreSQL, and a Grove's next beat waits for a batch after the one carrying its last (no two statements
+    in flight name one Grove; its beats commit in order)."""
+    settings.FOREST_HEARTBEAT_BATCHES_IN_FLIGHT = 2
+    statements: list[list[str]] = []
+    in_flight: list[set[str]] = []
+
+    async def run():
+        batch = lean.HeartbeatBatch()
+        started, overlapped, release = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+        async def held_run(rows):
+            names = [row["grove"] for row in rows]
+            statements.append(names)
+            in_flight.append(set(names))
+            started.set()
+            if len(in_flight) == 2:
+                overlapped.set()
+            await release.wait()
+            in_flight.remove(set(names))
+            return dict.fromkeys(names, False)
+
+        monkeypatch.setattr(batch, "_run", held_run)
+        first = asyncio.ensure_future(batch.record({"grove": "a"}))
+        await started.wait()  # the first statement is in flight with "a"
+        rest = [asyncio.ensure_future(batch.record({"grove": g})) for g in ("b", "a", "c")]
+        await overlapped.wait()  # a second statement started while the first still waits
+        release.set()
+        return await asyncio.gather(first, *rest)
+
+    assert asyncio.run(run()) == [True, True, True, True]
+    assert statements == [["a"], ["b", "c"], ["a"]]  # "a" again waited for the statement after its first
+
+
+def test_a_steady_groves_repeated_body_skips_parsing_and_still_records_each_beat(fresh_grove, monkeypatch):
+    """The same credential and body bytes give the same row (less its time): the second beat is not parsed
+    or validated again, yet it is written (its time moves); other bytes are read afresh."""
+    grove, credential = fresh_grove()
+    built = []
+    real_row = grove_services.heartbeat_fast_row
+
+    def counted_row(**kwargs):
+        built.append(kwargs["grove_id"])
+        return real_row(**kwargs)
+
+    monkeypatch.setattr(grove_services, "heartbeat_fast_row", counted_row)
+    steady = json.dumps(heartbeat_body(log_tail=["steady"])).encode()
+    assert post(f"{V1}/groves/{grove.id}/heartbeat", credential=credential, content=steady).status_code == 200
+    first = Grove.objects.get(pk=grove.pk).last_heartbeat_at
+    assert post(f"{V1}/groves/{grove.id}/heartbeat", credential=credential, content=steady).status_code == 200
+    assert Grove.objects.get(pk=grove.pk).last_heartbeat_at > first
+    assert built == [str(grove.id)]  # parsed and validated once
+    moved = json.dumps(heartbeat_body(log_tail=["moved"])).encode()
+    assert post(f"{V1}/groves/{grove.id}/heartbeat", credential=credential, content=moved).status_code == 200
+    assert built == [str(grove.id)] * 2
+    assert Grove.objects.get(pk=grove.pk).log_tail == ["moved"]

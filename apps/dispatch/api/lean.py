@@ -39,6 +39,7 @@ Counted in ``forest_wire_lean_total{route,outcome}``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import json
 import logging
@@ -166,6 +167,13 @@ class _Replay:
         return await self.receive()
 
 
+@functools.cache
+def _vendor() -> str:
+    """The default database's vendor, asked once: ``connections["default"]`` in a fresh async context (every
+    request is one) builds a new connection wrapper, ~15% of a lean heartbeat's CPU (bench/heartbeat.py)."""
+    return connections["default"].vendor
+
+
 class LeanWire:
     """ASGI middleware: serve the hot paths it can, pass everything else to ``app`` (Django)."""
 
@@ -176,7 +184,7 @@ class LeanWire:
     def _on() -> bool:
         # PostgreSQL only: the statement and the async pool are psycopg's (the embedded SQLite of
         # `make run` sends everything to Django).
-        return settings.FOREST_LEAN_WIRE and connections["default"].vendor == "postgresql"
+        return settings.FOREST_LEAN_WIRE and _vendor() == "postgresql"
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http" and self._on():
@@ -210,7 +218,7 @@ class LeanWire:
             context.request_id.reset(token)
 
     @staticmethod
-    async def _json_body(scope, receive, *, empty_ok: bool = False) -> tuple[list[dict], object]:
+    async def _json_body(scope, receive, *, empty_ok: bool = False, raw: bool = False) -> tuple[list[dict], object]:
         """The messages read (for a hand-over to Django) and the parsed JSON body, or ``_DJANGO`` when the
         request is anything but a plain, complete, small-enough JSON call with a bearer credential
         (``empty_ok``: a call that takes no body may also come without one, and without a content type)."""
@@ -229,16 +237,15 @@ class LeanWire:
             return messages, None
         if not (complete and len(body) <= limit and content_type == b"application/json" and _plain_enough(scope)):
             return messages, _DJANGO
-        try:  # the one body reader (depth, NUL, huge numbers): a refusal is Django's to answer
-            return messages, read_json(bytes(body), max_bytes=limit)
-        except ForestError:
-            return messages, _DJANGO
+        if raw:  # the caller parses (_parse) only what it has not seen before
+            return messages, bytes(body)
+        return messages, _parse(body)
 
     async def heartbeat(self, grove_id: str, scope, receive, send) -> None:
-        messages, parsed = await self._json_body(scope, receive)
+        messages, body = await self._json_body(scope, receive, raw=True)
         presented = _bearer(scope)
-        if presented is not None and parsed is not _DJANGO:
-            row = grove_services.heartbeat_fast_row(grove_id=grove_id, presented=presented, body=parsed)
+        if presented is not None and body is not _DJANGO:
+            row = _ROWS.row(grove_id, presented, body)
             if row is not None and await self._record(row):
                 LEAN.labels("heartbeat", "served").inc()
                 return await _send_json(send, scope, 200, {"server_time": _json_datetime(timezone.now()),
@@ -288,22 +295,26 @@ class LeanWire:
 
 
 class HeartbeatBatch:
-    """Group commit for the lean heartbeat on one event loop: one ``HEARTBEAT_SQL`` in flight at a time,
-    carrying every heartbeat that arrived while the one before it ran.
+    """Group commit for the lean heartbeat on one event loop: up to ``FOREST_HEARTBEAT_BATCHES_IN_FLIGHT``
+    ``HEARTBEAT_SQL`` statements in flight at a time, each carrying the heartbeats that arrived while the
+    ones before it ran.
 
     An idle Host sends a heartbeat alone and at once (no timer, no added latency); under load the rows
-    queue while a statement is in flight, and the next statement takes them all (up to ``BATCH_MAX``), so
-    the per-statement cost (round trip, parse, executor start, commit) is paid once per batch. A
-    heartbeat is answered only after the statement that wrote its row committed; any failure of the
-    statement sends its heartbeats to Django (which runs the statement alone and answers errors itself).
-    A Grove already waiting in the queue waits for the next batch with its second heartbeat, so a
-    statement never names one Grove twice."""
+    queue while statements are in flight, and the next free one takes them all (up to ``BATCH_MAX``), so
+    the per-statement cost (round trip, parse, executor start, commit) is paid once per batch, while more
+    than one batch in flight keeps PostgreSQL's other cores busy during each round trip (one at a time
+    left this process waiting on every commit). A heartbeat is answered only after the statement that
+    wrote its row committed; any failure of the statement sends its heartbeats to Django (which runs the
+    statement alone and answers errors itself). A Grove already queued or in flight waits for a later
+    batch with its next heartbeat, so no two statements in flight name one Grove (no row-lock waits, and
+    a Grove's beats commit in the order they came)."""
 
     _batches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # one per event loop
 
     def __init__(self) -> None:
         self.queue: list[tuple[dict, asyncio.Future]] = []
-        self.flushing = False
+        self.flushing = 0  # statements' loops running (each has at most one statement in flight)
+        self.in_flight: set[str] = set()  # Groves named by a statement in flight
         self.background: set[asyncio.Task] = set()
 
     @classmethod
@@ -318,8 +329,8 @@ class HeartbeatBatch:
         """True once ``row`` is committed; False sends the heartbeat to Django."""
         future = asyncio.get_running_loop().create_future()
         self.queue.append((row, future))
-        if not self.flushing:
-            self.flushing = True
+        if self.flushing < settings.FOREST_HEARTBEAT_BATCHES_IN_FLIGHT:
+            self.flushing += 1
             task = asyncio.get_running_loop().create_task(self._flush())
             self.background.add(task)
             task.add_done_callback(self.background.discard)
@@ -329,23 +340,28 @@ class HeartbeatBatch:
         batch: dict[str, tuple[dict, asyncio.Future]] = {}
         rest = []
         for entry in self.queue:
-            if entry[0]["grove"] in batch or len(batch) >= BATCH_MAX:
+            grove_id = entry[0]["grove"]
+            if grove_id in batch or grove_id in self.in_flight or len(batch) >= BATCH_MAX:
                 rest.append(entry)
             else:
-                batch[entry[0]["grove"]] = entry
+                batch[grove_id] = entry
         self.queue = rest
         return batch
 
     async def _flush(self) -> None:
         try:
-            while self.queue:
-                batch = self._take()
+            # Ends when nothing is queued, or when all that is queued waits on Groves of another statement
+            # in flight (whose loop takes them when it is done).
+            while batch := self._take():
+                self.in_flight.update(batch)
                 try:
                     written = await self._run([row for row, _ in batch.values()])
                 except Exception as exc:  # Django answers these heartbeats (and reports any error)
                     log.warning("lean heartbeat batch failed; Django takes it", extra={"rows": len(batch),
                                                                                      "error": repr(exc)})
                     written = {}
+                finally:
+                    self.in_flight.difference_update(batch)
                 for grove_id, (_, future) in batch.items():
                     if not future.done():
                         future.set_result(grove_id in written)
@@ -356,11 +372,12 @@ class HeartbeatBatch:
                     self.background.add(task)
                     task.add_done_callback(self.background.discard)
         finally:
-            self.flushing = False
-            for _, future in self.queue:  # only after a cancellation: nothing may wait forever
-                if not future.done():
-                    future.set_result(False)
-            self.queue = []
+            self.flushing -= 1
+            if not self.flushing:  # only after a cancellation: nothing may wait forever
+                for _, future in self.queue:
+                    if not future.done():
+                        future.set_result(False)
+                self.queue = []
 
     @staticmethod
     async def _run(rows: list[dict]) -> dict[str, bool]:
@@ -373,6 +390,46 @@ class HeartbeatBatch:
 
 
 _DJANGO = object()  # "hand this request to Django"
+
+
+def _parse(body) -> object:
+    """The one body reader (depth, NUL, huge numbers); a refusal is Django's to answer (``_DJANGO``)."""
+    try:
+        return read_json(bytes(body), max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    except ForestError:
+        return _DJANGO
+
+
+class _Rows:
+    """Each Grove's last fast-path row (less its time), kept with the credential and the exact body bytes
+    it came from: a steady Grove sends the same bytes beat after beat, and the row is a pure function of
+    them (and of settings fixed for the process), so its next beat skips parsing, validation and the
+    digests: a third of the web processes' CPU per beat (bench/heartbeat.py; docs/decisions.md "Benches that
+    stay honest").
+    Bounded (``FOREST_HEARTBEAT_ROW_CACHE`` Groves, the least recently beating dropped first); per process."""
+
+    def __init__(self) -> None:
+        self.rows: collections.OrderedDict[str, tuple[str, bytes, dict]] = collections.OrderedDict()
+
+    def row(self, grove_id: str, presented: str, body: bytes) -> dict | None:
+        cached = self.rows.get(grove_id)
+        if cached is not None and cached[0] == presented and cached[1] == body:
+            self.rows.move_to_end(grove_id)
+            return {**cached[2], "at": timezone.now().isoformat()}
+        parsed = _parse(body)
+        if parsed is _DJANGO:
+            return None
+        row = grove_services.heartbeat_fast_row(grove_id=grove_id, presented=presented, body=parsed)
+        if row is None or settings.FOREST_HEARTBEAT_ROW_CACHE <= 0:
+            return row
+        self.rows[grove_id] = (presented, body, row)
+        self.rows.move_to_end(grove_id)
+        while len(self.rows) > settings.FOREST_HEARTBEAT_ROW_CACHE:
+            self.rows.popitem(last=False)
+        return row
+
+
+_ROWS = _Rows()
 
 
 @functools.cache
