@@ -1,5 +1,5 @@
 """One check of a Grove credential: ``grove_authenticate`` (every wire call, the lean routes' claim, report
-and changes) and its SQL twin in ``HEARTBEAT_SQL`` (the heartbeat's one statement, on the Django path and
+and changes) and its SQL twin in ``heartbeat_sql()`` (the heartbeat's one statement, on the Django path and
 the lean route) — and the ORM form of that statement for SQLite — give the same answer for every kind
 of presented value. A change to one that the others do not follow (comparing the key id alone, say,
 or forgetting revocation) fails here."""

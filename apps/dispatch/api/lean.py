@@ -6,7 +6,7 @@ eleven middleware (each sync-style one hops to a per-request thread, which a wai
 for its whole wait), URL resolution, DRF's negotiation and a pooled-connection round trip per request. Here:
 
 * **heartbeat**: the body is parsed and validated with the same rules, and the same one statement
-  (``apps.groves.services.HEARTBEAT_SQL``: auth, liveness and free counts) runs on this event loop's
+  (``apps.groves.services.heartbeat_sql()``: auth, liveness and free counts) runs on this event loop's
   async pool as a prepared statement, for every heartbeat that arrived while the previous one ran
   (``HeartbeatBatch``: group commit; each answer still waits for its own row's commit, so nothing
   answered is lost). Only a heartbeat that statement records is answered here;
@@ -288,7 +288,7 @@ class LeanWire:
 
 
 class HeartbeatBatch:
-    """Group commit for the lean heartbeat on one event loop: one ``HEARTBEAT_SQL`` in flight at a time,
+    """Group commit for the lean heartbeat on one event loop: one ``heartbeat_sql()`` in flight at a time,
     carrying every heartbeat that arrived while the one before it ran.
 
     An idle Host sends a heartbeat alone and at once (no timer, no added latency); under load the rows
@@ -367,7 +367,7 @@ class HeartbeatBatch:
         BATCHES.inc()
         pool = await async_pool()
         async with pool.connection() as conn:
-            cursor = await conn.execute(grove_services.HEARTBEAT_SQL, grove_services.heartbeat_rows_params(rows),
+            cursor = await conn.execute(grove_services.heartbeat_sql(), grove_services.heartbeat_rows_params(rows),
                                         prepare=True)
             return dict(await cursor.fetchall())
 
