@@ -26,6 +26,7 @@ from django.utils import timezone
 from apps.accelerators import selectors as accelerator_selectors
 from apps.accelerators.models import AcceleratorClaim
 from apps.accelerators.vocabulary import ClaimState
+from apps.core.db import sql_from_meta
 from apps.groves.choices import CapabilityKind
 from apps.groves.models import AcceleratorInventoryItem, Grove, GroveCapability, PlacementUnit
 from apps.placement import fleet
@@ -163,7 +164,7 @@ def fleet_refresh(*, full: bool = False) -> int:
         # Counted and timed before the rows are read: the next refresh starts from this database time (the
         # trigger's clock; now() would be the start of a caller's transaction).
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*), clock_timestamp() FROM groves_grove WHERE enabled")
+            cursor.execute(sql_from_meta("SELECT count(*), clock_timestamp() FROM {g} WHERE {g.enabled}", g=Grove))
             total, at = cursor.fetchone()
     groves = Grove.objects.all()
     if not full:

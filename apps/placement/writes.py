@@ -13,6 +13,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from psycopg import errors as pg_errors
 
+from apps.core.db import sql_from_meta
 from apps.groves.models import Grove, PlacementUnit
 from apps.placement import rules, selectors, snapshot
 from apps.placement.choices import Chooser, Outcome
@@ -20,7 +21,8 @@ from apps.placement.models import ExecutionPlacement, PlacementVerdicts, UnitLoa
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.rules import GroveFacts
 
-# The columns a batch writes, in COPY order (``created_at`` and ``updated_at`` are the batch's one time).
+# The fields (attnames) a batch writes, in COPY order (``created_at`` and ``updated_at`` are the batch's one
+# time); their columns are read from ``_meta`` where the statement is built.
 COLUMNS = ("id", "subject_type", "subject_id", "grove_id", "grove_slug", "selected_platform", "requirement",
            "decision", "chooser", "enforced", "would_refuse", "team", "environment", "created_at", "updated_at",
            "history", "verdicts_key", "outcome", "code", "spread_group")
@@ -168,9 +170,10 @@ def existing(keys: list[tuple[str, str]]) -> dict[tuple[str, str], ExecutionPlac
             # the unnested array, never ``subject_id = ANY(...)``, which stale statistics turned into a bitmap
             # scan of every row of the subject type (1.5 s at a million rows). Only hits are read whole.
             with connection.cursor() as cursor:
-                cursor.execute(f"SELECT p.subject_id FROM unnest(%s::text[]) AS wanted(subject_id) "
-                               f"JOIN {ExecutionPlacement._meta.db_table} p ON p.subject_type = %s "
-                               "AND p.subject_id = wanted.subject_id", [ids, subject_type])
+                cursor.execute(sql_from_meta(
+                    "SELECT p.{p.subject_id} FROM unnest(%s::text[]) AS wanted(subject_id) JOIN {p} p "
+                    "ON p.{p.subject_type} = %s AND p.{p.subject_id} = wanted.subject_id", p=ExecutionPlacement),
+                    [ids, subject_type])
                 ids = [row[0] for row in cursor.fetchall()]
             if not ids:
                 continue
@@ -292,17 +295,19 @@ def _insert(plans: list[Plan], now) -> tuple[set[int], dict[int, int]]:
     makes COPY fail: then one multi-row ``INSERT … ON CONFLICT DO NOTHING`` writes the rest. Returns the
     plan indexes that lost their subject to another call, and the placement id of each other plan."""
     table = ExecutionPlacement._meta.db_table
+    columns = sql_from_meta(", ".join(f"{{p.{name}}}" for name in COLUMNS), p=ExecutionPlacement)
     plans = sorted(plans, key=lambda plan: (plan.subject_type, plan.subject_id))
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT nextval(pg_get_serial_sequence('{table}', 'id')) FROM generate_series(1, %s::int)",
+            cursor.execute(f"SELECT nextval(pg_get_serial_sequence('{table}', '{ExecutionPlacement._meta.pk.column}')) "
+                           "FROM generate_series(1, %s::int)",
                            [len(plans)])
             ids = [row[0] for row in cursor.fetchall()]
         rows = _rows(plans, ids, now)
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 raw = cursor.cursor
-                with raw.copy(f"COPY {table} ({', '.join(COLUMNS)}) FROM STDIN") as copy:
+                with raw.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
                     for row in rows:
                         copy.write_row(row)
             return set(), {plan.index: placement_id for plan, placement_id in zip(plans, ids, strict=True)}
@@ -310,8 +315,8 @@ def _insert(plans: list[Plan], now) -> tuple[set[int], dict[int, int]]:
             pass
         with connection.cursor() as cursor:
             values = ", ".join(["(" + ", ".join(["%s"] * len(COLUMNS)) + ")"] * len(rows))
-            cursor.execute(f"INSERT INTO {table} ({', '.join(COLUMNS)}) VALUES {values} "
-                           "ON CONFLICT (subject_type, subject_id) DO NOTHING RETURNING id",
+            cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values} " + sql_from_meta(
+                "ON CONFLICT ({p.subject_type}, {p.subject_id}) DO NOTHING RETURNING {p.id}", p=ExecutionPlacement),
                            [value for row in rows for value in row])
             written = {row[0] for row in cursor.fetchall()}
         pairs = list(zip(plans, ids, strict=True))
