@@ -472,8 +472,8 @@ def _counts(window: _Window, *, key: str, limit: int | None = None) -> list[tupl
     sql = refused_sql()
     per_code = key == "code"
     grain, rollup_key = _GRAINS[key]
-    raw_key = {"total": "''", "code": sql.code, "day": sql.day}.get(
-        key, sql_from_meta(f"p.{{p.{key}}}", p=ExecutionPlacement))
+    raw_key = {"total": "''", "code": sql.code, "day": sql.day}.get(key) or sql_from_meta(f"p.{{p.{key}}}",
+                                                                                         p=ExecutionPlacement)
     parts, params = [], []
     if window.first is not None:
         parts.append(sql_from_meta(f"SELECT {rollup_key} AS k, r.{{r.count}} AS n FROM {{r}} r WHERE "
