@@ -95,13 +95,6 @@ def released(fn):
     return run
 
 
-async def async_pool_close() -> None:
-    """Close this event loop's lean-route pool (tests that drive the ASGI app, process shutdown)."""
-    entry = _async_pools.pop(asyncio.get_running_loop(), None)
-    if entry is not None:
-        await entry[0].close()
-
-
 class _SqlNames:
     """A model in ``sql_from_meta``'s template: ``{g}`` is its table, ``{g.field}`` a field's column."""
 

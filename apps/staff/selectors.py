@@ -41,7 +41,6 @@ from apps.pipelines.models import PipelineNode, PipelineRun
 from apps.pipelines.vocabulary import NodeStatus
 from apps.placement.models import ExecutionPlacement
 from apps.staff.models import Grain, RefusalRollup, RollupWatermark
-from apps.workloads.models import NativeWorkload
 from apps.workloads.selectors import generations_latest_for_grove
 
 # Why a node failed at dispatch when placement or admission refused it (pipelines records exc.code).
@@ -366,12 +365,7 @@ def run_detail(user, *, run_id) -> tuple[PipelineRun, list[PipelineNode], dict[s
     return run, nodes, placements
 
 
-# --- compute jobs and workloads (for pages that list them) ---------------------------------------------
-
-def compute_job_rows(user) -> QuerySet[ComputeJob]:
-    """The compute jobs ``user`` may see, newest first."""
-    return visible(ComputeJob.objects.select_related("run"), user).order_by("-created_at")
-
+# --- a compute job ---------------------------------------------------------------------------------------
 
 def compute_job_detail(user, *, job_id) -> ComputeJob:
     """One compute job: 404 ``compute_job_not_found``, or 403 ``team_forbidden``."""
@@ -380,11 +374,6 @@ def compute_job_detail(user, *, job_id) -> ComputeJob:
         raise NotFound("compute_job_not_found", f"No compute job '{job_id}'.")
     team_authorize(user, job.team, what="this compute job")
     return job
-
-
-def workload_rows(user) -> QuerySet[NativeWorkload]:
-    """The native workloads ``user`` may see."""
-    return visible(NativeWorkload.objects.select_related("grove"), user).order_by("slug")
 
 
 # --- the "would have refused" report ----------------------------------------------------------------
