@@ -171,9 +171,9 @@ def save_fields(instance, names) -> None:
 
 
 class LeanSave:
-    """Model mixin: ``save(update_fields=...)`` of a stored row is ``save_fields`` (a quarter of the ORM's
-    CPU), whether or not anything listens to the model's save signals. Every state transition saves this
-    way (``Lifecycle.apply``), several per Grove report.
+    """Model mixin: ``save(update_fields=...)`` of a stored row is ``save_fields`` (0.3 to 0.4 of the CPU of
+    Django's save: docs/architecture.md "Fast paths"), whether or not anything listens to its save signals.
+    Every state transition saves this way (``Lifecycle.apply``), several per Grove report.
 
     The rule, the same with and without receivers: the same single UPDATE, and ``pre_save`` / ``post_save``
     sent around it with the arguments Django's own save sends (``raw=False``, ``using``, ``update_fields``
