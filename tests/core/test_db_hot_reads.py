@@ -2,6 +2,7 @@
 query building) give what the ORM gives, on real PostgreSQL."""
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import timedelta
 
@@ -117,8 +118,9 @@ def test_lean_save_is_the_same_with_and_without_signal_receivers(fresh_grove):
         assert len(statements[listen]) == 1 and statements[listen][0].startswith("UPDATE")
         for job in (lean, django):
             assert GroveJob.objects.filter(pk=job.pk, reason=f"listen={listen}").exists()
-    assert statements[False][0].replace(str(lean.pk), "?").split("WHERE")[0] == \
-        statements[True][0].replace(str(lean.pk), "?").split("WHERE")[0]
+    # The same table and columns set (the captured text may carry the values, which differ by design).
+    assert [re.findall(r'"(\w+)" = ', statements[listen][0].split("WHERE")[0]) for listen in (False, True)] == \
+        [["deadline_at", "reason"]] * 2
     if heard_lean:
         pre, post = heard_lean[0][3], heard_lean[1][3]
         assert pre["update_fields"] == frozenset(names) and post["created"] is False and post["raw"] is False
