@@ -28,7 +28,7 @@ two beats, the run would measure the first beat past the window of every Grove, 
 Floors, same run, same concurrency:
 
 * *pgbench*: PostgreSQL's own C client (``pgbench -M prepared -c C -j 2 -T s``) running the very statement
-  the lean route runs (``apps.groves.services.HEARTBEAT_SQL``, imported), one heartbeat per statement, with
+  the lean route runs (``apps.groves.services.heartbeat_sql()``, imported), one heartbeat per statement, with
   the same rows the route would build for the same Groves and bodies (``heartbeat_fast_row``: credential
   check, digests, free counts), read by primary key from a side table with the time set to ``now()``
   (that lookup makes the floor a little slower than the bare statement). Each pgbench client beats its
@@ -369,17 +369,18 @@ def pgbench_rows(groves: list[tuple[str, str]], bodies: list[dict]) -> None:
 
 
 def pgbench_script(variants: int) -> str:
-    """``HEARTBEAT_SQL`` as pgbench runs it: its one parameter, the batch, is one row of the side table."""
-    from apps.groves.services import HEARTBEAT_SQL
+    """``heartbeat_sql()`` as pgbench runs it: its one parameter, the batch, is one row of the side table."""
+    from apps.groves.services import heartbeat_sql
 
+    statement = heartbeat_sql()
     row = ("(SELECT jsonb_build_array(r.row || jsonb_build_object('at', now())) FROM bench_heartbeat_rows r "
            "WHERE r.n = :n)")
-    if "%(rows)s::jsonb" not in HEARTBEAT_SQL:
-        raise SystemExit("HEARTBEAT_SQL no longer takes %(rows)s::jsonb: update bench/heartbeat.py's floor")
+    if "%(rows)s::jsonb" not in statement:
+        raise SystemExit("heartbeat_sql() no longer takes %(rows)s::jsonb: update bench/heartbeat.py's floor")
     return (f"\\set variants {variants}\n"
             "\\set g :client_id + :clients * random(0, :per_client - 1)\n"
             "\\set n :g * :variants + random(0, :variants - 1)\n"
-            + HEARTBEAT_SQL.strip().replace("%(rows)s::jsonb", row) + ";\n")
+            + statement.strip().replace("%(rows)s::jsonb", row) + ";\n")
 
 
 def run_pgbench(groves: int, variants: int, concurrency: int, seconds: float, work: Path) -> dict:

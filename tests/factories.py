@@ -71,3 +71,16 @@ def grant(user, *roles: str, teams: tuple[str, ...] = ()):
         team_member_set(slug=team, username=user.get_username(), member=True)
     user.refresh_from_db()
     return user
+
+
+def entitlement(*, team: str, api: str = "", vendor: str = "", max_concurrent: int | None = None,
+                budget_accelerator_seconds: int | None = None, period: str = "month"):
+    """A team's accelerator entitlement, validated as the admin (where staff set them) validates it."""
+    from apps.accelerators.models import AcceleratorEntitlement
+
+    row = AcceleratorEntitlement.objects.filter(team=team, api=api, vendor=vendor).first() or \
+        AcceleratorEntitlement(team=team, api=api, vendor=vendor)
+    row.max_concurrent, row.budget_accelerator_seconds, row.period = max_concurrent, budget_accelerator_seconds, period
+    row.full_clean()
+    row.save()
+    return row

@@ -1,4 +1,5 @@
-"""Reads for accelerators: admission inputs (reported units and inventory, Host's active claims) and usage."""
+"""Reads for accelerators: admission inputs from rows (reported units and inventory, Host's active claims; the
+fleet snapshot reads the rows) and usage."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -11,8 +12,6 @@ from apps.accelerators import rules
 from apps.accelerators.models import AcceleratorClaim, AcceleratorEntitlement, AcceleratorUsage
 from apps.accelerators.vocabulary import ClaimState
 from apps.groves.models import AcceleratorInventoryItem, PlacementUnit
-
-AdmissionInputs = tuple[list[rules.Unit], list[rules.Device], dict[tuple[str, str], int]]
 
 
 def units_from_rows(rows: Iterable[PlacementUnit]) -> list[rules.Unit]:
@@ -35,23 +34,6 @@ def claimed_counts(claims: Iterable[AcceleratorClaim]) -> dict[tuple[str, str], 
         for allocation in claim.allocations:
             claimed[(claim.unit_id, allocation["inventory_id"])] += allocation["count"]
     return dict(claimed)
-
-
-def admission_inputs(grove_ids: list) -> dict[str, AdmissionInputs]:
-    """Units, devices and active claims of several Groves in three queries (for ranking candidates)."""
-    units: dict[str, list[PlacementUnit]] = defaultdict(list)
-    devices: dict[str, list[AcceleratorInventoryItem]] = defaultdict(list)
-    claims: dict[str, list[AcceleratorClaim]] = defaultdict(list)
-    for row in PlacementUnit.objects.filter(grove_id__in=grove_ids).only("grove_id", "unit_id", "accelerators"):
-        units[str(row.grove_id)].append(row)
-    for row in AcceleratorInventoryItem.objects.filter(grove_id__in=grove_ids):
-        devices[str(row.grove_id)].append(row)
-    for claim in AcceleratorClaim.objects.filter(grove_id__in=grove_ids, state=ClaimState.ACTIVE).only(
-            "grove_id", "unit_id", "allocations"):
-        claims[str(claim.grove_id)].append(claim)
-    return {str(grove_id): (units_from_rows(units[str(grove_id)]), devices_from_rows(devices[str(grove_id)]),
-                            claimed_counts(claims[str(grove_id)]))
-            for grove_id in grove_ids}
 
 
 def entitlement_for(*, team: str, api: str, vendor: str) -> QuerySet[AcceleratorEntitlement]:

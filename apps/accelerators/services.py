@@ -19,7 +19,7 @@ from apps.accelerators import hooks as accelerator_hooks
 from apps.accelerators import rules, selectors
 from apps.accelerators.models import AcceleratorClaim, AcceleratorEntitlement, AcceleratorUsage
 from apps.accelerators.states import CLAIM
-from apps.accelerators.vocabulary import BUDGET_EXHAUSTED, PERIODS, POLICY_FLAG, ClaimState
+from apps.accelerators.vocabulary import BUDGET_EXHAUSTED, POLICY_FLAG, ClaimState
 from apps.core.errors import Conflict, Forbidden, ValidationFailed
 from apps.dispatch import hooks
 from apps.dispatch.services import grove_job_cancel
@@ -161,7 +161,6 @@ def release_on_job_end(event: hooks.JobEnded) -> None:
         accelerator_release(job_ref=str(event.job.id))
 
 
-
 def _cancel_job(claim: AcceleratorClaim) -> str:
     """Cancel the revoked claim's Grove job; a job already finished or unknown does not stop the budget."""
     try:
@@ -216,21 +215,3 @@ def accelerator_usage_accrue(*, now: datetime | None = None) -> dict:
                 added += _accrue(claim, until=now)
     revoked = accelerator_budget_enforce(now=now)
     return {"accrued_ms": added, "revoked": revoked}
-
-
-def entitlement_set(*, team: str, api: str = "", vendor: str = "", max_concurrent: int | None = None,
-                    budget_accelerator_seconds: int | None = None, period: str = "month",
-                    note: str = "") -> AcceleratorEntitlement:
-    """Create or update a team's entitlement for an api/vendor (blank = any)."""
-    if not team.strip():
-        raise ValidationFailed("field_blank", "An entitlement belongs to a team.", field="team")
-    if period not in PERIODS:
-        raise ValidationFailed("invalid_choice", f"Period must be one of {', '.join(PERIODS)}.", field="period")
-    if budget_accelerator_seconds is not None and budget_accelerator_seconds < 0:
-        raise ValidationFailed("out_of_range", "A budget cannot be negative.", field="budget_accelerator_seconds")
-    entitlement, _ = AcceleratorEntitlement.objects.update_or_create(
-        team=team.strip(), api=api.strip().lower(), vendor=vendor.strip().lower(),
-        defaults={"max_concurrent": max_concurrent, "budget_accelerator_seconds": budget_accelerator_seconds,
-                  "period": period, "note": note},
-    )
-    return entitlement

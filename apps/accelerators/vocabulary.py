@@ -19,8 +19,6 @@ class Period(StrEnum):
     MONTH = "month"
 
 
-PERIODS = tuple(Period)
-
 # Vendor -> the API a request for that vendor means (NVIDIA -> CUDA, Apple -> Metal).
 VENDOR_APIS = {"nvidia": "cuda", "apple": "metal", "amd": "rocm", "intel": "oneapi"}
 # A unified-memory Apple GPU is one cooperative device per machine: a request can only ever get one.

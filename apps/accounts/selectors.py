@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from apps.accounts.models import ApiToken, AuditEvent, Team
+from apps.accounts.models import ApiToken, Team
 from apps.accounts.roles import ANY_TEAM, roles_granting
 from apps.core.errors import Forbidden, NotAuthenticated, ValidationFailed
 
@@ -123,12 +123,3 @@ def body_with_team(user, body):
 def api_token_list(*, user=None) -> QuerySet[ApiToken]:
     qs = ApiToken.objects.select_related("user")
     return qs.filter(user=user) if user is not None else qs
-
-
-def audit_events(*, target_type: str = "", target_id: str = "") -> QuerySet[AuditEvent]:
-    qs = AuditEvent.objects.select_related("actor")
-    if target_type:
-        qs = qs.filter(target_type=target_type)
-    if target_id:
-        qs = qs.filter(target_id=target_id)
-    return qs

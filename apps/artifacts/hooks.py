@@ -50,10 +50,6 @@ def grove_write_scope(grove_id, run_id: str, node_id: str) -> str | None:
     return None
 
 
-def grove_may_write(grove_id, run_id: str, node_id: str) -> bool:
-    return grove_write_scope(grove_id, run_id, node_id) is not None
-
-
 def referenced(digests: set[str]) -> set[str]:
     found: set[str] = set()
     for referencer in _referencers:

@@ -32,6 +32,7 @@ from apps.artifacts.oci import (
 from apps.artifacts.registry import RegistryClient
 from apps.artifacts.s3 import S3BlobStore, S3Settings, validate_prefix
 from apps.artifacts.store import BlobStore, FilesystemBlobStore
+from apps.core.db import sql_from_meta
 from apps.core.errors import (
     Conflict,
     Forbidden,
@@ -231,9 +232,9 @@ def artifact_cas_for_reference(*, digest: str) -> Artifact | None:
     artifact, row-locked ``FOR SHARE`` until that transaction ends, so GC (which locks ``FOR UPDATE``)
     waits and then sees the new reference — a blob referenced during GC survives it."""
     lock = " FOR SHARE" if connection.vendor == "postgresql" else ""  # SQLite: one writer at a time anyway
-    rows = list(Artifact.objects.raw(
-        f"SELECT * FROM {Artifact._meta.db_table} WHERE digest = %s AND storage_kind = %s "
-        f"ORDER BY created_at, id{lock}", [digest, StorageKind.CAS]))
+    rows = list(Artifact.objects.raw(sql_from_meta(
+        "SELECT * FROM {a} WHERE {a.digest} = %s AND {a.storage_kind} = %s ORDER BY {a.created_at}, {a.id}",
+        a=Artifact) + lock, [digest, StorageKind.CAS]))
     return rows[0] if rows else None
 
 

@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.core.datatoken import data_token_sign
-from apps.core.db import db_params, lock_clause, select_columns
+from apps.core.db import db_params, lock_clause, select_columns, sql_from_meta
 from apps.core.errors import Conflict, NotFound
 from apps.dispatch import hooks, rules, wakeups
 from apps.dispatch.models import GroveJob
@@ -93,8 +93,8 @@ def _grove_job(grove: Grove, job_id, *, lock: bool) -> GroveJob:
 @functools.cache
 def _job_sql(lock: bool, vendor: str) -> str:
     # Every claim and report reads this row: SQL from the model's metadata (apps.core.db.select_columns).
-    return (f"SELECT {select_columns(GroveJob, alias='j')} FROM {GroveJob._meta.db_table} j "
-            f"WHERE j.id = %s AND j.grove_id = %s" + (lock_clause() if lock else ""))
+    return sql_from_meta(f"SELECT {select_columns(GroveJob, alias='j')} FROM {{j}} j "
+                         "WHERE j.{j.id} = %s AND j.{j.grove} = %s", j=GroveJob) + (lock_clause() if lock else "")
 
 
 def grove_job_claim(*, grove: Grove, job_id) -> GroveJob:

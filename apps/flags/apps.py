@@ -7,8 +7,6 @@ class FlagsConfig(AppConfig):
     verbose_name = "Feature flags"
 
     def ready(self) -> None:
-        from django.db.models.signals import post_migrate
+        from apps.flags import wiring
 
-        from apps.flags.services import flag_registry_sync
-
-        post_migrate.connect(lambda **kwargs: flag_registry_sync(), sender=self, weak=False)
+        wiring.connect(self)

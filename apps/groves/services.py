@@ -12,7 +12,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.text import slugify
 
-from apps.core.db import instance_from_row, select_columns
+from apps.core.db import instance_from_row, select_columns, sql_from_meta
 from apps.core.errors import Forbidden, Gone, NotAuthenticated, ValidationFailed
 from apps.groves import hooks, rules, secrets
 from apps.groves.choices import CapabilityKind, Role, Substrate
@@ -132,12 +132,20 @@ def grove_enroll(*, body: dict) -> tuple[Grove, str]:
     return grove, credential
 
 
+# --- the Grove credential check ---------------------------------------------------------------------------
+# One rule: a presented value ``fgc_<key id>.<secret>`` authenticates the Grove of the credential row with
+# that key id, when the row is not revoked and the secret's hash is the row's. ``grove_authenticate`` is the
+# rule (with a code per refusal); where SQL must apply it inside a statement (the heartbeat's one statement,
+# on PostgreSQL) it is ``credential_sql``, and on the embedded SQLite ``live_credentials``, both right here.
+# tests/groves/test_credential_twin.py holds the three to the same answer for every kind of presented value;
+# every caller (the DRF authentication, ``grove_for_request``, the lean routes) goes through one of them.
+
 def grove_authenticate(*, presented: str) -> GroveCredential:
     """The live credential for a bearer value, with its Grove; raises 401 with a code otherwise."""
     parts = secrets.split(presented, secrets.CREDENTIAL_PREFIX)
     credential = None
     if parts:
-        grove = next(iter(Grove.objects.raw(_credential_sql(), [parts[0]])), None)
+        grove = next(iter(Grove.objects.raw(_credential_read_sql(), [parts[0]])), None)
         credential = None if grove is None else instance_from_row(GroveCredential, grove, prefix="c_")
         if credential is not None:
             credential.grove = grove
@@ -149,12 +157,28 @@ def grove_authenticate(*, presented: str) -> GroveCredential:
 
 
 @functools.cache
-def _credential_sql() -> str:
+def credential_sql(key_id: str) -> str:
+    """The rule inside a statement: the live credential row (``grove_id``, ``secret_hash``) whose key id is
+    the SQL expression ``key_id``; the caller compares the Grove and the secret's hash. One probe of the
+    unique key-id index (``OFFSET 0`` keeps a LATERAL join a per-row lookup: docs/decisions.md)."""
+    return sql_from_meta("SELECT c.{c.grove} AS grove_id, c.{c.secret_hash} AS secret_hash FROM {c} c "
+                         "WHERE c.{c.key_id} = " + key_id + " AND c.{c.revoked_at} IS NULL OFFSET 0",
+                         c=GroveCredential)
+
+
+def live_credentials(*, key_id: str, secret_hash: str):
+    """The rule through the ORM (the embedded SQLite's twin of ``credential_sql``, the hash compared too)."""
+    return GroveCredential.objects.filter(key_id=key_id, secret_hash=secret_hash, revoked_at__isnull=True)
+
+
+@functools.cache
+def _credential_read_sql() -> str:
     # Every Grove call reads this row: SQL from the models' metadata (apps.core.db.select_columns). The
     # reported capacity and log tail can be large and no wire view needs them from here (deferred).
-    return (f"SELECT {select_columns(Grove, alias='g', exclude=('capacity', 'log_tail'))}, "
-            f"{select_columns(GroveCredential, alias='c', prefix='c_')} FROM {GroveCredential._meta.db_table} c "
-            f"JOIN {Grove._meta.db_table} g ON g.id = c.grove_id WHERE c.key_id = %s")
+    return sql_from_meta(f"SELECT {select_columns(Grove, alias='g', exclude=('capacity', 'log_tail'))}, "
+                         f"{select_columns(GroveCredential, alias='c', prefix='c_')} FROM {{c}} c "
+                         "JOIN {g} g ON g.{g.id} = c.{c.grove} WHERE c.{c.key_id} = %s",
+                         g=Grove, c=GroveCredential)
 
 
 def grove_credential_revoke(*, credential: GroveCredential, reason: str = "") -> None:
@@ -206,46 +230,45 @@ def _liveness_fields(data: dict, now) -> dict:
 # The lean route (apps/dispatch/api/lean.py) sends the heartbeats that arrive while its previous batch is
 # in flight as one batch (group commit: every answer still waits for its row's commit); the Django path
 # sends a batch of one.
-HEARTBEAT_SQL = """
+@functools.cache
+def heartbeat_sql() -> str:
+    """The statement (PostgreSQL; ``%(rows)s`` is ``heartbeat_rows_params``), names from the models' metadata."""
+    return sql_from_meta("""
 WITH input AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(grove uuid, key_id text, secret_hash text,
         at timestamptz, version text, log_tail jsonb, shape text, free text, capacity jsonb, units jsonb,
         mesh_address inet, mesh_proxy_port integer)
 ), authed AS (
-    -- One unique-index lookup per row (OFFSET 0 keeps it a per-row lookup: as an EXISTS, PostgreSQL
-    -- turns the check into a hash of every credential, a scan of the whole table per batch).
-    SELECT i.* FROM input i LEFT JOIN LATERAL (
-        SELECT c.grove_id, c.secret_hash FROM groves_grovecredential c
-        WHERE c.key_id = i.key_id AND c.revoked_at IS NULL OFFSET 0) c ON true
+    SELECT i.* FROM input i LEFT JOIN LATERAL (""" + credential_sql("i.key_id") + """) c ON true
     WHERE i.key_id IS NULL OR (c.grove_id = i.grove AND c.secret_hash = i.secret_hash)
 ), live AS (
-    UPDATE groves_grove g SET last_heartbeat_at = a.at, version = a.version, stale_since = NULL,
-                              log_tail = COALESCE(a.log_tail, g.log_tail),
-                              mesh_address = a.mesh_address, mesh_proxy_port = a.mesh_proxy_port
-    FROM authed a WHERE g.id = a.grove AND g.capacity_digest = a.shape AND g.free_digest = a.free
-        AND (a.mesh_address IS NULL OR g.substrate = 'native')
-    RETURNING g.id
+    UPDATE {g} g SET {g.last_heartbeat_at} = a.at, {g.version} = a.version, {g.stale_since} = NULL,
+                     {g.log_tail} = COALESCE(a.log_tail, g.{g.log_tail}),
+                     {g.mesh_address} = a.mesh_address, {g.mesh_proxy_port} = a.mesh_proxy_port
+    FROM authed a WHERE g.{g.id} = a.grove AND g.{g.capacity_digest} = a.shape AND g.{g.free_digest} = a.free
+        AND (a.mesh_address IS NULL OR g.{g.substrate} = '""" + Substrate.NATIVE + """')
+    RETURNING g.{g.id} AS id
 ), moved AS (
-    UPDATE groves_grove g SET last_heartbeat_at = a.at, version = a.version, stale_since = NULL,
-                              log_tail = COALESCE(a.log_tail, g.log_tail), capacity = a.capacity,
-                              free_digest = a.free, capacity_reported_at = a.at,
-                              mesh_address = a.mesh_address, mesh_proxy_port = a.mesh_proxy_port
-    FROM authed a WHERE g.id = a.grove AND g.capacity_digest = a.shape AND g.free_digest <> a.free
-        AND (a.mesh_address IS NULL OR g.substrate = 'native')
-    RETURNING g.id, a.units
+    UPDATE {g} g SET {g.last_heartbeat_at} = a.at, {g.version} = a.version, {g.stale_since} = NULL,
+                     {g.log_tail} = COALESCE(a.log_tail, g.{g.log_tail}), {g.capacity} = a.capacity,
+                     {g.free_digest} = a.free, {g.capacity_reported_at} = a.at,
+                     {g.mesh_address} = a.mesh_address, {g.mesh_proxy_port} = a.mesh_proxy_port
+    FROM authed a WHERE g.{g.id} = a.grove AND g.{g.capacity_digest} = a.shape AND g.{g.free_digest} <> a.free
+        AND (a.mesh_address IS NULL OR g.{g.substrate} = '""" + Substrate.NATIVE + """')
+    RETURNING g.{g.id} AS id, a.units
 ), units AS (
-    UPDATE groves_placementunit u SET cpu_milli_free = f.cpu, memory_bytes_free = f.memory,
-                                      accelerators = f.accelerators
+    UPDATE {u} u SET {u.cpu_milli_free} = f.cpu, {u.memory_bytes_free} = f.memory,
+                     {u.accelerators} = f.accelerators
     FROM moved m, jsonb_to_recordset(m.units) AS f(unit_id text, cpu bigint, memory bigint, accelerators jsonb)
-    WHERE u.grove_id = m.id AND u.unit_id = f.unit_id
+    WHERE u.{u.grove} = m.id AND u.{u.unit_id} = f.unit_id
     RETURNING 1
 )
 SELECT id::text, false FROM live UNION ALL SELECT id::text, true FROM moved
-"""
+""", g=Grove, u=PlacementUnit)
 
 
 def heartbeat_row(*, grove_id, data: dict, now, credential: tuple[str, str] | None) -> dict:
-    """One row of ``HEARTBEAT_SQL`` for a validated heartbeat (``credential``: key id and secret to check,
+    """One row of ``heartbeat_sql()`` for a validated heartbeat (``credential``: key id and secret to check,
     None when the caller has already authenticated the Grove); JSON-ready."""
     shape, free = rules.capacity_digests(data["capacity"], data["change_kinds"], data["isolation"])
     tail = data["log_tail"][-settings.GROVE_LOG_TAIL_LINES:] if data["log_tail"] else None
@@ -260,17 +283,17 @@ def heartbeat_row(*, grove_id, data: dict, now, credential: tuple[str, str] | No
 
 
 def heartbeat_rows_params(rows: list[dict]) -> dict:
-    """``HEARTBEAT_SQL``'s parameters for a batch of ``heartbeat_row`` rows, one Grove at most once."""
+    """``heartbeat_sql()``'s parameters for a batch of ``heartbeat_row`` rows, one Grove at most once."""
     return {"rows": json.dumps(rows, separators=(",", ":"))}
 
 
 def heartbeat_rows_run(rows: list[dict]) -> dict[str, bool]:
-    """Run ``HEARTBEAT_SQL`` (PostgreSQL), or the same guarded writes through the ORM on the embedded
+    """Run ``heartbeat_sql()`` (PostgreSQL), or the same guarded writes through the ORM on the embedded
     SQLite of ``make run``: {Grove id written: its free counts moved}. Capacity-moved hooks run after
     commit for the rows that moved."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(HEARTBEAT_SQL, heartbeat_rows_params(rows))
+            cursor.execute(heartbeat_sql(), heartbeat_rows_params(rows))
             written = dict(cursor.fetchall())
     else:
         written = {row["grove"]: moved for row in rows if (moved := _heartbeat_row_orm(row)) is not None}
@@ -280,14 +303,13 @@ def heartbeat_rows_run(rows: list[dict]) -> dict[str, bool]:
 
 
 def _heartbeat_row_orm(row: dict) -> bool | None:
-    """``HEARTBEAT_SQL`` for one row through the ORM: None (not written), False (live) or True (moved)."""
+    """``heartbeat_sql()`` for one row through the ORM: None (not written), False (live) or True (moved)."""
     grove = Grove.objects.filter(pk=row["grove"], capacity_digest=row["shape"])
     if row["mesh_address"] is not None:
         grove = grove.filter(substrate=Substrate.NATIVE)
     if row["key_id"] is not None:
-        grove = grove.filter(Exists(GroveCredential.objects.filter(
-            grove_id=OuterRef("pk"), key_id=row["key_id"], secret_hash=row["secret_hash"],
-            revoked_at__isnull=True)))
+        grove = grove.filter(Exists(live_credentials(key_id=row["key_id"], secret_hash=row["secret_hash"])
+                                    .filter(grove_id=OuterRef("pk"))))
     at = datetime.fromisoformat(row["at"])
     liveness = {"last_heartbeat_at": at, "version": row["version"], "stale_since": None,
                 "mesh_address": row["mesh_address"], "mesh_proxy_port": row["mesh_proxy_port"]}
@@ -320,7 +342,7 @@ def heartbeat_fast_row(*, grove_id, presented: str, body) -> dict | None:
 def grove_heartbeat_unchanged(*, grove_id, presented: str, body: dict) -> bool:
     """The hot path in one statement: authenticate and record a heartbeat whose shape is unchanged.
 
-    ``HEARTBEAT_SQL``, guarded by a live credential of *this* Grove with this secret and by the stored
+    ``heartbeat_sql()``, guarded by a live credential of *this* Grove with this secret and by the stored
     shape digest: liveness only when the free counts are unchanged, else liveness plus the free counts.
     False means "take the full path" (authenticate with error codes, validate for the substrate, rewrite
     capacity): anything unusual — a bad body, an unknown or revoked credential, another Grove's
@@ -334,7 +356,7 @@ def grove_heartbeat_unchanged(*, grove_id, presented: str, body: dict) -> bool:
 def grove_heartbeat_record(*, grove: Grove, body: dict) -> Grove:
     """Validate a heartbeat fully, then write it.
 
-    An unchanged shape is one statement (``HEARTBEAT_SQL``: liveness, plus the free counts when they
+    An unchanged shape is one statement (``heartbeat_sql()``: liveness, plus the free counts when they
     moved); units, inventory, indexed capabilities and a history row are rewritten only when the shape
     changes.
     """

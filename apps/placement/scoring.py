@@ -253,11 +253,6 @@ def ring_point(value: str) -> int:
     return int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "big")
 
 
-def order_key(total: float, subject: str, grove_id: str) -> tuple[float, int]:
-    """The ranking among Groves that hold the work now: highest total first, then the tie key."""
-    return (-round(total, TOTAL_DIGITS), tie_key(subject, grove_id))
-
-
 def why(chosen: str, chosen_score: Score, runner_up: str | None, runner_score: Score | None,
         policy: Policy) -> str:
     """One sentence: "chosen over k8s-gpu-2 by spread (0.62 vs 0.41)" — the weighted plugin that separated

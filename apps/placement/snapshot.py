@@ -16,7 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
@@ -26,6 +26,7 @@ from django.utils import timezone
 from apps.accelerators import selectors as accelerator_selectors
 from apps.accelerators.models import AcceleratorClaim
 from apps.accelerators.vocabulary import ClaimState
+from apps.core.db import sql_from_meta
 from apps.groves.choices import CapabilityKind
 from apps.groves.models import AcceleratorInventoryItem, Grove, GroveCapability, PlacementUnit
 from apps.placement import fleet
@@ -157,6 +158,15 @@ def claims_changed(grove_id) -> None:
     _STATE["refreshed_at"] = float("-inf")
 
 
+def enabled_count_and_clock() -> tuple[int, datetime]:
+    """(enabled Groves, the database's clock) in one round trip, PostgreSQL. Counted and timed before a
+    refresh reads the rows: the next refresh starts from this database time (the ``updated_at`` trigger's
+    clock; ``now()`` would be the start of a caller's transaction), which the ORM cannot read."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql_from_meta("SELECT count(*), clock_timestamp() FROM {g} WHERE {g.enabled}", g=Grove))
+        return cursor.fetchone()
+
+
 def fleet_refresh(*, full: bool = False) -> int:
     """Bring the snapshot up to date: reload the Groves written since the watermark (all of them when
     ``full`` or on SQLite), then, if the enabled count disagrees (a Grove was deleted, or a write escaped
@@ -165,11 +175,7 @@ def fleet_refresh(*, full: bool = False) -> int:
     full = full or _STATE["watermark"] is None or not postgresql
     total, at = None, None
     if postgresql:
-        # Counted and timed before the rows are read: the next refresh starts from this database time (the
-        # trigger's clock; now() would be the start of a caller's transaction).
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*), clock_timestamp() FROM groves_grove WHERE enabled")
-            total, at = cursor.fetchone()
+        total, at = enabled_count_and_clock()
     groves = Grove.objects.all()
     if not full:
         groves = groves.filter(updated_at__gt=_STATE["watermark"] - WATERMARK_OVERLAP)

@@ -5,6 +5,7 @@ decision read from the fleet snapshot. Decisions are ``decide``'s; the services 
 """
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from psycopg import errors as pg_errors
 
+from apps.core.db import sql_from_meta
 from apps.groves.models import Grove, PlacementUnit
 from apps.placement import rules, selectors, snapshot
 from apps.placement.choices import Chooser, Outcome
@@ -20,7 +22,8 @@ from apps.placement.models import ExecutionPlacement, PlacementVerdicts, UnitLoa
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.rules import GroveFacts
 
-# The columns a batch writes, in COPY order (``created_at`` and ``updated_at`` are the batch's one time).
+# The fields (attnames) a batch writes, in COPY order (``created_at`` and ``updated_at`` are the batch's one
+# time); their columns are read from ``_meta`` where the statement is built.
 COLUMNS = ("id", "subject_type", "subject_id", "grove_id", "grove_slug", "selected_platform", "requirement",
            "decision", "chooser", "enforced", "would_refuse", "team", "environment", "created_at", "updated_at",
            "history", "verdicts_key", "outcome", "code", "spread_group")
@@ -183,9 +186,10 @@ def existing(keys: list[tuple[str, str]]) -> dict[tuple[str, str], ExecutionPlac
             # the unnested array, never ``subject_id = ANY(...)``, which stale statistics turned into a bitmap
             # scan of every row of the subject type (1.5 s at a million rows). Only hits are read whole.
             with connection.cursor() as cursor:
-                cursor.execute(f"SELECT p.subject_id FROM unnest(%s::text[]) AS wanted(subject_id) "
-                               f"JOIN {ExecutionPlacement._meta.db_table} p ON p.subject_type = %s "
-                               "AND p.subject_id = wanted.subject_id", [ids, subject_type])
+                cursor.execute(sql_from_meta(
+                    "SELECT p.{p.subject_id} FROM unnest(%s::text[]) AS wanted(subject_id) JOIN {p} p "
+                    "ON p.{p.subject_type} = %s AND p.{p.subject_id} = wanted.subject_id", p=ExecutionPlacement),
+                    [ids, subject_type])
                 ids = [row[0] for row in cursor.fetchall()]
             if not ids:
                 continue
@@ -257,6 +261,38 @@ _GROVE_COLUMNS = ("id", "enabled", "last_heartbeat_at", "capacity_reported_at", 
                   "isolation_modes", "change_kinds")
 
 
+@functools.cache
+def _sql_units_locked() -> str:
+    return sql_from_meta(
+        "SELECT u.{u.grove}, u.{u.unit_id}, u.{u.cpu_milli_free}, u.{u.memory_bytes_free} "
+        "FROM unnest(%s::uuid[], %s::text[]) AS w(grove_id, unit_id) "
+        "JOIN {u} u ON u.{u.grove} = w.grove_id AND u.{u.unit_id} = w.unit_id "
+        "ORDER BY u.{u.grove}, u.{u.unit_id} FOR UPDATE OF u", u=PlacementUnit)
+
+
+@functools.cache
+def _sql_groves() -> str:
+    return sql_from_meta("SELECT " + ", ".join(f"{{g.{name}}}" for name in _GROVE_COLUMNS)
+                         + " FROM {g} g WHERE {g.id} = ANY(%s::uuid[])", g=Grove)
+
+
+@functools.cache
+def _sql_ledger_read() -> str:
+    return sql_from_meta(
+        "SELECT l.{l.grove}, l.{l.unit_id}, l.{l.reported_at}, l.{l.cpu_milli}, l.{l.memory_bytes} "
+        "FROM unnest(%s::uuid[], %s::text[]) AS w(grove_id, unit_id) "
+        "JOIN {l} l ON l.{l.grove} = w.grove_id AND l.{l.unit_id} = w.unit_id", l=UnitLoad)
+
+
+@functools.cache
+def _sql_ledger_upsert() -> str:
+    return sql_from_meta(
+        "INSERT INTO {l} ({l.grove}, {l.unit_id}, {l.reported_at}, {l.cpu_milli}, {l.memory_bytes}) "
+        "SELECT * FROM unnest(%s::uuid[], %s::text[], %s::timestamptz[], %s::bigint[], %s::bigint[]) "
+        "ON CONFLICT ({l.grove}, {l.unit_id}) DO UPDATE SET {l.reported_at} = EXCLUDED.{l.reported_at}, "
+        "{l.cpu_milli} = EXCLUDED.{l.cpu_milli}, {l.memory_bytes} = EXCLUDED.{l.memory_bytes}", l=UnitLoad)
+
+
 def _verify_rows(grove_ids: list[str], wanted: list[tuple[str, str]]) -> tuple[dict[str, tuple], list[tuple]]:
     """The Groves' rows (by id) and, locked in (Grove, unit) order, the wanted units' free counts with their
     ledger rows: (grove id, unit id, CPU free, memory free, ledger reported_at, ledger CPU, ledger memory)."""
@@ -270,20 +306,11 @@ def _verify_rows(grove_ids: list[str], wanted: list[tuple[str, str]]) -> tuple[d
         # before a concurrent batch that held the lock committed (its placements lost: overcommit).
         units_wanted = [[grove_id for grove_id, _unit in wanted], [unit_id for _grove, unit_id in wanted]]
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT u.grove_id, u.unit_id, u.cpu_milli_free, u.memory_bytes_free "
-                f"FROM unnest(%s::uuid[], %s::text[]) AS w(grove_id, unit_id) "
-                f"JOIN {PlacementUnit._meta.db_table} u ON u.grove_id = w.grove_id AND u.unit_id = w.unit_id "
-                "ORDER BY u.grove_id, u.unit_id FOR UPDATE OF u", units_wanted)
+            cursor.execute(_sql_units_locked(), units_wanted)
             locked = cursor.fetchall()
-            cursor.execute(f"SELECT {', '.join(_GROVE_COLUMNS)} FROM {Grove._meta.db_table} "
-                           "WHERE id = ANY(%s::uuid[])", [grove_ids])
+            cursor.execute(_sql_groves(), [grove_ids])
             groves = {str(row[0]): row for row in cursor.fetchall()}
-            cursor.execute(
-                f"SELECT l.grove_id, l.unit_id, l.reported_at, l.cpu_milli, l.memory_bytes "
-                f"FROM unnest(%s::uuid[], %s::text[]) AS w(grove_id, unit_id) "
-                f"JOIN {UnitLoad._meta.db_table} l ON l.grove_id = w.grove_id AND l.unit_id = w.unit_id",
-                units_wanted)
+            cursor.execute(_sql_ledger_read(), units_wanted)
             loads = {(str(row[0]), row[1]): row[2:] for row in cursor.fetchall()}
         return groves, [(str(grove_id), unit_id, cpu, memory, *loads.get((str(grove_id), unit_id), (None, 0, 0)))
                         for grove_id, unit_id, cpu, memory in locked]
@@ -348,12 +375,7 @@ def ledger_write(plans: list[Plan], ledger: dict, lost: set[int]) -> None:
     if connection.vendor == "postgresql":
         # One statement over five arrays (no model objects for thousands of rows), in lock order.
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {UnitLoad._meta.db_table} (grove_id, unit_id, reported_at, cpu_milli, memory_bytes) "
-                "SELECT * FROM unnest(%s::uuid[], %s::text[], %s::timestamptz[], %s::bigint[], %s::bigint[]) "
-                "ON CONFLICT (grove_id, unit_id) DO UPDATE SET reported_at = EXCLUDED.reported_at, "
-                "cpu_milli = EXCLUDED.cpu_milli, memory_bytes = EXCLUDED.memory_bytes",
-                [list(column) for column in zip(*rows, strict=True)])
+            cursor.execute(_sql_ledger_upsert(), [list(column) for column in zip(*rows, strict=True)])
         return
     UnitLoad.objects.bulk_create(
         [UnitLoad(grove_id=grove_id, unit_id=unit_id, reported_at=at, cpu_milli=cpu, memory_bytes=memory)
@@ -379,17 +401,19 @@ def _insert(plans: list[Plan], now) -> tuple[set[int], dict[int, int]]:
     makes COPY fail: then one multi-row ``INSERT … ON CONFLICT DO NOTHING`` writes the rest. Returns the
     plan indexes that lost their subject to another call, and the placement id of each other plan."""
     table = ExecutionPlacement._meta.db_table
+    columns = sql_from_meta(", ".join(f"{{p.{name}}}" for name in COLUMNS), p=ExecutionPlacement)
     plans = sorted(plans, key=lambda plan: (plan.subject_type, plan.subject_id))
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT nextval(pg_get_serial_sequence('{table}', 'id')) FROM generate_series(1, %s::int)",
+            cursor.execute(f"SELECT nextval(pg_get_serial_sequence('{table}', '{ExecutionPlacement._meta.pk.column}')) "
+                           "FROM generate_series(1, %s::int)",
                            [len(plans)])
             ids = [row[0] for row in cursor.fetchall()]
         rows = _rows(plans, ids, now)
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 raw = cursor.cursor
-                with raw.copy(f"COPY {table} ({', '.join(COLUMNS)}) FROM STDIN") as copy:
+                with raw.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
                     for row in rows:
                         copy.write_row(row)
             return set(), {plan.index: placement_id for plan, placement_id in zip(plans, ids, strict=True)}
@@ -397,8 +421,8 @@ def _insert(plans: list[Plan], now) -> tuple[set[int], dict[int, int]]:
             pass
         with connection.cursor() as cursor:
             values = ", ".join(["(" + ", ".join(["%s"] * len(COLUMNS)) + ")"] * len(rows))
-            cursor.execute(f"INSERT INTO {table} ({', '.join(COLUMNS)}) VALUES {values} "
-                           "ON CONFLICT (subject_type, subject_id) DO NOTHING RETURNING id",
+            cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values} " + sql_from_meta(
+                "ON CONFLICT ({p.subject_type}, {p.subject_id}) DO NOTHING RETURNING {p.id}", p=ExecutionPlacement),
                            [value for row in rows for value in row])
             written = {row[0] for row in cursor.fetchall()}
         pairs = list(zip(plans, ids, strict=True))

@@ -32,6 +32,7 @@ from apps.accelerators.choices import ClaimState
 from apps.accelerators.models import AcceleratorClaim, AcceleratorEntitlement, AcceleratorUsage
 from apps.accounts.selectors import acts_for_any_team, team_authorize, team_label, user_team_slugs, visible
 from apps.compute.models import ComputeJob
+from apps.core.db import sql_from_meta
 from apps.core.errors import NotFound
 from apps.dispatch.models import GroveJob
 from apps.dispatch.vocabulary import JobStatus
@@ -40,7 +41,6 @@ from apps.pipelines.models import PipelineNode, PipelineRun
 from apps.pipelines.vocabulary import NodeStatus
 from apps.placement.models import ExecutionPlacement
 from apps.staff.models import Grain, RefusalRollup, RollupWatermark
-from apps.workloads.models import NativeWorkload
 from apps.workloads.selectors import generations_latest_for_grove
 
 # Why a node failed at dispatch when placement or admission refused it (pipelines records exc.code).
@@ -59,8 +59,9 @@ PLACEMENTS_COUNTED = 10_000
 # Refused or would-refuse: a stored refusal (``outcome`` refused: incompatible with enforcement on, never fits,
 # policy) or a shadow-mode placement enforcement would have refused (apps/placement/outcome.py).
 REFUSED = Q(would_refuse=True) | Q(outcome="refused") | Q(decision__incompatibilities__0__isnull=False, enforced=True)
-REFUSED_SQL = ("(p.would_refuse OR p.outcome = 'refused' OR ((p.decision #> '{incompatibilities,0}') IS NOT NULL "
-               "AND p.enforced))")
+# A ``sql_from_meta`` template over ``p``, the placement table ({{ }} is a brace in the SQL).
+REFUSED_SQL = ("(p.{p.would_refuse} OR p.{p.outcome} = 'refused' OR "
+               "((p.{p.decision} #> '{{incompatibilities,0}}') IS NOT NULL AND p.{p.enforced}))")
 REFUSAL_ROLLUP = "refusals"  # the rollup's watermark row
 ROLLUP_NEVER = datetime(1970, 1, 1, tzinfo=UTC)  # a watermark that has never moved: the next run rebuilds
 
@@ -190,17 +191,19 @@ def inventory_groups() -> list[InventoryGroup]:
     figures are those of the placement units that reference the item). One statement: the fleet's units
     and items are aggregated where they are, not read into Python (10,000 Groves at the quality bar)."""
     elements, key, nonempty = _json_sql()
-    units, items = PlacementUnit._meta.db_table, AcceleratorInventoryItem._meta.db_table
-    group = "i.apis, i.vendor, i.model, i.memory_bytes, i.memory_kind, i.share_mode"
-    sql = (
-        f"WITH slots AS (SELECT u.grove_id AS grove_id, {key('inventory_id')} AS inventory_id, "
-        f"SUM(CAST(COALESCE({key('allocatable')}, '0') AS BIGINT)) AS allocatable, "
-        f"SUM(CAST(COALESCE({key('free')}, '0') AS BIGINT)) AS free "
-        f"FROM {units} u, {elements('u.accelerators')} WHERE {nonempty('u.accelerators')} "
-        f"GROUP BY u.grove_id, {key('inventory_id')}) "
-        f"SELECT {group}, COUNT(*), COUNT(DISTINCT i.grove_id), COALESCE(SUM(slots.allocatable), 0), "
-        f"COALESCE(SUM(slots.free), 0) FROM {items} i LEFT JOIN slots ON slots.grove_id = i.grove_id "
-        f"AND slots.inventory_id = i.inventory_id GROUP BY {group}")
+    names = {"u": PlacementUnit, "i": AcceleratorInventoryItem}
+    group = sql_from_meta("i.{i.apis}, i.{i.vendor}, i.{i.model}, i.{i.memory_bytes}, i.{i.memory_kind}, "
+                          "i.{i.share_mode}", **names)
+    accelerators = sql_from_meta("u.{u.accelerators}", **names)
+    sql = sql_from_meta(
+        "WITH slots AS (SELECT u.{u.grove} AS grove_id, " + key("inventory_id") + " AS inventory_id, "
+        "SUM(CAST(COALESCE(" + key("allocatable") + ", '0') AS BIGINT)) AS allocatable, "
+        "SUM(CAST(COALESCE(" + key("free") + ", '0') AS BIGINT)) AS free "
+        "FROM {u} u, " + elements(accelerators) + " WHERE " + nonempty(accelerators) + " "
+        "GROUP BY u.{u.grove}, " + key("inventory_id") + ") "
+        "SELECT " + group + ", COUNT(*), COUNT(DISTINCT i.{i.grove}), COALESCE(SUM(slots.allocatable), 0), "
+        "COALESCE(SUM(slots.free), 0) FROM {i} i LEFT JOIN slots ON slots.grove_id = i.{i.grove} "
+        "AND slots.inventory_id = i.{i.inventory_id} GROUP BY " + group, **names)
     with connection.cursor() as cursor:
         cursor.execute(sql)
         rows = cursor.fetchall()
@@ -362,12 +365,7 @@ def run_detail(user, *, run_id) -> tuple[PipelineRun, list[PipelineNode], dict[s
     return run, nodes, placements
 
 
-# --- compute jobs and workloads (for pages that list them) ---------------------------------------------
-
-def compute_job_rows(user) -> QuerySet[ComputeJob]:
-    """The compute jobs ``user`` may see, newest first."""
-    return visible(ComputeJob.objects.select_related("run"), user).order_by("-created_at")
-
+# --- a compute job ---------------------------------------------------------------------------------------
 
 def compute_job_detail(user, *, job_id) -> ComputeJob:
     """One compute job: 404 ``compute_job_not_found``, or 403 ``team_forbidden``."""
@@ -376,11 +374,6 @@ def compute_job_detail(user, *, job_id) -> ComputeJob:
         raise NotFound("compute_job_not_found", f"No compute job '{job_id}'.")
     team_authorize(user, job.team, what="this compute job")
     return job
-
-
-def workload_rows(user) -> QuerySet[NativeWorkload]:
-    """The native workloads ``user`` may see."""
-    return visible(NativeWorkload.objects.select_related("grove"), user).order_by("slug")
 
 
 # --- the "would have refused" report ----------------------------------------------------------------
@@ -404,17 +397,20 @@ class RefusedSql(NamedTuple):
     elements: str
     code: str
     day: str
+    window: str  # p's creation time in [%s, %s)
 
 
 def refused_sql() -> RefusedSql:
     if connection.vendor == "postgresql":
-        return RefusedSql(REFUSED_SQL, "jsonb_array_elements(p.decision -> 'incompatibilities') AS e",
-                          "e ->> 'code'", "(p.created_at AT TIME ZONE 'UTC')::date")
-    # SQLite (``make run``): the same predicate and elements in its JSON functions.
-    return RefusedSql("(p.would_refuse OR p.outcome = 'refused' OR "
-                      "(json_array_length(p.decision, '$.incompatibilities') > 0 AND p.enforced))",
-                      "json_each(p.decision, '$.incompatibilities') AS e",
-                      "json_extract(e.value, '$.code')", "date(p.created_at)")
+        parts = (REFUSED_SQL, "jsonb_array_elements(p.{p.decision} -> 'incompatibilities') AS e",
+                 "e ->> 'code'", "(p.{p.created_at} AT TIME ZONE 'UTC')::date")
+    else:  # SQLite (``make run``): the same predicate and elements in its JSON functions.
+        parts = ("(p.{p.would_refuse} OR p.{p.outcome} = 'refused' OR "
+                 "(json_array_length(p.{p.decision}, '$.incompatibilities') > 0 AND p.{p.enforced}))",
+                 "json_each(p.{p.decision}, '$.incompatibilities') AS e",
+                 "json_extract(e.value, '$.code')", "date(p.{p.created_at})")
+    parts += ("p.{p.created_at} >= %s AND p.{p.created_at} < %s",)
+    return RefusedSql(*(sql_from_meta(part, p=ExecutionPlacement) for part in parts))
 
 
 def rollup_covers() -> date | None:
@@ -452,9 +448,10 @@ def _midnight(day: date) -> datetime:
     return datetime.combine(day, datetime.min.time(), tzinfo=UTC)
 
 
-# Which rollup grain answers each key, and the column it is read from.
-_GRAINS = {"total": (Grain.DAY, "''"), "day": (Grain.DAY, "r.day"), "grove_slug": (Grain.GROVE, "r.grove_slug"),
-           "team": (Grain.TEAM, "r.team"), "code": (Grain.CODE, "r.code")}
+# Which rollup grain answers each key, and the column it is read from (``sql_from_meta`` templates over ``r``).
+_GRAINS = {"total": (Grain.DAY, "''"), "day": (Grain.DAY, "r.{r.day}"),
+           "grove_slug": (Grain.GROVE, "r.{r.grove_slug}"), "team": (Grain.TEAM, "r.{r.team}"),
+           "code": (Grain.CODE, "r.{r.code}")}
 
 
 def _counts(window: _Window, *, key: str, limit: int | None = None) -> list[tuple]:
@@ -464,17 +461,18 @@ def _counts(window: _Window, *, key: str, limit: int | None = None) -> list[tupl
     sql = refused_sql()
     per_code = key == "code"
     grain, rollup_key = _GRAINS[key]
-    raw_key = {"total": "''", "code": sql.code, "day": sql.day}.get(key, f"p.{key}")
+    raw_key = {"total": "''", "code": sql.code, "day": sql.day}.get(key) or sql_from_meta(f"p.{{p.{key}}}",
+                                                                                         p=ExecutionPlacement)
     parts, params = [], []
     if window.first is not None:
-        parts.append(f"SELECT {rollup_key} AS k, r.count AS n FROM {RefusalRollup._meta.db_table} r "
-                     "WHERE r.grain = %s AND r.day >= %s AND r.day < %s")
+        parts.append(sql_from_meta(f"SELECT {rollup_key} AS k, r.{{r.count}} AS n FROM {{r}} r WHERE "
+                                   "r.{r.grain} = %s AND r.{r.day} >= %s AND r.{r.day} < %s", r=RefusalRollup))
         params += [grain, window.first, window.last]
     for start, end in window.raw:
         elements = f", {sql.elements}" if per_code else ""
         present = f" AND {sql.code} IS NOT NULL AND {sql.code} <> ''" if per_code else ""
         parts.append(f"SELECT {raw_key} AS k, COUNT(*) AS n FROM {ExecutionPlacement._meta.db_table} p{elements} "
-                     f"WHERE {sql.refused} AND p.created_at >= %s AND p.created_at < %s{present}"
+                     f"WHERE {sql.refused} AND {sql.window}{present}"
                      + ("" if key == "total" else f" GROUP BY {raw_key}"))
         params += [start, end]
     order = "k" if key == "day" else "n DESC, k"

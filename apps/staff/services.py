@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
+from apps.core.db import sql_from_meta
 from apps.placement.models import ExecutionPlacement
 from apps.staff import selectors
 from apps.staff.models import ALL_CODES, Grain, RefusalRollup, RollupWatermark
@@ -70,11 +71,12 @@ def _ranges(days: list[date]) -> list[tuple[date, date]]:
 
 # Each margin from the detail rows of the same days: (grain, its code column, its Grove column, its team
 # column, which detail rows it sums). Columns a grain does not group by hold "".
+# ``sql_from_meta`` templates over ``r``, the rollup table.
 MARGINS = (
-    (Grain.DAY, "''", "''", "''", "r.code = ''"),
-    (Grain.GROVE, "''", "r.grove_slug", "''", "r.code = ''"),
-    (Grain.TEAM, "''", "''", "r.team", "r.code = ''"),
-    (Grain.CODE, "r.code", "''", "''", "r.code <> ''"),
+    (Grain.DAY, "''", "''", "''", "r.{r.code} = ''"),
+    (Grain.GROVE, "''", "r.{r.grove_slug}", "''", "r.{r.code} = ''"),
+    (Grain.TEAM, "''", "''", "r.{r.team}", "r.{r.code} = ''"),
+    (Grain.CODE, "r.{r.code}", "''", "''", "r.{r.code} <> ''"),
 )
 
 
@@ -82,27 +84,31 @@ def _aggregate(first: date, last: date) -> int:
     """Insert the rollup rows of the UTC days [first, last] from the placement table (the detail rows), then
     the margins from the detail rows; the number of rows inserted."""
     sql = selectors.refused_sql()
-    table, rollup = ExecutionPlacement._meta.db_table, RefusalRollup._meta.db_table
+    table = ExecutionPlacement._meta.db_table
     since = datetime.combine(first, datetime.min.time(), tzinfo=UTC)
     until = datetime.combine(last + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
-    window = f"{sql.refused} AND p.created_at >= %s AND p.created_at < %s"
-    columns = f"INSERT INTO {rollup} (grain, day, code, grove_slug, team, count)"
+    window = f"{sql.refused} AND {sql.window}"
+    names = {"p": ExecutionPlacement, "r": RefusalRollup}
+    columns = sql_from_meta("INSERT INTO {r} ({r.grain}, {r.day}, {r.code}, {r.grove_slug}, {r.team}, {r.count})",
+                            **names)
+    subject = sql_from_meta("p.{p.grove_slug}, p.{p.team}", **names)
     inserted = 0
     with connection.cursor() as cursor:
         cursor.execute(
-            f"{columns} SELECT %s, {sql.day}, %s, p.grove_slug, p.team, COUNT(*) FROM {table} p WHERE {window} "
-            f"GROUP BY {sql.day}, p.grove_slug, p.team", [Grain.DETAIL, ALL_CODES, since, until])
+            f"{columns} SELECT %s, {sql.day}, %s, {subject}, COUNT(*) FROM {table} p WHERE {window} "
+            f"GROUP BY {sql.day}, {subject}", [Grain.DETAIL, ALL_CODES, since, until])
         inserted += cursor.rowcount
         cursor.execute(
-            f"{columns} SELECT %s, {sql.day}, {sql.code}, p.grove_slug, p.team, COUNT(*) "
+            f"{columns} SELECT %s, {sql.day}, {sql.code}, {subject}, COUNT(*) "
             f"FROM {table} p, {sql.elements} WHERE {window} AND {sql.code} IS NOT NULL AND {sql.code} <> '' "
-            f"GROUP BY {sql.day}, {sql.code}, p.grove_slug, p.team", [Grain.DETAIL, since, until])
+            f"GROUP BY {sql.day}, {sql.code}, {subject}", [Grain.DETAIL, since, until])
         inserted += cursor.rowcount
         for grain, code, grove, team, rows in MARGINS:
-            cursor.execute(
-                f"{columns} SELECT %s, r.day, {code}, {grove}, {team}, SUM(r.count) FROM {rollup} r "
-                f"WHERE r.grain = %s AND {rows} AND r.day >= %s AND r.day <= %s GROUP BY "
-                + ", ".join(["r.day", *(column for column in (code, grove, team) if column != "''")]),
+            kept = [column for column in (code, grove, team) if column != "''"]
+            cursor.execute(sql_from_meta(
+                f"{columns} SELECT %s, r.{{r.day}}, {code}, {grove}, {team}, SUM(r.{{r.count}}) FROM {{r}} r "
+                f"WHERE r.{{r.grain}} = %s AND {rows} AND r.{{r.day}} >= %s AND r.{{r.day}} <= %s GROUP BY "
+                + ", ".join(["r.{r.day}", *kept]), **names),
                 [grain, Grain.DETAIL, first, last])
             inserted += cursor.rowcount
     return inserted

@@ -65,10 +65,6 @@ def _link(href: str, text) -> str:
     return f'<a href="{href}">{esc(text)}</a>'
 
 
-def _codes(incompatibilities) -> list[str]:
-    return [item.get("code", "") for item in incompatibilities or []]
-
-
 class StaffTable(tables.Table):
     """A django-tables2 table whose HTML body is rendered in one pass (see the module docstring)."""
 

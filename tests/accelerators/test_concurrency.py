@@ -12,7 +12,7 @@ from apps.accelerators.models import AcceleratorClaim
 from apps.core.errors import ForestError
 from apps.flags import services as flags
 from apps.pipelines.rules import node_requirement
-from tests.factories import nvidia_gpu, unit
+from tests.factories import entitlement, nvidia_gpu, unit
 from tests.placement.conftest import grove_make
 
 
@@ -81,7 +81,7 @@ def test_two_claims_for_the_last_unit_cannot_both_win(slow_admission):
 @pytest.mark.django_db(transaction=True)
 def test_team_concurrency_is_serialised_across_groves(slow_admission):
     flags.flag_override_set(name="host.accelerators.policy", enabled=True, reason="t")
-    services.entitlement_set(team="ml", api="cuda", max_concurrent=1)
+    entitlement(team="ml", api="cuda", max_concurrent=1)
     groves = [_gpu_grove("gpu-a", 1), _gpu_grove("gpu-b", 1)]
     barrier = threading.Barrier(2)
     outcomes, errors = [], []

@@ -2,6 +2,7 @@
 query building) give what the ORM gives, on real PostgreSQL."""
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import timedelta
 
@@ -79,31 +80,72 @@ def test_save_fields_writes_what_save_update_fields_writes(fresh_grove):
         save_fields(gone, ["reason"])
 
 
-def test_lean_save_steps_aside_for_signal_receivers_and_new_rows(fresh_grove):
+def _saved(job, save, names, *, listen: bool) -> tuple[list, list[str]]:
+    """(what receivers of GroveJob's save signals heard, the statements run) for one save."""
+    heard = []
+
+    def receiver(signal, sender, instance, **kwargs):
+        heard.append((signal is signals.pre_save, sender, instance is job, kwargs))
+
+    if listen:
+        for signal in (signals.pre_save, signals.post_save):
+            signal.connect(receiver, sender=GroveJob)
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            save(job, update_fields=names)
+    finally:
+        for signal in (signals.pre_save, signals.post_save):
+            signal.disconnect(receiver, sender=GroveJob)
+    return heard, [query["sql"] for query in queries]
+
+
+def test_lean_save_is_the_same_with_and_without_signal_receivers(fresh_grove):
+    """The documented rule (apps/core/db.py LeanSave): one UPDATE either way, and receivers hear what
+    Django's own save would have told them."""
+    from django.db import models
+
+    grove, _ = fresh_grove()
+    lean, django = _job(grove), _job(grove)
+    names = ["deadline_at", "reason"]
+    statements = {}
+    for listen in (False, True):
+        for job in (lean, django):
+            job.deadline_at, job.reason = timezone.now() + timedelta(hours=1), f"listen={listen}"
+        heard_lean, statements[listen] = _saved(lean, GroveJob.save, names, listen=listen)
+        heard_django, _ = _saved(django, models.Model.save, names, listen=listen)
+        assert heard_lean == heard_django
+        assert len(heard_lean) == (2 if listen else 0)
+        assert len(statements[listen]) == 1 and statements[listen][0].startswith("UPDATE")
+        for job in (lean, django):
+            assert GroveJob.objects.filter(pk=job.pk, reason=f"listen={listen}").exists()
+    # The same table and columns set (the captured text may carry the values, which differ by design).
+    assert [re.findall(r'"(\w+)" = ', statements[listen][0].split("WHERE")[0]) for listen in (False, True)] == \
+        [["deadline_at", "reason"]] * 2
+    if heard_lean:
+        pre, post = heard_lean[0][3], heard_lean[1][3]
+        assert pre["update_fields"] == frozenset(names) and post["created"] is False and post["raw"] is False
+
+
+def test_lean_save_leaves_new_rows_empty_lists_and_bad_names_to_django(fresh_grove):
     grove, _ = fresh_grove()
     job = _job(grove)
-    seen = []
-
-    def receiver(sender, instance, **kwargs):
-        seen.append(kwargs.get("update_fields"))
-
-    signals.post_save.connect(receiver, sender=GroveJob)
-    try:
-        job.deadline_at = timezone.now() + timedelta(hours=1)
-        job.save(update_fields=["deadline_at"])
-    finally:
-        signals.post_save.disconnect(receiver, sender=GroveJob)
-    assert seen == [frozenset({"deadline_at"})]  # Django's own save ran, signals and all
-    job.reason = "lean"
-    job.save(update_fields=["reason"])  # nothing listening: the lean UPDATE
-    assert GroveJob.objects.get(pk=job.pk).reason == "lean" and seen == [frozenset({"deadline_at"})]
+    heard, statements = _saved(job, GroveJob.save, [], listen=True)
+    assert heard == [] and statements == []  # Django's save with update_fields=[] does nothing either
+    with pytest.raises(ValueError, match="do not exist"):
+        job.save(update_fields=["no_such_field"])
+    with pytest.raises(ValueError):
+        job.save(update_fields=["id"])  # the primary key is not updatable, as in Django
+    fresh = GroveJob(grove=grove, run_id=uuid.uuid4(), node_id=1, change_kind="native.job", payload={},
+                     idempotency_key=f"hot:{uuid.uuid4()}", attempt=1, deadline_at=timezone.now())
+    fresh.save()  # a new row: Django's INSERT
+    assert GroveJob.objects.filter(pk=fresh.pk).exists()
 
 
 def test_instance_from_row_reads_prefixed_columns(fresh_grove):
     grove, _ = fresh_grove()
     sql = (f"SELECT {select_columns(Grove, alias='g', exclude=('capacity', 'log_tail'))}, "
-           f"{select_columns(GroveCredential, alias='c', prefix='x_')} FROM groves_grovecredential c "
-           "JOIN groves_grove g ON g.id = c.grove_id WHERE c.grove_id = %s")
+           f"{select_columns(GroveCredential, alias='c', prefix='x_')} FROM {GroveCredential._meta.db_table} c "
+           f"JOIN {Grove._meta.db_table} g ON g.id = c.grove_id WHERE c.grove_id = %s")
     row = next(iter(Grove.objects.raw(sql, [grove.pk])))
     credential = instance_from_row(GroveCredential, row, prefix="x_")
     assert _fields(credential, GroveCredential) == _fields(GroveCredential.objects.get(grove=grove), GroveCredential)

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from apps.core.db import async_pool_close
+from apps.core import db
 from apps.dispatch.api import lean
 from apps.groves import rules
 from apps.groves import services as grove_services
@@ -30,8 +30,15 @@ def loop():
     """One event loop for the module: the lean route keeps one async pool per loop, closed at the end."""
     loop = asyncio.new_event_loop()
     yield loop
-    loop.run_until_complete(async_pool_close())
+    loop.run_until_complete(_pool_close())
     loop.close()
+
+
+async def _pool_close() -> None:
+    """Close this event loop's lean-route pool (apps.core.db keeps one per loop while the loop lives)."""
+    entry = db._async_pools.pop(asyncio.get_running_loop(), None)
+    if entry is not None:
+        await entry[0].close()
 
 
 @pytest.fixture(autouse=True)

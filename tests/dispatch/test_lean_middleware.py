@@ -101,3 +101,4 @@ def test_the_request_id_reaches_the_services_on_a_lean_report(fresh_grove, monke
     answer = asyncio.run(go())
     assert answer.status_code == 200 and served("claim", "served") == before + 1
     assert answer.headers["x-request-id"] == "claim-1" and seen == ["claim-1"]
+

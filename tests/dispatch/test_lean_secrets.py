@@ -1,6 +1,6 @@
 """Right key id, wrong secret on the lean ASGI routes (heartbeat, changes, claim, report): each is 401,
 nothing is written, the answer does not carry the secret, and the lean route did not serve it (the
-credential check — ``grove_authenticate``, or ``HEARTBEAT_SQL``'s twin of it — refused, and Django gave the
+credential check — ``grove_authenticate``, or ``heartbeat_sql()``'s twin of it — refused, and Django gave the
 refusal)."""
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""One check of a Grove credential: ``grove_authenticate`` (every wire call, the lean routes' claim, report
-and changes) and its SQL twin in ``HEARTBEAT_SQL`` (the heartbeat's one statement, on the Django path and
-the lean route) — and the ORM form of that statement for SQLite — give the same answer for every kind
-of presented value. A change to one that the others do not follow (comparing the key id alone, say,
-or forgetting revocation) fails here."""
+"""One check of a Grove credential (apps/groves/services.py, "the Grove credential check"):
+``grove_authenticate`` (every wire call: DRF's authentication, ``grove_for_request``, the lean routes' claim,
+report and changes), its SQL form ``credential_sql`` inside ``heartbeat_sql()`` (the heartbeat's one
+statement, on the Django path and the lean route) and its ORM form ``live_credentials`` (that statement on
+SQLite) give the same answer for every kind of presented value, and every caller goes through them. A
+change to one that the others do not follow (comparing the key id alone, say, or forgetting revocation)
+fails here."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -63,3 +65,21 @@ def test_the_function_and_its_sql_twin_give_the_same_answer(fresh_grove, case):
         answer = _by_statement(grove, presented, orm=orm)
         # A value the fast path does not even try goes to the full path, i.e. to the function.
         assert (answer if answer is not None else _by_function(grove, presented)) is expected, (case, orm)
+
+
+def test_every_caller_goes_through_the_one_definition(fresh_grove, monkeypatch):
+    from apps.dispatch.api import lean
+    from apps.groves.api import authentication
+
+    assert services.credential_sql("i.key_id") in services.heartbeat_sql()
+    assert authentication.grove_authenticate is services.grove_authenticate  # grove_for_request, DRF's class
+    grove, credential = fresh_grove()
+    seen = []
+    real = services.grove_authenticate
+
+    def spy(*, presented):
+        seen.append(presented)
+        return real(presented=presented)
+
+    monkeypatch.setattr(services, "grove_authenticate", spy)
+    assert lean._authenticated(credential, str(grove.pk)).pk == grove.pk and seen == [credential]

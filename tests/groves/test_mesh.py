@@ -1,6 +1,6 @@
 """A native Grove's mesh address and ingress proxy port: validated by Host (an IP literal inside
 ``FOREST_MESH_NETWORKS``, never a name), written by both heartbeat paths (the one-statement
-``HEARTBEAT_SQL`` and the full path) and by the statement's ORM twin alike, and shown on the Grove pages."""
+``heartbeat_sql()`` and the full path) and by the statement's ORM twin alike, and shown on the Grove pages."""
 from __future__ import annotations
 
 import pytest
@@ -33,7 +33,7 @@ def test_the_mesh_address_is_recorded_by_the_one_statement_path_and_cleared_when
         fresh_grove, grove_client, django_assert_num_queries):
     grove, credential = fresh_grove()
     client = grove_client(credential)
-    with django_assert_num_queries(1):  # the shape is unchanged: HEARTBEAT_SQL alone writes the mesh too
+    with django_assert_num_queries(1):  # the shape is unchanged: heartbeat_sql() alone writes the mesh too
         assert client.post(f"{V1}/groves/{grove.id}/heartbeat", _beat(address="10.8.0.5", proxy_port=8480),
                            format="json").status_code == 200
     assert _mesh(grove) == ("10.8.0.5", 8480)

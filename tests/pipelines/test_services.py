@@ -1,5 +1,6 @@
-"""Runs, nodes, GRAPH_DEDUP, the exec driver, claim/report, waiting modes, the sweep and cancellation,
-through the services and the real wire API on PostgreSQL (placement is the real apps.placement)."""
+"""Runs, nodes, GRAPH_DEDUP, the exec driver, a node's job claimed and reported (the dispatch services' own
+refusals are tests/dispatch/test_services.py), waiting modes, the sweep and cancellation, through the services
+and the real wire API on PostgreSQL (placement is the real apps.placement)."""
 from __future__ import annotations
 
 import threading
@@ -184,21 +185,6 @@ def test_claim_report_and_resume_run_the_tail_once_and_schedule_successors(k8s_g
     assert a.status == "succeeded" and a.outputs == {"k": 1} and a.exit_code == 0 and _succeeded_tails(a) == 1
     assert not PipelineOutbox.objects.filter(node=a, done_at__isnull=True).exists()
     assert _node(run, "b").status == "queued"
-
-
-def test_report_errors(k8s_grove, fresh_grove, wire):
-    run = _run([exec_node("a")])
-    execute_queued(run)
-    job_id = _node(run, "a").current_job_id
-    grove = wire(k8s_grove)
-    early = grove.report(job_id, state="succeeded")
-    assert early.status_code == 409 and early.json()["code"] == "job_not_claimed"
-    other = wire(fresh_grove(name="other", substrate="kubernetes"))
-    assert other.claim(job_id).json()["code"] == "job_not_found"
-    mismatch = other.client.post(grove.url(f"jobs/{job_id}/claim"), {}, format="json")
-    assert mismatch.status_code == 403 and mismatch.json()["code"] == "grove_mismatch"
-    bad = grove.report(job_id, state="exploded")
-    assert bad.status_code == 400 and bad.json()["field"] == "state"
 
 
 # --- detached and in-place waiting ----------------------------------------------------------------

@@ -176,3 +176,41 @@ def test_the_beat_task_updates_the_rollup():
     _estate()
     assert tasks.refusal_rollup.apply().get() == len(_direct())
     assert _rollup() == _direct()
+
+
+def _orm_counts(key: str, since, until) -> list[tuple]:
+    """``selectors._counts`` through the ORM and Python: refused placements created in [since, until)."""
+    counts: Counter = Counter()
+    for row in ExecutionPlacement.objects.filter(created_at__gte=since, created_at__lt=until):
+        codes = [item["code"] for item in row.decision["incompatibilities"]]
+        if not (row.would_refuse or row.outcome == "refused" or (codes and row.enforced)):
+            continue
+        if key == "code":
+            counts.update(code for code in codes if code)
+        else:
+            counts[{"total": "", "day": row.created_at.astimezone(UTC).date(), "grove_slug": row.grove_slug,
+                    "team": row.team}[key]] += 1
+    order = (lambda item: item[0]) if key == "day" else (lambda item: (-item[1], item[0]))
+    return sorted(counts.items(), key=order)
+
+
+@pytest.mark.parametrize("key", ["total", "day", "grove_slug", "team", "code"])
+def test_the_count_statement_equals_its_orm_form_from_placements_and_from_the_rollup(key):
+    """docs/architecture.md "Fast paths": ``_counts`` (placements, rollup margins, or both in one statement)
+    answers what the ORM reading of the placements answers, for a window cutting days in half."""
+    _estate()
+    since = datetime.combine(TODAY - timedelta(days=3), time(6), tzinfo=UTC)
+    until = timezone.now() + timedelta(hours=1)
+
+    def raw() -> list[tuple]:
+        return [(str(k) if key == "total" else k, n) for k, n in selectors._counts(selectors._split(since, until),
+                                                                                   key=key)]
+
+    expected = [("", n) for _k, n in _orm_counts(key, since, until)] if key == "total" else \
+        _orm_counts(key, since, until)
+    if key == "total":
+        expected = [("", sum(n for _k, n in expected))]
+    assert raw() == expected  # the rollup never ran: all from the placements
+    services.refusal_rollup_update()
+    assert selectors._split(since, until).first is not None
+    assert raw() == expected  # whole days from the rollup, the rest from the placements

@@ -20,6 +20,7 @@ HELPERS = {
     "output_tail": "the output of the nodes it is handed (of a run or job the caller already authorised)",
     "compute_jobs_by_run": "names the compute jobs of the runs it is handed (a run the caller already authorised)",
     "_counts": "fleet-wide counts without names; team names pass through team_label in refusal_report",
+    "refused_sql": "reads nothing: SQL fragments naming the placement table's columns (from its _meta)",
 }
 PAGES = [STAFF / "views.py", STAFF / "api" / "views.py", STAFF / "api" / "plan.py", STAFF / "tables.py"]
 

@@ -6,7 +6,7 @@ eleven middleware (each sync-style one hops to a per-request thread, which a wai
 for its whole wait), URL resolution, DRF's negotiation and a pooled-connection round trip per request. Here:
 
 * **heartbeat**: the body is parsed and validated with the same rules, and the same one statement
-  (``apps.groves.services.HEARTBEAT_SQL``: auth, liveness and free counts) runs on this event loop's
+  (``apps.groves.services.heartbeat_sql()``: auth, liveness and free counts) runs on this event loop's
   async pool as a prepared statement, for every heartbeat that arrived while the previous one ran
   (``HeartbeatBatch``: group commit; each answer still waits for its own row's commit, so nothing
   answered is lost). Only a heartbeat that statement records is answered here;
@@ -50,8 +50,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.core.exceptions import DisallowedHost
 from django.db import connections
-from django.http.request import split_domain_port, validate_host
+from django.http import HttpRequest
+from django.middleware.security import SecurityMiddleware
 from django.utils import timezone
 from prometheus_client import Counter
 from rest_framework.utils.encoders import JSONEncoder as DRFEncoder
@@ -84,7 +86,8 @@ MIDDLEWARE_COVERAGE = {
     "django_prometheus.middleware.PrometheusBeforeMiddleware":
         "waived: the lean routes count themselves (forest_wire_lean_total); a hand-over is counted by Django",
     "django.middleware.security.SecurityMiddleware":
-        "applied: security_headers() asks it for its headers; a request it would redirect goes to Django",
+        "applied: security_headers() asks it for its headers; its own process_request decides a redirect, "
+        "and a request it would redirect goes to Django",
     "apps.core.middleware.RequestMiddleware":
         "applied: request_id_from/bind_request_id, X-Request-ID on every answer; the routes match UUIDs only, "
         "so no path can hold the characters it refuses",
@@ -92,7 +95,8 @@ MIDDLEWARE_COVERAGE = {
         "applied: any failure is handed to Django, whose answer to an outage is the 503",
     "django.contrib.sessions.middleware.SessionMiddleware": "waived: Groves send a bearer credential, no session",
     "django.middleware.common.CommonMiddleware":
-        "applied: the Host check (Django's validate_host); the routes are exact, so no slash is appended",
+        "applied: the Host check (Django's own request.get_host()); the routes are exact, so no slash is "
+        "appended",
     "apps.core.middleware.ApiErrorShapeMiddleware":
         "applied: a lean answer is a served body or a ForestError's shape; anything else goes to Django",
     "django.middleware.csrf.CsrfViewMiddleware": "waived: bearer-authenticated wire API (csrf-exempt in Django too)",
@@ -114,21 +118,63 @@ def _header(scope, name: bytes) -> bytes | None:
     return None
 
 
+class _ScopeRequest(HttpRequest):
+    """The parts of Django's request that its Host check (``get_host``), ``is_secure`` and
+    ``SecurityMiddleware.process_request`` read, built from the ASGI scope as Django's ``ASGIRequest`` builds
+    them (headers into ``META``, a repeated header joined with commas, the scope's scheme), so the lean routes
+    decide both with Django's own code rather than a copy of it. Building a whole ``ASGIRequest`` would add
+    17 µs per request; the checks through this cost what the hand-written copy they replace cost (17 µs
+    against 16 µs, shared 2-core box). Nothing else of a request is read from it."""
+
+    def __init__(self, scope) -> None:  # not HttpRequest's: its QueryDicts and file handlers are never read
+        self.path = scope["path"]
+        server = scope.get("server") or ("unknown", 0)
+        meta = {"SERVER_NAME": server[0] or "unknown", "SERVER_PORT": str(server[1] or 0),
+                "QUERY_STRING": scope.get("query_string", b"").decode("latin-1")}
+        for name, value in scope["headers"]:
+            key = name.decode("latin-1").upper().replace("-", "_")
+            key = key if key in ("CONTENT_LENGTH", "CONTENT_TYPE") else f"HTTP_{key}"
+            value = value.decode("latin-1")
+            meta[key] = f"{meta[key]},{value}" if key in meta else value
+        self.META = meta
+        self._scheme = scope.get("scheme") or "http"
+
+    def _get_scheme(self) -> str:
+        return self._scheme
+
+
+def _django_request(scope) -> _ScopeRequest:
+    request = scope.get("forest.lean_request")
+    if request is None:
+        request = scope["forest.lean_request"] = _ScopeRequest(scope)
+    return request
+
+
+@functools.cache
+def _security_middleware(*settings_read: object) -> SecurityMiddleware:
+    # Built again whenever a setting it reads changes (tests change them); otherwise once per process.
+    def never_called(request):
+        raise AssertionError("only process_request is asked")
+
+    return SecurityMiddleware(never_called)
+
+
 def _secure(scope) -> bool:
-    """``request.is_secure()`` as Django decides it (the scheme, or the trusted proxy's header)."""
-    proxy = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
-    return scope.get("scheme") == "https" or (
-        proxy is not None and _header(scope, proxy[0].removeprefix("HTTP_").lower().replace("_", "-").encode())
-        == proxy[1].encode())
+    """``request.is_secure()``, Django's own (the scheme, or the trusted proxy's header)."""
+    return _django_request(scope).is_secure()
 
 
 def _plain_enough(scope) -> bool:
-    """Django would answer this request itself (no redirect, no bad Host refusal)."""
-    host = (_header(scope, b"host") or b"").decode("latin-1")
-    domain, _port = split_domain_port(host)
-    if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+    """Django would answer this request itself: its Host check passes (``get_host``, i.e. CommonMiddleware's
+    ``ALLOWED_HOSTS`` check) and ``SecurityMiddleware`` would not redirect it to HTTPS."""
+    request = _django_request(scope)
+    try:
+        request.get_host()
+    except DisallowedHost:
         return False
-    return not (getattr(settings, "SECURE_SSL_REDIRECT", False) and not _secure(scope))
+    middleware = _security_middleware(settings.SECURE_SSL_REDIRECT, tuple(settings.SECURE_REDIRECT_EXEMPT),
+                                      settings.SECURE_SSL_HOST)
+    return middleware.process_request(request) is None
 
 
 def _bearer(scope) -> str | None:
@@ -296,7 +342,7 @@ class LeanWire:
 
 class HeartbeatBatch:
     """Group commit for the lean heartbeat on one event loop: up to ``FOREST_HEARTBEAT_BATCHES_IN_FLIGHT``
-    ``HEARTBEAT_SQL`` statements in flight at a time, each carrying the heartbeats that arrived while the
+    ``heartbeat_sql()`` statements in flight at a time, each carrying the heartbeats that arrived while the
     ones before it ran.
 
     An idle Host sends a heartbeat alone and at once (no timer, no added latency); under load the rows
@@ -384,7 +430,7 @@ class HeartbeatBatch:
         BATCHES.inc()
         pool = await async_pool()
         async with pool.connection() as conn:
-            cursor = await conn.execute(grove_services.HEARTBEAT_SQL, grove_services.heartbeat_rows_params(rows),
+            cursor = await conn.execute(grove_services.heartbeat_sql(), grove_services.heartbeat_rows_params(rows),
                                         prepare=True)
             return dict(await cursor.fetchall())
 

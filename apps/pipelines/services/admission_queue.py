@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.core.db import sql_from_meta
 from apps.core.errors import ForestError
 from apps.dispatch import hooks as dispatch_hooks
 from apps.pipelines.models import PipelineAdmissionWake, PipelineNode, PipelineNodeWait, PipelineNodeWaitGrove
@@ -46,8 +47,8 @@ WAIT_TIMED_OUT = "waiting_for_capacity_timeout"
 # A requested wake-up not started this long after is taken as lost, and sent again.
 WAKE_RESEND_AFTER_S = 10
 
-_WAKE_SQL = ("INSERT INTO {table} (grove_id, requested_at) VALUES (%s, %s) ON CONFLICT (grove_id) DO UPDATE "
-             "SET requested_at = excluded.requested_at WHERE {table}.requested_at < %s")
+_WAKE_SQL = ("INSERT INTO {w} ({w.grove_id}, {w.requested_at}) VALUES (%s, %s) ON CONFLICT ({w.grove_id}) "
+             "DO UPDATE SET {w.requested_at} = excluded.{w.requested_at} WHERE {w}.{w.requested_at} < %s")
 
 
 def request_wake(grove_id) -> bool:
@@ -56,7 +57,7 @@ def request_wake(grove_id) -> bool:
     now = timezone.now()
     field = PipelineAdmissionWake._meta.get_field("grove_id")
     with connection.cursor() as cursor:
-        cursor.execute(_WAKE_SQL.format(table=PipelineAdmissionWake._meta.db_table),
+        cursor.execute(sql_from_meta(_WAKE_SQL, w=PipelineAdmissionWake),
                        [field.get_db_prep_value(str(grove_id), connection), now,
                         now - timedelta(seconds=WAKE_RESEND_AFTER_S)])
         sent = cursor.rowcount == 1

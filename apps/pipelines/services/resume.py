@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from apps.artifacts import services as artifact_services
 from apps.artifacts.vocabulary import CheckVerdict
-from apps.core.db import db_params, instance_from_row, lock_clause, select_columns
+from apps.core.db import db_params, instance_from_row, lock_clause, select_columns, sql_from_meta
 from apps.dispatch.hooks import JobEnded
 from apps.dispatch.models import GroveJob
 from apps.dispatch.states import JOB_TERMINAL
@@ -74,16 +74,17 @@ def _tail_inline(job: GroveJob) -> bool:
 
 @functools.cache
 def _lock_sql(vendor: str) -> str:
-    return (f"SELECT n.run_id FROM {PipelineNode._meta.db_table} n JOIN {PipelineRun._meta.db_table} r "
-            "ON r.id = n.run_id WHERE n.id = %s AND n.status = %s AND n.current_job_id = %s"
+    return (sql_from_meta("SELECT n.{n.run} FROM {n} n JOIN {r} r ON r.{r.id} = n.{n.run} WHERE n.{n.id} = %s "
+                          "AND n.{n.status} = %s AND n.{n.current_job_id} = %s", n=PipelineNode, r=PipelineRun)
             + lock_clause(of=("n", "r"), skip_locked=True))
 
 
 @functools.cache
 def _run_nodes_sql() -> str:
-    return (f"SELECT {select_columns(PipelineNode, alias='n')}, {select_columns(PipelineRun, alias='r', prefix='r_')} "
-            f"FROM {PipelineNode._meta.db_table} n JOIN {PipelineRun._meta.db_table} r ON r.id = n.run_id "
-            "WHERE n.run_id = %s ORDER BY n.position LIMIT %s")
+    return sql_from_meta(f"SELECT {select_columns(PipelineNode, alias='n')}, "
+                         f"{select_columns(PipelineRun, alias='r', prefix='r_')} FROM {{n}} n JOIN {{r}} r "
+                         "ON r.{r.id} = n.{n.run} WHERE n.{n.run} = %s ORDER BY n.{n.position} LIMIT %s",
+                         n=PipelineNode, r=PipelineRun)
 
 
 def _tail(node: PipelineNode, job: GroveJob, run: PipelineRun) -> None:

@@ -5,17 +5,18 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.db import connection
 from django.test import AsyncClient
 
+from apps.dispatch import services
 from apps.dispatch.api.wire import changes_view
 from apps.dispatch.models import GroveJob
-from apps.pipelines import services
-from tests.pipelines.conftest import V1, execute_queued
-from tests.pipelines.graphs import exec_node, graph
+
+V1 = "/api/forest/v1"
 
 
 def _poll(grove, credential, query="wait=0"):
@@ -26,10 +27,12 @@ def _poll(grove, credential, query="wait=0"):
     return response, time.monotonic() - started
 
 
-def _assign(kind="compute"):
-    run = services.pipeline_run_create(graph=graph(exec_node("a", reuse="never")), kind=kind)
-    execute_queued(run)
-    return run
+def _assign(grove) -> GroveJob:
+    """A job assigned to ``grove`` by dispatch's own service (its long-poll woken after commit)."""
+    run_id = uuid.uuid4()
+    return services.grove_job_create(grove=grove, run_id=run_id, node_id=1, change_kind="k8s.job",
+                                     payload={"node": "a", "timeout_s": 60}, idempotency_key=f"{run_id}:a:1",
+                                     attempt=1)
 
 
 def test_the_view_is_a_coroutine():
@@ -39,14 +42,13 @@ def test_the_view_is_a_coroutine():
 @pytest.mark.django_db
 def test_returns_at_once_with_only_this_groves_unclaimed_jobs(k8s_grove, fresh_grove):
     other = fresh_grove(name="other", substrate="native")
-    run = _assign()
+    job = _assign(k8s_grove[0])
     response, elapsed = _poll(*k8s_grove, "wait=10")
     assert response.status_code == 200 and elapsed < 3
     body = response.json()
-    job = GroveJob.objects.get(run_id=run.id)
     assert body["workloads"] == [] and body["cancel"] == []
-    assert body["jobs"] == [{"job_id": str(job.id), "run_id": str(run.id), "node": "a", "change_kind": "k8s.job",
-                             "idempotency_key": f"{run.id}:a:1", "payload": job.payload}]
+    assert body["jobs"] == [{"job_id": str(job.id), "run_id": str(job.run_id), "node": "a", "change_kind": "k8s.job",
+                             "idempotency_key": f"{job.run_id}:a:1", "payload": job.payload}]
     assert _poll(*other)[0].json()["jobs"] == []
 
 
@@ -78,11 +80,11 @@ def test_errors_use_the_forest_shape(k8s_grove, fresh_grove, query, header, stat
     assert response.status_code == status and response.json()["code"] == code
 
 
-def _assign_later(delay: float):
+def _assign_later(grove, delay: float):
     def work():
         try:
             time.sleep(delay)
-            _assign()
+            _assign(grove)
         finally:
             connection.close()
 
@@ -94,7 +96,7 @@ def _assign_later(delay: float):
 @pytest.mark.django_db(transaction=True)
 def test_a_waiting_poll_is_woken_by_redis_when_work_is_assigned(k8s_grove, settings):
     settings.PIPELINE_CHANGES_RECHECK_S = 25  # so only a pub/sub wake can answer early
-    thread = _assign_later(1.0)
+    thread = _assign_later(k8s_grove[0], 1.0)
     response, elapsed = _poll(*k8s_grove, "wait=20")
     thread.join()
     assert len(response.json()["jobs"]) == 1
@@ -105,7 +107,7 @@ def test_a_waiting_poll_is_woken_by_redis_when_work_is_assigned(k8s_grove, setti
 def test_without_redis_the_poll_falls_back_to_short_database_polling(k8s_grove, settings):
     settings.REDIS_URL = ""
     settings.PIPELINE_CHANGES_DB_POLL_S = 0.2
-    thread = _assign_later(1.0)
+    thread = _assign_later(k8s_grove[0], 1.0)
     response, elapsed = _poll(*k8s_grove, "wait=20")
     thread.join()
     assert len(response.json()["jobs"]) == 1 and elapsed < 4

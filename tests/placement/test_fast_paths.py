@@ -1,0 +1,145 @@
+"""Placement's raw SQL (docs/architecture.md "Fast paths") answers what its ORM form answers, on real
+PostgreSQL: the existence probe (``writes.existing``), the batch writer (``COPY``, and the multi-row
+``INSERT … ON CONFLICT`` it falls back to) against the ORM writer ``make run``'s SQLite takes, and the
+fleet snapshot's enabled count. The ORM forms are the code's own SQLite branches, run here by making the
+connection say it is SQLite."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+
+from apps.groves.models import Grove
+from apps.placement import batch, snapshot, writes
+from apps.placement.models import ExecutionPlacement, UnitLoad
+from tests.factories import unit
+from tests.placement.test_batch import items, work
+
+pytestmark = pytest.mark.django_db
+SET_BY_THE_DATABASE = {"id", "history"}  # the sequence's id; history is "[]" either way, compared below
+STAMPS = ("created_at", "updated_at")
+
+
+def _rows() -> list[dict]:
+    return [{k: v for k, v in row.items() if k not in SET_BY_THE_DATABASE}
+            for row in ExecutionPlacement.objects.order_by("subject_id").values()]
+
+
+def _unstamped(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k not in STAMPS} for row in rows]
+
+
+def _as_sqlite(monkeypatch):
+    monkeypatch.setattr(writes.connection, "vendor", "sqlite")
+
+
+def test_the_existence_probe_finds_what_the_orm_finds(make_grove, monkeypatch):
+    make_grove("a", units=[unit("a1", cpu=64000)])
+    batch.place_batch(items([work()] * 4, prefix="p") + items([work()] * 2, prefix="q"))
+    keys = [("pipeline_node", f"p{i}") for i in range(6)] + [("pipeline_node", "q1"), ("compute_job", "p0")]
+    raw = writes.existing(keys)
+    _as_sqlite(monkeypatch)
+    orm = writes.existing(keys)
+    assert {k: v.pk for k, v in raw.items()} == {k: v.pk for k, v in orm.items()}
+    assert sorted(raw) == [("pipeline_node", f"p{i}") for i in range(4)] + [("pipeline_node", "q1")]
+
+
+def test_copy_insert_and_the_orm_writer_write_the_same_rows(make_grove, monkeypatch):
+    make_grove("a", units=[unit("a1", cpu=64000)])
+    seen = []
+    real = writes._insert
+
+    def spy(plans, now):
+        seen.append((list(plans), now))
+        return real(plans, now)
+
+    monkeypatch.setattr(writes, "_insert", spy)
+    batch.place_batch(items([work()] * 5))
+    (plans, now), = seen
+    copied = _rows()
+    assert len(copied) == 5 and {row["outcome"] for row in copied} == {"placed"}
+
+    def written(*, orm: bool, taken: bool) -> tuple:
+        """(the plans that lost their subject, the rows written) by one writer, from no rows, or with the
+        first subject already placed by "another call" (COPY then fails and the INSERT takes over)."""
+        ExecutionPlacement.objects.all().delete()
+        if taken:  # placed by a call that decided before this batch (the ORM writer tells its rows by time)
+            other = ExecutionPlacement.objects.create(**{**copied[0], "history": []})
+            ExecutionPlacement.objects.filter(pk=other.pk).update(created_at=now - timedelta(seconds=1))
+        with monkeypatch.context() as patch:
+            if orm:
+                patch.setattr(writes.connection, "vendor", "sqlite")
+            lost, ids = real(plans, now)
+        assert set(ids) | lost == {plan.index for plan in plans}
+        return lost, _rows()
+
+    for taken in (False, True):
+        by_sql, by_orm = written(orm=False, taken=taken), written(orm=True, taken=taken)
+        # The one difference: the ORM stamps created_at/updated_at itself (auto_now), never before the
+        # batch's time; the statements write the batch's one time.
+        mine = [(a, b) for a, b in zip(by_sql[1], by_orm[1], strict=True) if a["subject_id"] != "s0" or not taken]
+        assert all(a[stamp] == now and b[stamp] >= now for a, b in mine for stamp in STAMPS)
+        assert (by_sql[0], _unstamped(by_sql[1])) == (by_orm[0], _unstamped(by_orm[1])), taken
+        assert _unstamped(by_sql[1]) == _unstamped(copied) and len(by_sql[0]) == (1 if taken else 0)
+    assert connection.vendor == "postgresql"
+    assert all(row.history == [] for row in ExecutionPlacement.objects.all())
+
+
+def test_the_enabled_count_is_the_orms(make_grove):
+    for name in ("a", "b", "c"):
+        make_grove(name)
+    Grove.objects.filter(slug="b").update(enabled=False)
+    total, at = snapshot.enabled_count_and_clock()
+    assert total == Grove.objects.filter(enabled=True).count() == 2 and at is not None
+
+
+def test_the_verify_read_locks_and_reads_what_the_orm_reads(make_grove, monkeypatch):
+    """``_verify_rows``: the wanted units (only those, in lock order) with their ledger rows, and the Groves'
+    rows; the ORM form reads every unit of the Groves and keeps the wanted ones."""
+    a = make_grove("a", units=[unit("a1", cpu=64000), unit("a2", cpu=64000), unit("a3", cpu=64000)])
+    b = make_grove("b", units=[unit("b1", cpu=64000)])
+    batch.place_batch(items([work()] * 6))  # ledger rows on some units
+    assert UnitLoad.objects.exists()
+    grove_ids = sorted([str(a.id), str(b.id)])
+    wanted = sorted([(str(a.id), "a1"), (str(a.id), "a3"), (str(b.id), "b1"), (str(b.id), "missing")])
+    raw_groves, raw_units = writes._verify_rows(grove_ids, wanted)
+    _as_sqlite(monkeypatch)
+    orm_groves, orm_units = writes._verify_rows(grove_ids, wanted)
+    assert raw_units == orm_units
+    assert [key[:2] for key in raw_units] == [w for w in wanted if w[1] != "missing"]
+    # The list columns come back as JSON text from the raw read and as lists from the ORM; verify reads
+    # both through ``_listed``.
+    def normal(groves):
+        return {k: (*v[:5], *(writes._listed(x) for x in v[5:])) for k, v in groves.items()}
+
+    assert normal(raw_groves) == normal(orm_groves)
+    assert sorted(raw_groves) == grove_ids
+
+
+def test_the_ledger_upsert_writes_what_the_orm_writes(make_grove, monkeypatch):
+    """``ledger_write``: one ``INSERT … SELECT FROM unnest … ON CONFLICT`` against the ORM's
+    ``bulk_create(update_conflicts=True)``: a new row, an updated row, an untouched entry, a lost plan."""
+    from types import SimpleNamespace
+
+    a = make_grove("a", units=[unit("a1", cpu=64000), unit("a2", cpu=64000), unit("a3", cpu=64000)])
+    at = a.capacity_reported_at
+    resources = SimpleNamespace(resources=SimpleNamespace(cpu_milli=250, memory_bytes=1024))
+    plans = [SimpleNamespace(index=i, unit_id=u, facts=SimpleNamespace(id=str(a.id)), requirement=resources)
+             for i, u in enumerate(["a1", "a1", "a2", "a3"])]
+
+    def written(orm: bool) -> list[tuple]:
+        UnitLoad.objects.all().delete()
+        UnitLoad.objects.create(grove=a, unit_id="a2", reported_at=at, cpu_milli=1000, memory_bytes=4096)
+        ledger = {(str(a.id), "a1"): [at, 0, 0, False], (str(a.id), "a2"): [at, 1000, 4096, False],
+                  (str(a.id), "a3"): [at, 0, 0, False]}
+        if orm:
+            _as_sqlite(monkeypatch)
+        writes.ledger_write(plans, ledger, lost={3})
+        monkeypatch.undo()
+        return list(UnitLoad.objects.order_by("unit_id").values_list("unit_id", "reported_at", "cpu_milli",
+                                                                       "memory_bytes"))
+
+    raw = written(orm=False)
+    assert raw == [("a1", at, 500, 2048), ("a2", at, 1250, 5120)]  # a3's only plan was lost: no row
+    assert written(orm=True) == raw

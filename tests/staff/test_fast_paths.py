@@ -1,0 +1,57 @@
+"""``selectors.inventory_groups`` (one aggregate statement over every unit's accelerator slots and every
+inventory item) equals the same groups computed from ORM rows in Python: docs/architecture.md "Fast paths".
+Real PostgreSQL."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from apps.groves.models import AcceleratorInventoryItem, PlacementUnit
+from apps.staff import selectors
+from tests.factories import apple_gpu, nvidia_gpu, unit
+from tests.placement.conftest import grove_make
+
+pytestmark = pytest.mark.django_db
+
+
+def _orm_groups() -> list[selectors.InventoryGroup]:
+    slots: dict = defaultdict(lambda: [0, 0])
+    for placement_unit in PlacementUnit.objects.all():
+        for slot in placement_unit.accelerators:
+            entry = slots[(placement_unit.grove_id, slot["inventory_id"])]
+            entry[0] += int(slot.get("allocatable") or 0)
+            entry[1] += int(slot.get("free") or 0)
+    groups: dict = {}
+    groves: dict = defaultdict(set)
+    for item in AcceleratorInventoryItem.objects.all():
+        key = (",".join(item.apis) or "—", item.vendor, item.model, item.memory_bytes, item.memory_kind,
+               item.share_mode)
+        group = groups.setdefault(key, selectors.InventoryGroup(*key))
+        group.items += 1
+        groves[key].add(item.grove_id)
+        group.groves = len(groves[key])
+        allocatable, free = slots.get((item.grove_id, item.inventory_id), (0, 0))
+        group.allocatable += allocatable
+        group.free += free
+    return sorted(groups.values(), key=lambda g: (g.api, g.vendor, g.model))
+
+
+def test_the_inventory_statement_equals_its_orm_form():
+    assert selectors.inventory_groups() == _orm_groups() == []
+    h100 = [nvidia_gpu(f"GPU-{i}") for i in range(3)]
+    grove_make("a", roles=("compute",), accelerators=h100, units=[
+        unit("u0", accelerators=[{"inventory_id": "GPU-0", "allocatable": 1, "free": 0},
+                                 {"inventory_id": "GPU-1", "allocatable": 1, "free": 1}]),
+        unit("u1", accelerators=[{"inventory_id": "GPU-2", "allocatable": 1, "free": 1}])])
+    grove_make("b", roles=("compute",), accelerators=[nvidia_gpu("GPU-0"), nvidia_gpu("GPU-9", memory_gib=40,
+                                                                                     model="NVIDIA A100")],
+               units=[unit("u0", accelerators=[{"inventory_id": "GPU-0", "allocatable": 1, "free": 1}])])
+    grove_make("mac", substrate="native", roles=("compute",), accelerators=[apple_gpu()],
+               units=[unit("m", accelerators=[{"inventory_id": "apple-gpu-0", "allocatable": 4, "free": 3}])])
+    grove_make("bare", roles=("compute",))
+    groups = selectors.inventory_groups()
+    assert groups == _orm_groups()
+    assert [(g.api, g.model, g.items, g.groves, g.allocatable, g.free) for g in groups] == [
+        ("cuda", "NVIDIA A100", 1, 1, 0, 0), ("cuda", "NVIDIA H100 80GB HBM3", 4, 2, 4, 3),
+        ("metal", "Apple M3 Max", 1, 1, 4, 3)]
