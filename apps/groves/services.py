@@ -109,7 +109,7 @@ def grove_enroll(*, body: dict) -> tuple[Grove, str]:
     token = None
     if parts:
         token = EnrollmentToken.objects.select_for_update().filter(key_id=parts[0]).first()
-    if token is None or not secrets.matches(parts[1], token.secret_hash):
+    if token is None or parts is None or not secrets.matches(parts[1], token.secret_hash):
         raise NotAuthenticated("enrollment_token_unknown", "This enrollment token is not known to Host.",
                                field="token")
     if token.used_at is not None:
@@ -149,7 +149,7 @@ def grove_authenticate(*, presented: str) -> GroveCredential:
         credential = None if grove is None else instance_from_row(GroveCredential, grove, prefix="c_")
         if credential is not None:
             credential.grove = grove
-    if credential is None or not secrets.matches(parts[1], credential.secret_hash):
+    if credential is None or parts is None or not secrets.matches(parts[1], credential.secret_hash):
         raise NotAuthenticated("credential_unknown", "This Grove credential is not known to Host.")
     if credential.revoked_at is not None:
         raise NotAuthenticated("credential_revoked", "This Grove credential was revoked; enroll again.")

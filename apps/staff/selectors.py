@@ -401,6 +401,7 @@ class RefusedSql(NamedTuple):
 
 
 def refused_sql() -> RefusedSql:
+    parts: tuple[str, ...]
     if connection.vendor == "postgresql":
         parts = (REFUSED_SQL, "jsonb_array_elements(p.{p.decision} -> 'incompatibilities') AS e",
                  "e ->> 'code'", "(p.{p.created_at} AT TIME ZONE 'UTC')::date")

@@ -290,7 +290,7 @@ class LeanWire:
     async def heartbeat(self, grove_id: str, scope, receive, send) -> None:
         messages, body = await self._json_body(scope, receive, raw=True)
         presented = _bearer(scope)
-        if presented is not None and body is not _DJANGO:
+        if presented is not None and isinstance(body, bytes):
             row = _ROWS.row(grove_id, presented, body)
             if row is not None and await self._record(row):
                 LEAN.labels("heartbeat", "served").inc()
