@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
+from apps.core import bodies
 from apps.core.errors import ValidationFailed
-from apps.groves import rules as grove_rules
+from apps.groves.bodies import HeartbeatMesh
 from apps.ingress import rules
 from apps.workloads.rules import ingress_hostname
 
@@ -62,10 +63,14 @@ def test_certificates_come_from_the_template_or_the_wildcard_pair():
         "/tls/star.pem", "/tls/star.key")
 
 
+def _mesh(value, networks):
+    """The heartbeat declaration's mesh field (apps.groves.bodies.HeartbeatMesh), parsed as Host parses it."""
+    return bodies.parse(HeartbeatMesh, value, context={"mesh_networks": networks}).model_dump()
+
+
 def test_the_mesh_is_an_ip_literal_inside_a_configured_network():
-    assert grove_rules.mesh({"address": "10.8.0.5", "proxy_port": 8480}, networks=["10.8.0.0/24"]) == {
+    assert _mesh({"address": "10.8.0.5", "proxy_port": 8480}, ["10.8.0.0/24"]) == {
         "address": "10.8.0.5", "proxy_port": 8480}
-    assert grove_rules.mesh(None, networks=[]) is None
     with pytest.raises(ValidationFailed) as caught:
-        grove_rules.mesh({"address": "10.8.0.5", "proxy_port": 8480}, networks=[])
+        _mesh({"address": "10.8.0.5", "proxy_port": 8480}, [])
     assert caught.value.code == "mesh_address_outside_range" and "FOREST_MESH_NETWORKS" in caught.value.detail
