@@ -67,6 +67,17 @@ def choices(literal: Any, *, max_items: int = 32, description: str | None = None
                      AfterValidator(_first_kept)]
 
 
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+def may_omit(description: str | None = None) -> Any:
+    """The ``Field`` of a key that may be left out but is never null (a reader's ``body.get(key)`` followed
+    by a check that refuses None): not required, null refused, no default shown in the schema. Read which
+    keys were given with ``model_dump(exclude_unset=True)``."""
+    return Field(None, description=description, json_schema_extra=_no_default)
+
+
 def _literal(sentence: str) -> str:
     """A sentence that quotes the body (a platform string) safe for ``BodyError``'s ``{field}``."""
     return sentence.replace("{", "{{").replace("}", "}}")
@@ -215,5 +226,17 @@ def json_schema(model: type[BaseModel]) -> dict[str, Any]:
     return model.model_json_schema()
 
 
-__all__ = ["Body", "BodyError", "choices", "count", "describe", "json_schema", "openapi30_schema", "parse", "path_of",
-           "platforms", "text"]
+__all__ = [
+    "Body",
+    "BodyError",
+    "choices",
+    "count",
+    "describe",
+    "json_schema",
+    "may_omit",
+    "openapi30_schema",
+    "parse",
+    "path_of",
+    "platforms",
+    "text",
+]
