@@ -31,7 +31,7 @@ def _reason_code(reason: str) -> str:
 class JobReport(Body):
     """``POST groves/{id}/jobs/{job_id}/report``: where a claimed job is, and how it ended."""
 
-    state: ReportState = Field(..., description="running, or how it ended")  # type: ignore[valid-type]
+    state: ReportState = Field(..., description="running, or how it ended")
     exit_code: count(-255, 255) | None = Field(None, description="The command's exit code")  # type: ignore[valid-type]
     log_tail: list[text(MAX_LOG_LINE, blank=True)] = Field(  # type: ignore[valid-type]
         [], max_length=MAX_LOG_LINES, description="The job's latest log lines")
