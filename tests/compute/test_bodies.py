@@ -85,3 +85,8 @@ def test_the_openapi_request_body_is_the_declaration(staff_client):
     assert component["additionalProperties"] is False
     resources = schema["components"]["schemas"]["StepResources"]
     assert set(resources["properties"]) == {"cpu_milli", "memory_bytes"} and resources["additionalProperties"] is False
+    # The request's inputs and outputs are the declared ones, not the response shapes of a job's inputs and
+    # outputs (components of one name: the request's $ref pointed at the response's shape).
+    for model in (bodies.StepInput, bodies.StepOutput):
+        component = schema["components"]["schemas"][model.__name__]
+        assert set(component["properties"]) == set(model.model_fields) and component["additionalProperties"] is False

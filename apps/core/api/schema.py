@@ -5,6 +5,7 @@ one asks pydantic for the 3.0 spelling (``nullable: true``) and files the nested
 the extensions are registered before any schema is built."""
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
@@ -31,6 +32,11 @@ class DeclaredBodyExtension(OpenApiSerializerExtension):
 
 class DeclaredChoiceExtension(DeclaredBodyExtension):
     """A body that is one of several declarations (a pydantic ``RootModel`` of a union, ``PlanRequest``):
-    ``anyOf`` the declared bodies, each a component."""
+    ``anyOf`` the declared bodies, each the very component its own endpoint uses."""
 
     target_class = "pydantic.RootModel"
+
+    def map_serializer(self, auto_schema: Any, direction: str) -> dict:
+        members = typing.get_args(self.target.model_fields["root"].annotation)
+        return {"anyOf": [auto_schema.resolve_serializer(member, direction).ref for member in members],
+                "description": self.target.__doc__ or ""}
