@@ -5,7 +5,8 @@ Each tool calls the same REST API as the CLI with the same token, so the flag, v
 codes are Host's own; a refusal comes back as a tool error carrying ``code: detail``. Inputs are typed
 (Pydantic models and ``Literal`` choices), so a client sees a real JSON Schema for every tool. A compute
 step is Host's own declaration (``apps.compute.bodies.ComputeStep``: exact keys, ``resources`` and
-``accelerators`` included, and Host's bounds), so the tool's schema is the API's.
+``accelerators`` included, and Host's bounds), and so is a run's graph (``apps.pipelines.bodies.PipelineGraph``),
+so the tools' schemas are the API's.
 """
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from typing import TYPE_CHECKING, Annotated, Literal, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from apps.compute.bodies import ComputeStep
 from apps.groves.vocabulary import Role, Substrate
+from apps.pipelines.bodies import PipelineGraph
 from apps.pipelines.vocabulary import RunKind, RunStatus
 from apps.placement.vocabulary import SubjectType
 from forest_cli.client import JSON, ForestClient, ForestClientError
@@ -46,18 +48,6 @@ def server_version() -> str:
         return version("forest-host")
     except PackageNotFoundError:  # running from a checkout that was never installed
         return "0+unknown"
-
-
-class PipelineNode(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    id: str = Field(..., description="Node id, unique in the graph")
-    kind: str = Field(..., description="exec, build_image, deploy, ...")
-    needs: list[str] | None = Field(None, description="Ids of the nodes it runs after")
-
-
-class PipelineGraph(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    nodes: list[PipelineNode] = Field(..., description="The graph's nodes")
 
 
 def _compute_body(*, name: str, steps: list[ComputeStep], **fields: str | None) -> JSON:
@@ -153,7 +143,7 @@ def build_server(*, host: str | None, token: str | None) -> MCPServer:
         """Preview where each node would run and why, before submitting. Nothing is stored. Give a compute
         request (name, steps, ...) or a run request (graph, kind), as the tool's own arguments."""
         if graph is not None:
-            body = {"graph": graph.model_dump(exclude_none=True), **({"kind": kind} if kind else {})}
+            body = {"graph": graph.model_dump(exclude_unset=True), **({"kind": kind} if kind else {})}
         else:
             body = _compute_body(name=name or "plan", steps=steps or [], environment=environment, team=team,
                                  grove=grove)

@@ -15,11 +15,12 @@ import re
 import typing
 from typing import Annotated, Any, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 from pydantic.json_schema import DEFAULT_REF_TEMPLATE, GenerateJsonSchema, JsonSchemaValue
 
 from apps.core.errors import ValidationFailed
+from apps.core.platforms import PlatformError, normalise_platform
 from apps.core.validation import unknown_field_sentence
 
 M = TypeVar("M", bound=BaseModel)
@@ -64,6 +65,45 @@ def choices(literal: Any, *, max_items: int = 32, description: str | None = None
     """A list of choices, repeats dropped (order kept: a list of choices may be a preference)."""
     return Annotated[list[literal], Field(max_length=max_items, description=description),
                      AfterValidator(_first_kept)]
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+def may_omit(description: str | None = None) -> Any:
+    """The ``Field`` of a key that may be left out but is never null (a reader's ``body.get(key)`` followed
+    by a check that refuses None): not required, null refused, no default shown in the schema. Read which
+    keys were given with ``model_dump(exclude_unset=True)``."""
+    return Field(None, description=description, json_schema_extra=_no_default)
+
+
+def _literal(sentence: str) -> str:
+    """A sentence that quotes the body (a platform string) safe for ``BodyError``'s ``{field}``."""
+    return sentence.replace("{", "{{").replace("}", "}}")
+
+
+def platforms(max_items: int, *, blank: str, description: str | None = None) -> Any:
+    """A platform list, read as ``apps.core.validation.platforms`` reads it: each entry normalised
+    (``core.platforms``; ``invalid_platform`` naming the entry), order kept (a preference), repeats dropped;
+    empty refused with ``blank`` (``field_blank``)."""
+    def read(value: Any) -> Any:
+        if not isinstance(value, list) or len(value) > max_items:
+            return value  # the declared type and bound refuse it, in today's words
+        if not value:
+            raise BodyError("field_blank", _literal(blank))
+        out: list[str] = []
+        for index, item in enumerate(value):
+            try:
+                platform = normalise_platform(item)
+            except PlatformError as exc:
+                raise BodyError("invalid_platform", _literal(str(exc)), at=f"[{index}]") from None
+            if platform not in out:
+                out.append(platform)
+        return out
+
+    return Annotated[list[str], Field(min_length=1, max_length=max_items, description=description),
+                     BeforeValidator(read)]
 
 
 # --- parsing: pydantic's errors in today's shape ---------------------------------------------------
@@ -115,7 +155,8 @@ def _failure(model: type[BaseModel], error: Any) -> ValidationFailed:
     field = path_of(loc)
     if kind == "value_error" and isinstance(ctx.get("error"), BodyError):
         raised: BodyError = ctx["error"]
-        where = f"{field}.{raised.at}" if raised.at and field else (raised.at or field)
+        joint = "" if raised.at.startswith("[") else "."
+        where = f"{field}{joint}{raised.at}" if raised.at and field else (raised.at or field)
         return ValidationFailed(raised.code, raised.detail.format(field=field), field=where)
     if kind == "extra_forbidden":
         parent = _model_at(model, loc[:-1])
@@ -185,5 +226,17 @@ def json_schema(model: type[BaseModel]) -> dict[str, Any]:
     return model.model_json_schema()
 
 
-__all__ = ["Body", "BodyError", "choices", "count", "describe", "json_schema", "openapi30_schema", "parse", "path_of",
-           "text"]
+__all__ = [
+    "Body",
+    "BodyError",
+    "choices",
+    "count",
+    "describe",
+    "json_schema",
+    "may_omit",
+    "openapi30_schema",
+    "parse",
+    "path_of",
+    "platforms",
+    "text",
+]

@@ -1,4 +1,4 @@
-"""The heartbeat body, declared once (``apps.core.bodies``): its validation, its OpenAPI schema and the
+"""The enrollment and heartbeat bodies, declared once (``apps.core.bodies``): its validation, its OpenAPI schema and the
 agent-facing docs come from these classes. Pure: no Django.
 
 Cross-field rules (free <= allocatable, a unit's slots name reported devices once, ids are unique) are
@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from apps.core.bodies import Body, BodyError, choices, count, text
+from apps.core.bodies import Body, BodyError, choices, count, platforms, text
 from apps.groves.vocabulary import (
     MAX_ACCELERATOR_COUNT,
     MAX_ACCELERATOR_MEMORY,
@@ -20,12 +20,14 @@ from apps.groves.vocabulary import (
     MAX_LOG_LINE,
     MAX_LOG_LINES,
     MAX_MEMORY_BYTES,
+    MAX_PLATFORMS,
     MAX_UNITS,
     AcceleratorKind,
     ChangeKind,
     IsolationMode,
     MemoryKind,
     ShareMode,
+    Substrate,
 )
 
 ChangeKindName = Literal[tuple(m.value for m in ChangeKind)]  # type: ignore[valid-type]
@@ -33,6 +35,18 @@ IsolationName = Literal[tuple(m.value for m in IsolationMode)]  # type: ignore[v
 AcceleratorKindName = Literal[tuple(m.value for m in AcceleratorKind)]  # type: ignore[valid-type]
 MemoryKindName = Literal[tuple(m.value for m in MemoryKind)]  # type: ignore[valid-type]
 ShareModeName = Literal[tuple(m.value for m in ShareMode)]  # type: ignore[valid-type]
+SubstrateName = Literal[tuple(m.value for m in Substrate)]  # type: ignore[valid-type]
+
+
+class EnrollRequest(Body):
+    """``POST groves/enroll``: spend a one-time token to become a Grove."""
+
+    token: text(200, description="The one-time enrollment token")  # type: ignore[valid-type]
+    name: text(200, description="The Grove's name")  # type: ignore[valid-type]
+    substrate: SubstrateName = Field(..., description="kubernetes or native")  # type: ignore[valid-type]
+    platforms: platforms(MAX_PLATFORMS, blank="A Grove must report at least one platform.",  # type: ignore[valid-type]
+                         description="What it runs, os/arch[/variant] (normalised, repeats dropped)")
+    version: text(100, blank=True, description="The agent's version string") = ""  # type: ignore[valid-type]
 
 
 class _HeartbeatAmount(Body):

@@ -1,4 +1,5 @@
-"""Validation of what a Grove says about itself (enrollment and heartbeat bodies). Pure: no Django.
+"""Validation of what a Grove says about itself (enrollment and heartbeat bodies, each parsed from its
+declaration in ``apps.groves.bodies``). Pure: no Django.
 
 Returns normalised plain data or raises ``ValidationFailed`` with the exact field path, before anything
 is written, so a bad report leaves the stored state untouched.
@@ -12,7 +13,7 @@ from typing import Any
 
 from apps.core import bodies
 from apps.core import validation as v
-from apps.groves.bodies import HeartbeatRequest
+from apps.groves.bodies import EnrollRequest, HeartbeatRequest
 from apps.groves.vocabulary import (
     MAX_PLATFORMS,
     SUBSTRATE_CHANGE_KINDS,
@@ -26,15 +27,8 @@ def platforms(value: Any, field: str = "platforms") -> list[str]:
 
 
 def enrollment(body: Any) -> dict[str, Any]:
-    body = v.obj(body, "", allowed={"token", "name", "substrate", "platforms", "version"},
-                 required={"token", "name", "substrate", "platforms"})
-    return {
-        "token": v.string(body["token"], "token", max_length=200),
-        "name": v.string(body["name"], "name", max_length=200),
-        "substrate": v.choice(body["substrate"], "substrate", choices=list(Substrate)),
-        "platforms": platforms(body["platforms"]),
-        "version": v.string(body.get("version", ""), "version", max_length=100, allow_empty=True),
-    }
+    """Validate an enrollment (its one declaration: ``apps.groves.bodies.EnrollRequest``)."""
+    return bodies.parse(EnrollRequest, body).model_dump()
 
 
 def heartbeat(body: Any, *, substrate: str | None, mesh_networks: Sequence[str] = ()) -> dict[str, Any]:

@@ -8,9 +8,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from apps.core import bodies
 from apps.core import validation as v
-from apps.groves.vocabulary import MAX_LOG_LINE, MAX_LOG_LINES, MAX_PLATFORMS
-from apps.workloads.vocabulary import GenerationState, ProbeResult, SecretsMode
+from apps.groves.vocabulary import MAX_PLATFORMS
+from apps.workloads.bodies import WorkloadStatus
+from apps.workloads.vocabulary import SecretsMode
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -179,16 +181,8 @@ def spec_digest(spec: dict[str, Any], secrets: dict[str, str]) -> str:
 
 
 def status_report(body: Any) -> dict[str, Any]:
-    body = v.obj(body, "", allowed={"state", "live", "restarts", "probes", "reason", "message", "log_tail"},
-                 required={"state"})
-    probes = v.obj(body.get("probes", {}), "probes", allowed={"readiness", "liveness"})
-    return {
-        "state": v.choice(body["state"], "state", choices=list(GenerationState)),
-        "live": v.boolean(body.get("live", False), "live"),
-        "restarts": v.integer(body.get("restarts", 0), "restarts", maximum=1_000_000),
-        "probes": {name: v.choice(result, f"probes.{name}", choices=list(ProbeResult))
-                   for name, result in probes.items()},
-        "reason": v.string(body.get("reason", ""), "reason", max_length=100, allow_empty=True),
-        "message": v.string(body.get("message", ""), "message", max_length=2000, allow_empty=True),
-        "log_tail": v.lines(body.get("log_tail", []), "log_tail", max_items=MAX_LOG_LINES, max_length=MAX_LOG_LINE),
-    }
+    """Validate an agent's status report (its one declaration: ``apps.workloads.bodies.WorkloadStatus``)."""
+    report = bodies.parse(WorkloadStatus, body)
+    return {"state": report.state, "live": report.live, "restarts": report.restarts,
+            "probes": report.probes.model_dump(exclude_unset=True), "reason": report.reason,
+            "message": report.message, "log_tail": list(report.log_tail)}

@@ -5,8 +5,11 @@ import json
 
 import pytest
 
+from apps.dispatch.bodies import JobReport
 from apps.groves import services
+from apps.groves.bodies import EnrollRequest, HeartbeatRequest
 from apps.groves.models import Grove, PlacementUnit
+from apps.groves.vocabulary import MAX_PLATFORMS
 from tests.factories import heartbeat_body
 
 pytestmark = pytest.mark.django_db
@@ -32,10 +35,17 @@ def test_enroll_returns_grove_id_and_credential(anon_client):
         (lambda b: {**b, "platforms": ["linux/amd65"]}, 400, "invalid_platform", "platforms[0]"),
         (lambda b: {**b, "platforms": ["plan9/amd64"]}, 400, "invalid_platform", "platforms[0]"),
         (lambda b: {**b, "platforms": ["linux/arm64/v5"]}, 400, "invalid_platform", "platforms[0]"),
+        (lambda b: {**b, "platforms": ["linux/amd64", "{os}/arm64"]}, 400, "invalid_platform", "platforms[1]"),
+        (lambda b: {**b, "platforms": ["linux/amd64", 7]}, 400, "invalid_platform", "platforms[1]"),
+        (lambda b: {**b, "platforms": "linux/amd64"}, 400, "invalid_type", "platforms"),
+        (lambda b: {**b, "platforms": ["linux/amd64"] * 33}, 400, "too_many_items", "platforms"),
         (lambda b: {**b, "platforms": []}, 400, "field_blank", "platforms"),
+        (lambda b: {**b, "name": "   "}, 400, "field_blank", "name"),
+        (lambda b: {**b, "version": "v" * 101}, 400, "too_long", "version"),
         (lambda b: {**b, "substrate": "vm"}, 400, "invalid_choice", "substrate"),
         (lambda b: {**b, "name": 7}, 400, "invalid_type", "name"),
         (lambda b: {**b, "colour": "green"}, 400, "unknown_field", "colour"),
+        (lambda b: {**b, "nmae": "x"}, 400, "unknown_field", "nmae"),
         (lambda b: {k: v for k, v in b.items() if k != "name"}, 400, "field_required", "name"),
         (lambda b: {**b, "token": "fet_0000.nope"}, 401, "enrollment_token_unknown", "token"),
     ],
@@ -184,6 +194,22 @@ def test_openapi_schema_documents_wire_endpoints(anon_client):
     assert "/api/forest/v1/groves/enroll" in paths
     assert "/api/forest/v1/groves/{grove_id}/heartbeat" in paths
     assert "/api/forest/v1/groves" in paths
+
+
+def test_the_wire_request_bodies_are_their_declarations(anon_client):
+    """Enrollment, heartbeat and job report: each OpenAPI request body is its declaration's (exact keys)."""
+    schema = json.loads(anon_client.get("/api/schema/", HTTP_ACCEPT="application/json").content)
+    declared = {"/api/forest/v1/groves/enroll": EnrollRequest,
+                "/api/forest/v1/groves/{grove_id}/heartbeat": HeartbeatRequest,
+                "/api/forest/v1/groves/{grove_id}/jobs/{job_id}/report": JobReport}
+    for path, model in declared.items():
+        ref = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        component = schema["components"]["schemas"][ref.rsplit("/", 1)[-1]]
+        assert set(component["properties"]) == set(model.model_fields), path
+        assert component["additionalProperties"] is False, path
+        if model is EnrollRequest:
+            platforms = component["properties"]["platforms"]
+            assert (platforms["minItems"], platforms["maxItems"]) == (1, MAX_PLATFORMS)
 
 
 def test_an_unchanged_heartbeat_is_one_statement(fresh_grove, grove_client, django_assert_num_queries):

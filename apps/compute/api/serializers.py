@@ -12,12 +12,20 @@ class StepInputSerializer(serializers.Serializer):
     digest = serializers.CharField(allow_null=True)
     path = serializers.CharField(allow_null=True)
 
+    class Meta:
+        # Not "StepInput": that component is the request's declared input (apps.pipelines.bodies), and two
+        # components of one name would make the request's $ref point at this response shape.
+        ref_name = "ResolvedStepInput"
+
 
 class StepOutputSerializer(serializers.Serializer):
     name = serializers.CharField(help_text="attempt-N/<output name>")
     artifact_id = serializers.IntegerField()
     digest = serializers.CharField()
     size = serializers.IntegerField(allow_null=True)
+
+    class Meta:
+        ref_name = "StoredStepOutput"  # not the request's declared "StepOutput"
 
 
 class SignalSerializer(serializers.Serializer):

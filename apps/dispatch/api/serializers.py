@@ -1,20 +1,7 @@
-"""Shapes of the Grove wire API, for the OpenAPI schema. Bodies are validated by ``apps.groves.rules`` and
-``apps.dispatch.rules`` (fast, exact field paths); these serializers only describe them. The heartbeat body
-is not here: it is declared once, in ``apps.groves.bodies`` (validation and schema from one class)."""
+"""Shapes of the Grove wire API's responses, for the OpenAPI schema. The request bodies are not here: each is
+declared once (``apps.groves.bodies``: enrollment, heartbeat; ``apps.dispatch.bodies``: job report), and its
+validation and schema come from that one class."""
 from rest_framework import serializers
-
-from apps.dispatch.vocabulary import REPORT_STATES
-from apps.groves.choices import (
-    Substrate,
-)
-
-
-class EnrollRequestSerializer(serializers.Serializer):
-    token = serializers.CharField()
-    name = serializers.CharField(max_length=200)
-    substrate = serializers.ChoiceField(choices=Substrate.choices)
-    platforms = serializers.ListField(child=serializers.CharField(), min_length=1, max_length=32)
-    version = serializers.CharField(required=False, allow_blank=True, max_length=100)
 
 
 class EnrollResponseSerializer(serializers.Serializer):
@@ -51,14 +38,6 @@ class ChangesSerializer(serializers.Serializer):
 
 class ClaimResponseSerializer(serializers.Serializer):
     job = WireJobSerializer()
-
-
-class ReportRequestSerializer(serializers.Serializer):
-    state = serializers.ChoiceField(choices=REPORT_STATES)
-    exit_code = serializers.IntegerField(required=False, min_value=-255, max_value=255)
-    log_tail = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)
-    outputs = serializers.DictField(required=False)
-    reason = serializers.CharField(required=False)
 
 
 class ReportResponseSerializer(serializers.Serializer):

@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from apps.core.api.serializers import ErrorSerializer
 from apps.dispatch import selectors, services
 from apps.dispatch.api import serializers as s
+from apps.dispatch.bodies import JobReport
 from apps.groves import services as grove_services
 from apps.groves.api.authentication import (
     GroveCredentialAuthentication,
@@ -21,7 +22,7 @@ from apps.groves.api.authentication import (
     bearer_credential,
     grove_for_request,
 )
-from apps.groves.bodies import HeartbeatRequest
+from apps.groves.bodies import EnrollRequest, HeartbeatRequest
 
 ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404, 409, 410, 413)}
 
@@ -41,7 +42,7 @@ class EnrollView(APIView):
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
-    @extend_schema(request=s.EnrollRequestSerializer, responses={201: s.EnrollResponseSerializer, **ERRORS},
+    @extend_schema(request=EnrollRequest, responses={201: s.EnrollResponseSerializer, **ERRORS},
                    tags=["wire"], summary="Spend a one-time enrollment token to become a Grove")
     def post(self, request):
         grove, credential = grove_services.grove_enroll(body=request.data)
@@ -81,7 +82,7 @@ class JobDataTokenView(GroveWireView):
 
 
 class JobReportView(GroveWireView):
-    @extend_schema(request=s.ReportRequestSerializer, responses={200: s.ReportResponseSerializer, **ERRORS},
+    @extend_schema(request=JobReport, responses={200: s.ReportResponseSerializer, **ERRORS},
                    tags=["wire"], summary="Report progress or a terminal state (idempotent)")
     def post(self, request, grove_id, job_id):
         return Response(services.grove_job_report(grove=self.grove, job_id=job_id, body=request.data))

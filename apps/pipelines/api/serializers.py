@@ -1,20 +1,11 @@
-"""Shapes of the pipelines API. Output serializers render; request serializers only describe bodies for the
-OpenAPI schema (bodies are validated by ``apps.pipelines.rules``)."""
+"""Shapes of the pipelines API. Output serializers render; the run request is declared in ``apps.pipelines.bodies``
+(validated by ``apps.pipelines.rules``)."""
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.pipelines.models import PipelineNode, PipelineRun
-from apps.pipelines.rules import RUN_KINDS
 from apps.pipelines.selectors import node_refusal, queue_positions, run_warnings, runner_status, stored_decisions
 from apps.placement.api.serializers import RefusalSerializer  # the one {"code", "detail"} refusal shape
-
-
-class RunCreateSerializer(serializers.Serializer):
-    graph = serializers.DictField(help_text='Canopy Pipeline Graph: {"nodes": [...]}')
-    kind = serializers.ChoiceField(choices=RUN_KINDS)
-    environment = serializers.CharField(required=False)
-    team = serializers.CharField(required=False)
-    build_id = serializers.CharField(required=False)
 
 
 class WarningSerializer(serializers.Serializer):

@@ -11,6 +11,7 @@ from apps.accounts.selectors import body_with_team, team_authorize, visible
 from apps.core.api.serializers import ErrorSerializer
 from apps.pipelines import rules, selectors, services
 from apps.pipelines.api import serializers as s
+from apps.pipelines.bodies import RunRequest
 from apps.pipelines.filtersets import RunFilterSet
 
 ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404, 409)}
@@ -28,7 +29,7 @@ class RunListCreateView(generics.ListAPIView):
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
 
-    @extend_schema(request=s.RunCreateSerializer, responses={201: s.RunDetailSerializer, **ERRORS},
+    @extend_schema(request=RunRequest, responses={201: s.RunDetailSerializer, **ERRORS},
                    tags=["pipelines"], summary="Create a run from a Canopy Pipeline Graph")
     def post(self, request):
         data = rules.run_request(body_with_team(request.user, request.data))

@@ -25,6 +25,7 @@ from apps.pipelines.services import pipeline_plan
 from apps.placement.choices import COMPATIBILITY_FLAG
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.services import placement_decide
+from apps.staff.bodies import PlanRequest
 
 
 def plan_preview(body) -> dict:
@@ -64,7 +65,7 @@ class PlanView(APIView):
     permission_classes = [requires(POST="placement.view_executionplacement")]
     audit_writes = False  # a POST that stores nothing
 
-    @extend_schema(request=OpenApiTypes.OBJECT, tags=["plan"],
+    @extend_schema(request=PlanRequest, tags=["plan"],
                    responses={200: OpenApiTypes.OBJECT, **{c: OpenApiResponse(ErrorSerializer) for c in (400, 401)}},
                    summary="Preview a run or compute job: each node's Grove, platform and reasons; nothing stored")
     def post(self, request):

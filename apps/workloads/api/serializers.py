@@ -52,15 +52,3 @@ class SecretRequestSerializer(serializers.Serializer):
     environment = serializers.CharField(required=False, max_length=100)
     name = serializers.CharField(max_length=100)
     value = serializers.CharField(max_length=64 * 1024)
-
-
-class StatusRequestSerializer(serializers.Serializer):
-    state = serializers.ChoiceField(choices=["pending", "starting", "live", "crash_loop", "failed", "stopped",
-                                             "superseded"])
-    live = serializers.BooleanField(required=False)
-    restarts = serializers.IntegerField(required=False, min_value=0)
-    probes = serializers.DictField(child=serializers.ChoiceField(choices=["passing", "failing", "unknown"]),
-                                   required=False)
-    reason = serializers.CharField(required=False, allow_blank=True)
-    message = serializers.CharField(required=False, allow_blank=True)
-    log_tail = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)

@@ -12,6 +12,7 @@ from apps.core.api.serializers import ErrorSerializer
 from apps.dispatch.api.views import GroveWireView
 from apps.workloads import services
 from apps.workloads.api import serializers as s
+from apps.workloads.bodies import WorkloadStatus
 from apps.workloads.models import NativeWorkload
 
 ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404, 409)}
@@ -83,7 +84,7 @@ class WorkloadSecretView(APIView):
 
 
 class GenerationStatusView(GroveWireView):
-    @extend_schema(request=s.StatusRequestSerializer,
+    @extend_schema(request=WorkloadStatus,
                    responses={200: inline_serializer("GenerationStatus", {"generation_id": serializers.UUIDField(),
                                                                           "state": serializers.CharField()}),
                               **ERRORS},
