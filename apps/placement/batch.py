@@ -27,6 +27,7 @@ from django.db import OperationalError, transaction
 from psycopg import errors as pg_errors
 
 from apps.core.errors import Conflict, ForestError, ValidationFailed
+from apps.core.gcpause import collection_paused
 from apps.flags.selectors import is_enabled
 from apps.placement import selectors, services, snapshot, writes
 from apps.placement.choices import COMPATIBILITY_FLAG, PERSISTED_FLAG, Outcome
@@ -344,7 +345,14 @@ def _group_counts(items: list[BatchItem], todo: list[int]) -> dict[str, dict[str
 def _rounds(items: list[BatchItem], todo: list[int], outcomes: list[BatchOutcome], flags: dict, write) -> list[
         BatchOutcome]:
     """Decide ``todo`` in memory and ``write`` them in one transaction, again after a conflict (up to
-    ``DECIDE_ATTEMPTS``); ``write(plans, outcomes)`` returns the plan indexes that lost their subject."""
+    ``DECIDE_ATTEMPTS``); ``write(plans, outcomes)`` returns the plan indexes that lost their subject. The
+    cyclic garbage collector is held off meanwhile (``collection_paused``)."""
+    with collection_paused():
+        return _rounds_of(items, todo, outcomes, flags, write)
+
+
+def _rounds_of(items: list[BatchItem], todo: list[int], outcomes: list[BatchOutcome], flags: dict, write) -> list[
+        BatchOutcome]:
     plans: list[writes.Plan] = []
     for _attempt in range(services.DECIDE_ATTEMPTS):
         if not todo:
