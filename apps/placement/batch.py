@@ -115,6 +115,22 @@ def _top_entry(row, rank: int, platform: str) -> dict:
     return entry
 
 
+def _compact_scores(scores: dict | None, top: list) -> dict | None:
+    """The stored "why here" without the chosen Grove's and the runner-up's columns when they are the first
+    two of ``top`` (as in every batch decision): ``selectors.placement_decision`` puts them back from there.
+    Each is ~190 bytes of a ~2 KB row."""
+    if not scores or len(top) < 1:
+        return scores
+    chosen, runner = scores.get("chosen"), scores.get("runner_up")
+    if chosen is None or chosen["grove_id"] != top[0].facts.id:
+        return scores
+    if runner is not None and (len(top) < 2 or runner["grove_id"] != top[1].facts.id):
+        return scores
+    if runner is None and len(top) > 1:
+        return scores
+    return {key: value for key, value in scores.items() if key != "chosen" and key != "runner_up"}
+
+
 class _Round:
     """One attempt's in-memory decisions: the snapshot as held, and the loads the batch has assumed so far
     (free rows and claims per touched Grove, placements per spread group and Grove)."""
@@ -214,7 +230,7 @@ class _Round:
                 "incompatibilities": decision.incompatibilities, "unit": unit_id,
                 "top": [_top_entry(row, rank, selected_platform(requirement, row.facts))
                         for rank, row in enumerate(top, start=1)],
-                "scores": decision.scores,
+                "scores": _compact_scores(decision.scores, top),
             }
             body = {**own, **shape.shared}
             key, verdicts, requirement_json = shape.verdicts_key, shape.verdicts_body, shape.requirement_json
