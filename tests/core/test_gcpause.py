@@ -10,13 +10,12 @@ from apps.core.gcpause import collection_paused
 
 def test_the_collector_is_held_off_and_restored():
     assert gc.isenabled()
-    with pytest.raises(RuntimeError):
-        with collection_paused():
+    with pytest.raises(RuntimeError), collection_paused():
+        assert not gc.isenabled()
+        with collection_paused():  # an inner block leaves it off for the outer one
             assert not gc.isenabled()
-            with collection_paused():  # an inner block leaves it off for the outer one
-                assert not gc.isenabled()
-            assert not gc.isenabled()
-            raise RuntimeError("the block failed")
+        assert not gc.isenabled()
+        raise RuntimeError("the block failed")
     assert gc.isenabled()
     gc.disable()
     try:
