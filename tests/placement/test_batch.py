@@ -180,6 +180,8 @@ def test_compact_decisions_share_verdicts_and_explain_round_trips(make_grove):
         "total"]
     assert set(scores["chosen"]) >= {"platform", "spread", "binpack", "run_spread", "preference", "total"}
     assert scores["policy"] == compact["scores"]["policy"] and scores["why"] == compact["scores"]["why"]
+    rows[0].decision = {**compact, "scores": scores}  # a row stored whole (before the compact form) reads as is
+    assert selectors.placement_decision(rows[0])["scores"] == scores
     full = selectors.placement_decision(rows[2])
     mine = rows[2].grove_slug
     assert full["candidates"][0]["grove_slug"] == mine  # its own order, then the rest
