@@ -48,6 +48,7 @@ def text_problem(value: str) -> tuple[str, str] | None:
 # A JSON string (an unterminated one runs to the end of the text), and anything that is not a bracket.
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\Z)', re.S)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'[]{}"')))
 
 
 def _may_hold_unstorable(text: str) -> bool:
@@ -65,6 +66,25 @@ def _depth_exceeds(text: str, limit: int) -> bool:
     cut out and only the brackets are walked."""
     if text.count("[") + text.count("{") <= limit:
         return False
+    if "\\" not in text:
+        # Without escapes every quote opens or closes a string. Keep only quotes and brackets, and drop each
+        # empty string (""): when no quote is left, no string held a bracket and the rest is the structure
+        # (greedy pairing from the left only removes a string's own two quotes, else a quote is left). Then
+        # removing the innermost "[]" and "{}" pairs peels one or two levels a round; empty within limit/2
+        # rounds, the body nests no deeper than the limit. Otherwise the walk below decides. C speed.
+        brackets = text.encode("utf-8", "surrogatepass").translate(None, _NOT_STRUCTURE).replace(b'""', b"")
+        if b'"' not in brackets:
+            for _round in range(limit // 2):
+                if not brackets:
+                    return False
+                brackets = brackets.replace(b"[]", b"").replace(b"{}", b"")
+            if not brackets:
+                return False
+    return _depth_walk(text, limit)
+
+
+def _depth_walk(text: str, limit: int) -> bool:
+    """``_depth_exceeds`` exactly, for any text: strings cut out, then every bracket walked."""
     depth = 0
     for char in _NOT_BRACKET.sub("", _STRING.sub("", text)):
         if char in "[{":
@@ -74,6 +94,33 @@ def _depth_exceeds(text: str, limit: int) -> bool:
         else:
             depth -= 1
     return False
+
+
+# The plain parse cannot be trusted with an integer of 19 digits or more (an int64 holds any 18), an
+# exponent of three digits or more, or NaN/Infinity: those take the checking parse's hooks. Found by
+# substring search in a copy of the body whose digits all read "0", "E" "e" and "-" "+" (C speed).
+_DIGITS_AS_ZERO = bytes.maketrans(b"0123456789E-", b"0000000000e+")
+_UNSAFE = (b"0" * 19, b"0e000", b"0e+000", b"NaN", b"Infinity")
+# Whitespace between a key's closing quote and its colon (then the key count below needs the regex).
+_SPACED_KEY_END = re.compile(r'"[ \t\n\r]+:')
+
+
+def _plain_safe(raw: bytes) -> bool:
+    """Whether a body with no escapes can be parsed without the number hooks."""
+    mapped = raw.translate(_DIGITS_AS_ZERO)
+    return not any(pattern in mapped for pattern in _UNSAFE)
+
+
+def _keys_in(text: str) -> int:
+    """Key ends (a quote, then a colon) in an escape-free body: its keys, plus any string starting with a
+    colon (an opening quote looks the same). Compared with the parsed value's count (re-encoded compactly:
+    the same strings, nothing escaped into a quote or a colon), the body's is larger exactly when an object
+    repeated a key (the parse kept one, and maybe dropped a string with it): equal counts mean no repeat."""
+    return text.count('":') + (len(_SPACED_KEY_END.findall(text)) if '" ' in text or '"\n' in text
+                               or '"\t' in text or '"\r' in text else 0)
+
+
+_NOTHING = object()
 
 
 class _Duplicate(Exception):
@@ -179,6 +226,24 @@ def read_json(raw: bytes | str, *, max_bytes: int, max_depth: int = DEFAULT_MAX_
         text = text[1:]
     if _depth_exceeds(text, max_depth):
         raise ValidationFailed("nesting_too_deep", f"The body nests more than {max_depth} levels deep.")
+    if "\\" not in text and _plain_safe(raw if isinstance(raw, bytes) else text.encode("utf-8", "surrogatepass")):
+        # The common body (no escape, no number near a limit, no NaN/Infinity) is parsed in C with no hook; a
+        # repeated key is ruled out by counting keys (``_keys_in``), and a body that may hold one (or is not
+        # JSON) takes the checking parse below, which refuses it as before.
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            value = _NOTHING
+        if value is not _NOTHING and _keys_in(text) == _keys_in(
+                json.dumps(value, separators=(",", ":"), ensure_ascii=False, check_circular=False)):
+            if _may_hold_unstorable(text):
+                _check_values(value)
+            return value
+    return _parse_checked(text)
+
+
+def _parse_checked(text: str) -> Any:
+    """The parse with every hook (numbers out of range, NaN/Infinity, a repeated key), for any text."""
     out_of_range: list[str] = []
 
     def parse_int(literal: str) -> int | _OutOfRange:

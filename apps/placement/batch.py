@@ -27,6 +27,7 @@ from django.db import OperationalError, transaction
 from psycopg import errors as pg_errors
 
 from apps.core.errors import Conflict, ForestError, ValidationFailed
+from apps.core.gcpause import collection_paused
 from apps.flags.selectors import is_enabled
 from apps.placement import selectors, services, snapshot, writes
 from apps.placement.choices import COMPATIBILITY_FLAG, PERSISTED_FLAG, Outcome
@@ -112,6 +113,22 @@ def _top_entry(row, rank: int, platform: str) -> dict:
     if row.fit.admission is not None:
         entry["fits_accelerators"], entry["accelerator_mode"] = True, row.fit.admission.label
     return entry
+
+
+def _compact_scores(scores: dict | None, top: list) -> dict | None:
+    """The stored "why here" without the chosen Grove's and the runner-up's columns when they are the first
+    two of ``top`` (as in every batch decision): ``selectors.placement_decision`` puts them back from there.
+    Each is ~190 bytes of a ~2 KB row."""
+    if not scores or len(top) < 1:
+        return scores
+    chosen, runner = scores.get("chosen"), scores.get("runner_up")
+    if chosen is None or chosen["grove_id"] != top[0].facts.id:
+        return scores
+    if runner is not None and (len(top) < 2 or runner["grove_id"] != top[1].facts.id):
+        return scores
+    if runner is None and len(top) > 1:
+        return scores
+    return {key: value for key, value in scores.items() if key != "chosen" and key != "runner_up"}
 
 
 class _Round:
@@ -213,7 +230,7 @@ class _Round:
                 "incompatibilities": decision.incompatibilities, "unit": unit_id,
                 "top": [_top_entry(row, rank, selected_platform(requirement, row.facts))
                         for rank, row in enumerate(top, start=1)],
-                "scores": decision.scores,
+                "scores": _compact_scores(decision.scores, top),
             }
             body = {**own, **shape.shared}
             key, verdicts, requirement_json = shape.verdicts_key, shape.verdicts_body, shape.requirement_json
@@ -344,7 +361,14 @@ def _group_counts(items: list[BatchItem], todo: list[int]) -> dict[str, dict[str
 def _rounds(items: list[BatchItem], todo: list[int], outcomes: list[BatchOutcome], flags: dict, write) -> list[
         BatchOutcome]:
     """Decide ``todo`` in memory and ``write`` them in one transaction, again after a conflict (up to
-    ``DECIDE_ATTEMPTS``); ``write(plans, outcomes)`` returns the plan indexes that lost their subject."""
+    ``DECIDE_ATTEMPTS``); ``write(plans, outcomes)`` returns the plan indexes that lost their subject. The
+    cyclic garbage collector is held off meanwhile (``collection_paused``)."""
+    with collection_paused():
+        return _rounds_of(items, todo, outcomes, flags, write)
+
+
+def _rounds_of(items: list[BatchItem], todo: list[int], outcomes: list[BatchOutcome], flags: dict, write) -> list[
+        BatchOutcome]:
     plans: list[writes.Plan] = []
     for _attempt in range(services.DECIDE_ATTEMPTS):
         if not todo:

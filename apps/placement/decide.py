@@ -196,38 +196,73 @@ def _sums(facts: rules.GroveFacts, free) -> tuple[int, int, int, int]:
     """A Grove's allocatable and free CPU and memory totals (a unit over-placed counts as 0 free). The
     allocatable totals are fleet facts, kept per facts object; the free totals move with every placement
     and are summed each time (a Grove reports a handful of units)."""
-    held = _ALLOCATABLE.get(facts.id)
-    if held is None or held[0] is not facts:
-        if len(_ALLOCATABLE) >= _CACHE_MAX:
-            _ALLOCATABLE.clear()
-        held = _ALLOCATABLE[facts.id] = (facts, sum(row[1] for row in facts.unit_allocatable),
-                                         sum(row[2] for row in facts.unit_allocatable))
+    cpu_allocatable, memory_allocatable = _allocatable_of(facts)
     cpu_free = memory_free = 0
     for row in facts.unit_free if free is None else free:
         if row[1] > 0:
             cpu_free += row[1]
         if row[2] > 0:
             memory_free += row[2]
-    return held[1], cpu_free, held[2], memory_free
+    return cpu_allocatable, cpu_free, memory_allocatable, memory_free
 
 
-def load_of(facts: rules.GroveFacts, *, free=None, group: int = 0, platform_rank: int = 0) -> scoring.Load:
-    """What the score plugins read of a Grove: its allocatable and free totals (``_sums``), its group count,
-    the operator's preference and the work's platform position on it."""
-    cpu_allocatable, cpu_free, memory_allocatable, memory_free = _sums(facts, free)
-    return scoring.Load(cpu_allocatable=cpu_allocatable, cpu_free=cpu_free, memory_allocatable=memory_allocatable,
-                        memory_free=memory_free, group=group, preference=facts.preference,
-                        platform_rank=platform_rank)
+def _allocatable_of(facts: rules.GroveFacts) -> tuple[int, int]:
+    """A Grove's allocatable CPU and memory totals: fleet facts, kept per facts object."""
+    held = _ALLOCATABLE.get(facts.id)
+    if held is None or held[0] is not facts:
+        if len(_ALLOCATABLE) >= _CACHE_MAX:
+            _ALLOCATABLE.clear()
+        held = _ALLOCATABLE[facts.id] = (facts, sum(row[1] for row in facts.unit_allocatable),
+                                         sum(row[2] for row in facts.unit_allocatable))
+    return held[1], held[2]
+
+
+_NOW: dict[str, admission.Fit] = {}
+
+
+def _now_on(unit_id: str) -> admission.Fit:
+    """``Fit(NOW, unit_id=…)``, one immutable object per unit (a batch judges the same units over and over)."""
+    fit = _NOW.get(unit_id)
+    if fit is None:
+        if len(_NOW) >= _CACHE_MAX:
+            _NOW.clear()
+        fit = _NOW[unit_id] = admission.Fit(FitState.NOW, unit_id=unit_id)
+    return fit
 
 
 def _judged(needs: admission.Needs, facts: rules.GroveFacts, free, claimed, group: int, platform_rank: int,
-            policy: scoring.Policy) -> tuple[admission.Fit, float | None]:
-    """One sampled Grove's resource fit and, when it has room now, its total (rounded for the order)."""
+            policy: scoring.Policy) -> list:
+    """One sampled Grove as ``rank`` keeps it: [load version (set by the caller), its resource fit, its total
+    (rounded for the order) and its allocatable and free totals when it has room now, else None and None,
+    and its score (built when it is shown)]. Work without accelerators is judged in one pass over the
+    Grove's unit rows: the first unit that holds it (``fit_on``'s answer "now") and the free totals
+    (``_sums``) together; the rest (no room now, accelerators) through ``fit_on``."""
+    rows = facts.unit_free if free is None else free
+    allocatable = facts.unit_allocatable
+    if needs.accelerators is None and len(rows) == len(allocatable):
+        cpu, memory = needs.cpu_milli, needs.memory_bytes
+        unit = None
+        cpu_free = memory_free = 0
+        for (unit_id, cpu_allocatable, memory_allocatable), row in zip(allocatable, rows):  # noqa: B905 - equal
+            row_cpu, row_memory = row[1], row[2]
+            if (unit is None and row[0] == unit_id and cpu_allocatable >= cpu and memory_allocatable >= memory
+                    and row_cpu >= cpu and row_memory >= memory):
+                unit = unit_id
+            if row_cpu > 0:
+                cpu_free += row_cpu
+            if row_memory > 0:
+                memory_free += row_memory
+        if unit is not None:
+            cpu_total, memory_total = _allocatable_of(facts)
+            sums = (cpu_total, cpu_free, memory_total, memory_free)
+            return [0, _now_on(unit), round(scoring.total_of(policy, cpu, memory, *sums, group, facts.preference,
+                                                             platform_rank), scoring.TOTAL_DIGITS), sums, None]
     fit = fit_on(needs, facts, free=free, claimed=claimed)
     if not fit.now:
-        return fit, None
-    return fit, round(scoring.total_of(policy, needs.cpu_milli, needs.memory_bytes, *_sums(facts, free), group,
-                                       facts.preference, platform_rank), scoring.TOTAL_DIGITS)
+        return [0, fit, None, None, None]
+    sums = _sums(facts, free)
+    return [0, fit, round(scoring.total_of(policy, needs.cpu_milli, needs.memory_bytes, *sums, group,
+                                           facts.preference, platform_rank), scoring.TOTAL_DIGITS), sums, None]
 
 
 def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *, loads: Loads, subject: str,
@@ -237,8 +272,8 @@ def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *,
     order. Every plugin's column is built for the first ``scored`` with room (all of them by default: a
     batch's per-subject call needs only the chosen and the runner-up); the order reads only the total
     (``scoring.total_of``), which is the same number to the bit. A batch's ``loads.memo`` keeps each Grove's
-    fit and total until the batch places on it. ``incompatible`` (the shadow-mode fallback) checks the rules
-    too and puts the fewest incompatibilities first."""
+    fit, total and (once built) score until the batch places on it. ``incompatible`` (the shadow-mode
+    fallback) checks the rules too and puts the fewest incompatibilities first."""
     needs = admission.Needs.of(requirement)
     free_of, claimed_of, group_of, versions = loads.free, loads.claimed, loads.group, loads.versions
     table = None
@@ -252,36 +287,39 @@ def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *,
         grove_id, platform_rank = facts.id, candidate.platform_rank
         group = group_of.get(grove_id, 0) if group_of else 0
         if table is None:
-            fit, total = _judged(needs, facts, free_of.get(grove_id), claimed_of.get(grove_id), group,
-                                 platform_rank, policy)
+            entry = _judged(needs, facts, free_of.get(grove_id), claimed_of.get(grove_id), group, platform_rank,
+                            policy)
         else:
             version = versions.get(grove_id, 0)
-            entry = table.get((grove_id, platform_rank, group))
+            key = (grove_id, platform_rank, group)
+            entry = table.get(key)
             if entry is None or entry[0] != version:
-                entry = table[(grove_id, platform_rank, group)] = (version, *_judged(
-                    needs, facts, free_of.get(grove_id), claimed_of.get(grove_id), group, platform_rank, policy))
-            fit, total = entry[1], entry[2]
-        row = Ranked(facts, platform_rank, candidate.fits_cpu_memory, fit,
+                entry = table[key] = _judged(needs, facts, free_of.get(grove_id), claimed_of.get(grove_id), group,
+                                             platform_rank, policy)
+                entry[0] = version
+        row = Ranked(facts, platform_rank, candidate.fits_cpu_memory, entry[1],
                      incompatibilities=checked(requirement, facts) if incompatible else [])
-        if total is not None:
-            now.append((total, row))
+        if entry[2] is not None:
+            now.append((entry[2], row, entry, group))
         else:
             rest.append(row)
-    now.sort(key=lambda pair: -pair[0])
-    start = 0
-    while start < len(now):  # equal totals: the stable hash of (subject, Grove), computed only for ties
-        end = start + 1
-        while end < len(now) and now[end][0] == now[start][0]:
-            end += 1
-        if end - start > 1:
-            now[start:end] = sorted(now[start:end], key=lambda pair: scoring.tie_key(subject, pair[1].facts.id))
-        start = end
-    sizes = scoring.Needs(needs.cpu_milli, needs.memory_bytes)
-    for _total, row in now[:len(now) if scored is None else scored]:
-        row.score = scoring.score(sizes, load_of(row.facts, free=free_of.get(row.facts.id),
-                                                 group=group_of.get(row.facts.id, 0) if group_of else 0,
-                                                 platform_rank=row.platform_rank), policy)
-    ranked = [row for _total, row in now] + rest
+    if len(now) > 1:
+        now.sort(key=lambda pair: -pair[0])
+        start = 0
+        while start < len(now):  # equal totals: the stable hash of (subject, Grove), computed only for ties
+            end = start + 1
+            while end < len(now) and now[end][0] == now[start][0]:
+                end += 1
+            if end - start > 1:
+                now[start:end] = sorted(now[start:end], key=lambda pair: scoring.tie_key(subject, pair[1].facts.id))
+            start = end
+    for _total, row, entry, group in now[:len(now) if scored is None else scored]:
+        if entry[4] is None:  # the score and its JSON, built once per entry (a memo entry: per load version)
+            score = scoring.score_of(policy, needs.cpu_milli, needs.memory_bytes, *entry[3], group,
+                                     row.facts.preference, row.platform_rank)
+            entry[4] = (score, score.to_json())
+        row.score, row._shown = entry[4]
+    ranked = [pair[1] for pair in now] + rest
     if incompatible:
         ranked.sort(key=lambda row: len(row.incompatibilities))
     return ranked

@@ -230,6 +230,31 @@ def total_of(policy: Policy, cpu_need: int, memory_need: int, cpu_allocatable: i
     return value / weight
 
 
+# ``score_of`` builds the columns in this order without the plugin table; a plugin added to PLUGINS must be
+# added there too (this check and the bit-equality test say so).
+_FUSED = ("platform", SPREAD, BINPACK, "run_spread", "preference")
+if NAMES != _FUSED:
+    raise ImportError(f"scoring.score_of builds the columns {_FUSED}, not {NAMES}")
+
+
+def score_of(policy: Policy, cpu_need: int, memory_need: int, cpu_allocatable: int, cpu_free: int,
+             memory_allocatable: int, memory_free: int, group: int, preference_value: int,
+             platform_rank: int) -> Score:
+    """``score`` from the plain numbers a ``Load`` holds (what a batch's ranking already has), without
+    building one or calling each plugin: the same columns and the same total to the bit (the same helpers,
+    the same weights added in the same order; tests/placement/test_scoring.py checks it)."""
+    allocated = _allocated(cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable, memory_free)
+    columns = (_platform(platform_rank), 1.0 - allocated, allocated, _run_spread(group), _preference(preference_value))
+    weight = policy.total_weight
+    value = 0.0
+    if weight:
+        for (_name, plugin_weight), column in zip(policy.weights, columns):  # noqa: B905 - five and five
+            if plugin_weight:
+                value += plugin_weight * column
+        value /= weight
+    return Score(columns, value)
+
+
 def score(needs: Needs, load: Load, policy: Policy) -> Score:
     """Every plugin's score and the weighted total (the module docstring's formula)."""
     columns = tuple([scorer(needs, load) for scorer in _SCORERS])

@@ -84,7 +84,21 @@ def placement_decision(placement: ExecutionPlacement, *, shared: dict[str, dict]
             rank += 1
             verdict = {**verdict, "rank": rank}
         rest.append(verdict)
-    return {**decision, "candidates": own + rest, "shared_summary": body.get("summary", "")}
+    return {**decision, **_scores_from_top(decision), "candidates": own + rest,
+            "shared_summary": body.get("summary", "")}
+
+
+def _scores_from_top(decision: dict) -> dict:
+    """A compact decision's "why here" with the chosen Grove's and the runner-up's columns put back from its
+    first two ``top`` candidates (``batch._compact_scores`` left them out); {} when stored whole."""
+    scores, top = decision.get("scores"), decision.get("top") or []
+    if not scores or "chosen" in scores or not top:
+        return {}
+
+    def entry(candidate: dict) -> dict:
+        return {"grove_id": candidate["grove_id"], "grove_slug": candidate["grove_slug"], **candidate["score"]}
+
+    return {"scores": {**scores, "chosen": entry(top[0]), "runner_up": entry(top[1]) if len(top) > 1 else None}}
 
 
 def placement_outcome(placement: ExecutionPlacement) -> outcome.Rendered:

@@ -4,7 +4,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from apps.core import body
 from apps.core.body import read_json, text_problem
 from apps.core.errors import ForestError
 
@@ -70,3 +73,43 @@ def test_text_rules_serve_urls_too():
     assert text_problem("fine/ünïcode") is None
     assert text_problem("a\x00b")[0] == "nul_character"
     assert text_problem("\ud800")[0] == "invalid_unicode"
+
+
+_KEYS = st.sampled_from(["a", "b", ":", ": x", "[", "k]", " :", "é", "\\"])
+_SCALARS = st.one_of(st.integers(min_value=-(2**70), max_value=2**70), st.sampled_from(
+    ["1e400", "1.5e-7", "2E+300", "NaN", "-Infinity", "true", "null", '"x"', '"[{"', '":"', '"\\u0000"', '" :"']))
+
+
+def _encoded(value, space: str) -> str:
+    """A JSON text from (kind, items) trees; objects keep their pairs as drawn, repeats included."""
+    if isinstance(value, tuple):
+        kind, items = value
+        if kind == "list":
+            return "[" + f",{space}".join(_encoded(item, space) for item in items) + "]"
+        return "{" + f",{space}".join(f"{json.dumps(key)}{space}:{space}{_encoded(item, space)}"
+                                      for key, item in items) + "}"
+    return value if isinstance(value, str) else str(value)
+
+
+_TREES = st.recursive(_SCALARS, lambda children: st.one_of(
+    st.tuples(st.just("list"), st.lists(children, max_size=4)),
+    st.tuples(st.just("object"), st.lists(st.tuples(_KEYS, children), max_size=4))), max_leaves=30)
+
+
+def _answer(read, text: str):
+    try:
+        return "value", read(text)
+    except ForestError as error:
+        return "refused", error.code, error.field
+
+
+@settings(max_examples=400, deadline=None)
+@given(tree=_TREES, space=st.sampled_from(["", " ", "\n"]), depth=st.integers(min_value=2, max_value=8))
+def test_the_plain_parse_answers_as_the_checking_parse(tree, space, depth):
+    """The body reader's C-speed paths (the depth check by peeling pairs, the plain parse with the key
+    count) answer every body exactly as the walk and the checking parse do: the same value, or the same
+    refusal code and field (repeated keys, numbers out of range, NaN, NUL, brackets and colons in strings)."""
+    text = _encoded(tree, space)
+    assert body._depth_exceeds(text, depth) == body._depth_walk(text, depth)
+    # (30 leaves never nest as deep as the reader's limit.)
+    assert _answer(lambda t: read_json(t.encode(), max_bytes=LIMIT), text) == _answer(body._parse_checked, text)

@@ -127,7 +127,8 @@ def test_single_subject_batch_chooses_as_place_execution(make_grove):
     single = services.placement_decide(requirement=work(), subject="pipeline_node:s0")
     outcome = batch.place_batch(items([work()]))[0]
     assert outcome.grove_slug == single.grove.slug and outcome.grove_slug in {"zeta", "beta"}
-    assert outcome.decision["scores"] == single.scores
+    stored = ExecutionPlacement.objects.get(pk=outcome.placement_id)
+    assert selectors.placement_decision(stored)["scores"] == single.scores  # as explain shows it
 
 
 def test_reuse_and_uniqueness(make_grove):
@@ -170,10 +171,17 @@ def test_compact_decisions_share_verdicts_and_explain_round_trips(make_grove):
     assert compact["selected_platform"] == "linux/amd64"
     assert compact["counts"] == {"platform_mismatch": 1} and "candidates" not in compact
     assert [t["grove_slug"] for t in compact["top"]] == [first, other]
-    # Why here: the winner's and the runner-up's every column, and the sentence.
-    assert compact["scores"]["chosen"]["grove_slug"] == first and compact["scores"]["runner_up"]["grove_slug"] == other
-    assert set(compact["scores"]["chosen"]) >= {"platform", "spread", "binpack", "run_spread", "preference", "total"}
-    assert f"{first} chosen over {other}" in compact["scores"]["why"]
+    # Why here: the winner's and the runner-up's every column (stored once, in ``top``), and the sentence.
+    assert "chosen" not in compact["scores"] and f"{first} chosen over {other}" in compact["scores"]["why"]
+    scores = selectors.placement_decision(rows[0])["scores"]
+    assert scores["chosen"] == {"grove_id": compact["top"][0]["grove_id"], "grove_slug": first,
+                                **compact["top"][0]["score"]}
+    assert scores["runner_up"]["grove_slug"] == other and scores["runner_up"]["total"] == compact["top"][1]["score"][
+        "total"]
+    assert set(scores["chosen"]) >= {"platform", "spread", "binpack", "run_spread", "preference", "total"}
+    assert scores["policy"] == compact["scores"]["policy"] and scores["why"] == compact["scores"]["why"]
+    rows[0].decision = {**compact, "scores": scores}  # a row stored whole (before the compact form) reads as is
+    assert selectors.placement_decision(rows[0])["scores"] == scores
     full = selectors.placement_decision(rows[2])
     mine = rows[2].grove_slug
     assert full["candidates"][0]["grove_slug"] == mine  # its own order, then the rest

@@ -94,3 +94,5 @@ def test_total_of_is_the_scored_total_to_the_bit(cpu_need, memory_need, cpu_allo
     assert scoring.total_of(chosen, cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable,
                             memory_free, group, preference, platform_rank) == expected
     assert scoring.total(needs, state, chosen) == expected
+    assert scoring.score_of(chosen, cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable,
+                            memory_free, group, preference, platform_rank) == scoring.score(needs, state, chosen)

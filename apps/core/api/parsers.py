@@ -10,6 +10,7 @@ from rest_framework.parsers import BaseParser, JSONParser
 
 from apps.core.body import read_json
 from apps.core.errors import PayloadTooLarge
+from apps.core.gcpause import collection_paused
 
 
 def body_limit() -> int:
@@ -50,4 +51,5 @@ class LargeBodyJSONParser(BaseParser, abc.ABC):
     def parse(self, stream, media_type=None, parser_context=None):
         if stream is None:
             return {}
-        return _parse_bounded(stream, parser_context, self.limit())
+        with collection_paused():  # a large body is many small objects (apps.core.gcpause)
+            return _parse_bounded(stream, parser_context, self.limit())

@@ -15,6 +15,7 @@ from apps.accounts.selectors import authorize, team_authorize, team_for_write, v
 from apps.core.api.parsers import LargeBodyJSONParser
 from apps.core.api.serializers import ErrorSerializer
 from apps.core.errors import ForestError, ValidationFailed
+from apps.core.gcpause import collection_paused
 from apps.flags.selectors import is_enabled
 from apps.placement import batch, services
 from apps.placement.api import serializers as s
@@ -166,6 +167,10 @@ class PlacementBatchView(PlacementAPIView):
                            "with its own code")
     def post(self, request):
         body = request.data
+        with collection_paused():  # thousands of items, decisions and results (apps.core.gcpause)
+            return self._place(request, body)
+
+    def _place(self, request, body):
         raw = body.get("items") if isinstance(body, dict) else None
         if not isinstance(raw, list) or not raw:
             raise ValidationFailed("items_required", "Send {\"items\": [{\"subject_type\", \"subject_id\", "
