@@ -10,6 +10,9 @@ class ForestError(Exception):
     """Base of every refusal Forest reports. Subclasses fix ``status``; instances carry the code."""
 
     status = 400
+    # A placement refusal's whole stored decision (apps.placement.decide), kept for the refusal row and
+    # never put in the API body; None on every other refusal.
+    decision: dict | None = None
 
     def __init__(self, code: str, detail: str, *, field: str | None = None, extra: dict | None = None):
         super().__init__(detail)

@@ -246,7 +246,7 @@ def placement_record_unplaced(*, subject_type: str, subject_id: str, requirement
     subject_type, subject_id = subject_key(subject_type, subject_id)
     if not is_enabled(PERSISTED_FLAG, environment=environment, team=team):
         return None
-    decided = getattr(error, "decision", None) or {}
+    decided = error.decision or {}
     outcome = Outcome.WAITING if error.code == WAITING_FOR_CAPACITY else Outcome.REFUSED
     body = {**decided, "outcome": outcome, "code": error.code, "detail": error.detail,
             "candidates": decided.get("candidates") or error.extra.get("candidates", []),
