@@ -315,8 +315,10 @@ def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *,
             start = end
     for _total, row, entry, group in now[:len(now) if scored is None else scored]:
         if entry[4] is None:  # the score and its JSON, built once per entry (a memo entry: per load version)
-            score = scoring.score_of(policy, needs.cpu_milli, needs.memory_bytes, *entry[3], group,
-                                     row.facts.preference, row.platform_rank)
+            cpu_allocatable, cpu_free, memory_allocatable, memory_free = entry[3]
+            score = scoring.score_of(policy, needs.cpu_milli, needs.memory_bytes, cpu_allocatable, cpu_free,
+                                     memory_allocatable, memory_free, group, row.facts.preference,
+                                     row.platform_rank)
             entry[4] = (score, score.to_json())
         row.score, row._shown = entry[4]
     ranked = [pair[1] for pair in now] + rest
