@@ -385,12 +385,13 @@ def _rounds_of(items: list[BatchItem], todo: list[int], outcomes: list[BatchOutc
                     plans.append(round_.decide(item, position, flags[(item.environment, item.team)][0]))
                 except ForestError as error:
                     outcomes[position].error = error
+        refused = {position for position in todo if outcomes[position].error is not None}
         stored_plans = [p for p in plans if flags[(items[p.index].environment, items[p.index].team)][1]]
+        changed: set[str] = set()
         try:
-            with transaction.atomic():
-                lost = write(stored_plans, outcomes)
+            lost = _write_where_held(write, stored_plans, outcomes, changed)
         except writes.Conflicted as conflict:
-            snapshot.fleet_reload(conflict.grove_ids)
+            snapshot.fleet_reload(changed | conflict.grove_ids)
             continue
         except (OperationalError, pg_errors.DeadlockDetected) as error:
             if not _deadlock(error):
@@ -399,19 +400,45 @@ def _rounds_of(items: list[BatchItem], todo: list[int], outcomes: list[BatchOutc
             snapshot.fleet_reload({plan.facts.id for plan in plans})
             continue
         if stored_plans:
-            snapshot.assume(round_.assumed())
+            snapshot.assume([pair for pair in round_.assumed() if pair[0].id not in changed])
+        redo = []
         for plan in plans:
             outcome = outcomes[plan.index]
+            if plan.facts.id in changed:
+                redo.append(plan.index)
+                continue
             if plan.index in lost:
                 continue
             outcome.grove_id, outcome.grove_slug = plan.facts.id, plan.facts.slug
             outcome.selected_platform, outcome.decision = plan.decision["selected_platform"], plan.decision
             outcome.would_refuse = plan.would_refuse
         _reread_lost(lost, outcomes, items, flags)
-        return outcomes
+        if not changed:
+            return outcomes
+        # The subjects decided onto Groves that changed (and any refused from the same stale view) are
+        # decided again after those Groves are re-read; the rest of the batch is written already.
+        snapshot.fleet_reload(changed)
+        todo = sorted(set(redo) | refused)
+        plans = [plan for plan in plans if plan.index in redo]
     for plan in plans:
         outcomes[plan.index].error = services.fleet_changed()
     return outcomes
+
+
+def _write_where_held(write, plans: list[writes.Plan], outcomes: list[BatchOutcome], changed: set[str]) -> set[int]:
+    """``write`` the plans in one transaction. When Groves changed under some of them (another batch or
+    process placed on the same units since the snapshot), write the plans on every other Grove in a
+    transaction of its own (re-verified under the lock again) and add the changed Groves to ``changed``:
+    one busy Grove does not send a whole batch back to be decided again (two workers spreading over one
+    fleet collide on a few units per batch; all-or-nothing lost whole batches to ``fleet_changed`` at a
+    million). Raises ``Conflicted`` if the rest changed too."""
+    try:
+        with transaction.atomic():
+            return write(plans, outcomes)
+    except writes.Conflicted as conflict:
+        changed |= conflict.grove_ids
+    with transaction.atomic():
+        return write([plan for plan in plans if plan.facts.id not in changed], outcomes)
 
 
 def _reread_lost(lost: set[int], outcomes: list[BatchOutcome], items: list[BatchItem], flags: dict) -> None:

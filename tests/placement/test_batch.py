@@ -429,3 +429,38 @@ def test_concurrent_batches_on_one_unit_read_each_others_ledger(make_grove, monk
     placed = [o for found in outcomes.values() for o in found if o.status == "placed"]
     assert len(placed) == 4 and ExecutionPlacement.objects.count() == 4
     assert_no_overcommit()
+
+
+def test_a_grove_that_changed_under_a_batch_sends_back_only_its_own_subjects(make_grove, monkeypatch):
+    """Another writer took Grove b's room between the batch's decision and its write: simulated by lowering
+    b's free count inside the batch's first write transaction, just before the verify reads it under the
+    lock (so the change rolls back with that attempt). The plans on b fail the verify; only those subjects
+    are decided again, after b is re-read, and the plans on a are written at once, not thrown away with
+    them (all-or-nothing lost whole batches to ``fleet_changed`` with two workers at a million)."""
+    from apps.groves.models import PlacementUnit
+
+    make_grove("a", units=[unit("a1", cpu=8000, mem_gib=16)])
+    b = make_grove("b", units=[unit("b1", cpu=8000, mem_gib=16)])
+    snapshot.fleet_refresh(full=True)
+    calls: list[dict[str, str]] = []
+    real_write, real_verify = writes.placements_write, writes.verify
+
+    def spy(plans, **kwargs):
+        calls.append({plan.subject_id: plan.facts.slug for plan in plans})
+        return real_write(plans, **kwargs)
+
+    def taken_first(plans):
+        if len(calls) == 1:
+            PlacementUnit.objects.filter(grove=b, unit_id="b1").update(cpu_milli_free=1000)
+        return real_verify(plans)
+
+    monkeypatch.setattr(writes, "placements_write", spy)
+    monkeypatch.setattr(writes, "verify", taken_first)
+    outcomes = batch.place_batch(items([work()] * 8))
+    assert all(o.error is None and o.grove_slug for o in outcomes), [o.error for o in outcomes]
+    assert len(calls) == 3, calls
+    first, kept, redone = calls
+    assert len(first) == 8 and list(first.values()).count("b") >= 2
+    assert kept == {s: g for s, g in first.items() if g == "a"}  # written as decided
+    assert set(redone) == {s for s, g in first.items() if g == "b"}  # decided again, nothing else
+    assert ExecutionPlacement.objects.count() == 8
