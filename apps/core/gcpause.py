@@ -9,19 +9,31 @@ restored after it; what cycles the step left are collected at the next collectio
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+_LOCK = threading.Lock()
+_holders = 0  # blocks inside collection_paused, every thread's
+_was_enabled = False  # the collector's state when the first of them entered
 
 
 @contextmanager
 def collection_paused() -> Iterator[None]:
-    """No cyclic collection inside the block; the collector's state before it is restored after it (a
-    caller that had it off, or an enclosing block, keeps it off). Process-wide: another thread's work in
-    the meantime runs without it too, which only delays a collection."""
-    enabled = gc.isenabled()
-    gc.disable()
+    """No cyclic collection inside the block. Process-wide and counted across threads (a web process runs
+    two batches at once on its thread pool): the collector goes off when the first block enters and comes
+    back, as it was before that, when the last one leaves, so one batch ending never turns it on under
+    another; a caller that had it off keeps it off."""
+    global _holders, _was_enabled
+    with _LOCK:
+        if _holders == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _holders += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        with _LOCK:
+            _holders -= 1
+            if _holders == 0 and _was_enabled:
+                gc.enable()
