@@ -120,6 +120,25 @@ def sql_from_meta(template: str, **models) -> str:
     return template.format(**{name: _SqlNames(model) for name, model in models.items()})
 
 
+def pg_array(values) -> str:
+    """A PostgreSQL array literal of ``values`` (None for NULL, anything else by its ``str``: text, numbers,
+    UUIDs, datetimes), for a parameter cast in SQL (``%s::uuid[]``, ``%s::text[]``). psycopg dumps a Python
+    list element by element in Python (a batch's verify passed ~15,000 elements per statement); one joined
+    string costs a fraction of that. Every element is quoted, so any text (commas, braces, spaces, quotes,
+    backslashes) arrives as it was."""
+    return "{" + ",".join("NULL" if value is None else '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+                          for value in values) + "}"
+
+
+def copy_text(value: str) -> str:
+    """``value`` as a field of ``COPY … FROM STDIN`` text format: backslash, tab, newline and carriage return
+    escaped (PostgreSQL's rules; nothing else is special). A row built from these is what psycopg's
+    ``write_row`` sends, without its per-value dumping."""
+    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
+        return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return value
+
+
 def select_columns(model, *, alias: str, exclude: tuple[str, ...] = (), prefix: str = "") -> str:
     """The SELECT list of ``model``'s concrete columns (less the fields named in ``exclude``), for a hot
     read written as SQL: ``Model.objects.raw`` maps the columns back to fields (with their converters),

@@ -9,12 +9,13 @@ import functools
 import json
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from psycopg import errors as pg_errors
 
-from apps.core.db import sql_from_meta
+from apps.core.db import copy_text, pg_array, sql_from_meta
 from apps.groves.models import Grove, PlacementUnit
 from apps.placement import rules, selectors, snapshot
 from apps.placement.choices import Chooser, Outcome
@@ -203,12 +204,12 @@ def verify(plans: list[Plan]) -> dict[tuple[str, str], list]:
     """Under the lock of the unit rows the plans take (only those: another writer's units are not this
     batch's business): every planned placement still fits its unit by the database's own counts (reported
     free less the ledger), and its Grove is still enabled, fresh and as the decision saw it. Returns the
-    ledger entries of those units ([reported_at, cpu, memory, touched]); raises ``Conflicted`` with the
-    Groves that no longer hold."""
+    ledger entries of those units ([report token, cpu, memory, touched]: the token is the Grove's
+    ``capacity_reported_at`` as ``_verify_rows`` reads it, compared and written back as it is); raises
+    ``Conflicted`` with the Groves that no longer hold."""
     grove_ids = sorted({plan.facts.id for plan in plans})
     wanted = sorted({(plan.facts.id, plan.unit_id) for plan in plans if plan.unit_id is not None})
-    groves, units = _verify_rows(grove_ids, wanted)
-    cutoff = snapshot.stale_cutoff()
+    groves, units = _verify_rows(grove_ids, wanted, snapshot.stale_cutoff())
     free, ledger = {}, {}
     for grove_id, unit_id, cpu, memory, at, load_cpu, load_memory in units:
         row = groves.get(grove_id)
@@ -224,7 +225,7 @@ def verify(plans: list[Plan]) -> dict[tuple[str, str], list]:
         if plan.chooser != Chooser.EXPLICIT:
             good = holds.get(facts.id)
             if good is None:
-                good = holds[facts.id] = _grove_holds(groves.get(facts.id), facts, cutoff)
+                good = holds[facts.id] = _grove_holds(groves.get(facts.id), facts)
             if not good:
                 conflicted.add(facts.id)
                 continue
@@ -245,18 +246,30 @@ def verify(plans: list[Plan]) -> dict[tuple[str, str], list]:
     return ledger
 
 
+_LISTED: dict[str, tuple] = {}
+
+
 def _listed(value) -> tuple:
-    """A JSON array column as a tuple (the raw cursor hands ``jsonb`` over as text, the ORM as a list)."""
-    return tuple(json.loads(value) if isinstance(value, str | bytes) else value)
+    """A JSON array column as a tuple (the raw read hands ``jsonb`` over as text, the ORM as a list). The
+    texts are few (a fleet's role and platform lists repeat), so each is parsed once."""
+    if not isinstance(value, str | bytes):
+        return tuple(value)
+    found = _LISTED.get(value)
+    if found is None:
+        if len(_LISTED) >= 4096:
+            _LISTED.clear()
+        found = _LISTED[value] = tuple(json.loads(value))
+    return found
 
 
-def _grove_holds(row, facts: GroveFacts, cutoff: float) -> bool:
-    return (row is not None and row[1] and row[2] is not None and row[2].timestamp() >= cutoff
-            and row[4] == facts.substrate
+def _grove_holds(row, facts: GroveFacts) -> bool:
+    return (row is not None and row[1] and row[2] and row[4] == facts.substrate
             and (_listed(row[5]), _listed(row[6]), _listed(row[7]), _listed(row[8]))
             == (facts.roles, facts.platforms, facts.isolation_modes, facts.change_kinds))
 
 
+# A Grove as verify reads it: id, enabled, fresh (heartbeat at or after the cutoff), the free-count report's
+# token, substrate and the four lists the rules read.
 _GROVE_COLUMNS = ("id", "enabled", "last_heartbeat_at", "capacity_reported_at", "substrate", "roles", "platforms",
                   "isolation_modes", "change_kinds")
 
@@ -264,7 +277,7 @@ _GROVE_COLUMNS = ("id", "enabled", "last_heartbeat_at", "capacity_reported_at", 
 @functools.cache
 def _sql_units_locked() -> str:
     return sql_from_meta(
-        "SELECT u.{u.grove}, u.{u.unit_id}, u.{u.cpu_milli_free}, u.{u.memory_bytes_free} "
+        "SELECT u.{u.grove}::text, u.{u.unit_id}, u.{u.cpu_milli_free}, u.{u.memory_bytes_free} "
         "FROM unnest(%s::uuid[], %s::text[]) AS w(grove_id, unit_id) "
         "JOIN {u} u ON u.{u.grove} = w.grove_id AND u.{u.unit_id} = w.unit_id "
         "ORDER BY u.{u.grove}, u.{u.unit_id} FOR UPDATE OF u", u=PlacementUnit)
@@ -272,14 +285,18 @@ def _sql_units_locked() -> str:
 
 @functools.cache
 def _sql_groves() -> str:
-    return sql_from_meta("SELECT " + ", ".join(f"{{g.{name}}}" for name in _GROVE_COLUMNS)
-                         + " FROM {g} g WHERE {g.id} = ANY(%s::uuid[])", g=Grove)
+    # Timestamps as text and freshness as a boolean: loading thousands of timestamptz values per batch
+    # into datetimes was a tenth of verify's CPU. The report token is compared and written back as text.
+    return sql_from_meta(
+        "SELECT g.{g.id}::text, g.{g.enabled}, g.{g.last_heartbeat_at} >= %s, g.{g.capacity_reported_at}::text, "
+        "g.{g.substrate}, g.{g.roles}::text, g.{g.platforms}::text, g.{g.isolation_modes}::text, "
+        "g.{g.change_kinds}::text FROM {g} g WHERE g.{g.id} = ANY(%s::uuid[])", g=Grove)
 
 
 @functools.cache
 def _sql_ledger_read() -> str:
     return sql_from_meta(
-        "SELECT l.{l.grove}, l.{l.unit_id}, l.{l.reported_at}, l.{l.cpu_milli}, l.{l.memory_bytes} "
+        "SELECT l.{l.grove}::text, l.{l.unit_id}, l.{l.reported_at}::text, l.{l.cpu_milli}, l.{l.memory_bytes} "
         "FROM unnest(%s::uuid[], %s::text[]) AS w(grove_id, unit_id) "
         "JOIN {l} l ON l.{l.grove} = w.grove_id AND l.{l.unit_id} = w.unit_id", l=UnitLoad)
 
@@ -293,9 +310,13 @@ def _sql_ledger_upsert() -> str:
         "{l.cpu_milli} = EXCLUDED.{l.cpu_milli}, {l.memory_bytes} = EXCLUDED.{l.memory_bytes}", l=UnitLoad)
 
 
-def _verify_rows(grove_ids: list[str], wanted: list[tuple[str, str]]) -> tuple[dict[str, tuple], list[tuple]]:
-    """The Groves' rows (by id) and, locked in (Grove, unit) order, the wanted units' free counts with their
-    ledger rows: (grove id, unit id, CPU free, memory free, ledger reported_at, ledger CPU, ledger memory)."""
+def _verify_rows(grove_ids: list[str], wanted: list[tuple[str, str]], cutoff: float) -> tuple[dict[str, tuple],
+                                                                                              list[tuple]]:
+    """The Groves' rows (by id: id, enabled, fresh at ``cutoff``, report token, substrate, roles, platforms,
+    isolation modes, change kinds) and, locked in (Grove, unit) order, the wanted units' free counts with
+    their ledger rows: (grove id, unit id, CPU free, memory free, ledger report token, ledger CPU, ledger
+    memory). The report token is ``capacity_reported_at`` as this database's read gives it (text on
+    PostgreSQL, a datetime on SQLite): only compared, and written back into the ledger."""
     if connection.vendor == "postgresql":
         # Three statements, no model objects: at a full batch these are thousands of rows. The units are
         # joined to the unnested (Grove, unit) pairs, one unique-index probe each, and locked as sorted:
@@ -304,22 +325,24 @@ def _verify_rows(grove_ids: list[str], wanted: list[tuple[str, str]]) -> tuple[d
         # ledger are read by statements of their own *after* the lock is held: a statement reads what was
         # committed when it started, so a ledger joined into the locking statement would be the one from
         # before a concurrent batch that held the lock committed (its placements lost: overcommit).
-        units_wanted = [[grove_id for grove_id, _unit in wanted], [unit_id for _grove, unit_id in wanted]]
+        units_wanted = [pg_array([grove_id for grove_id, _unit in wanted]),
+                        pg_array([unit_id for _grove, unit_id in wanted])]
         with connection.cursor() as cursor:
             cursor.execute(_sql_units_locked(), units_wanted)
             locked = cursor.fetchall()
-            cursor.execute(_sql_groves(), [grove_ids])
-            groves = {str(row[0]): row for row in cursor.fetchall()}
+            cursor.execute(_sql_groves(), [datetime.fromtimestamp(cutoff, tz=UTC), pg_array(grove_ids)])
+            groves = {row[0]: row for row in cursor.fetchall()}
             cursor.execute(_sql_ledger_read(), units_wanted)
-            loads = {(str(row[0]), row[1]): row[2:] for row in cursor.fetchall()}
-        return groves, [(str(grove_id), unit_id, cpu, memory, *loads.get((str(grove_id), unit_id), (None, 0, 0)))
+            loads = {(row[0], row[1]): row[2:] for row in cursor.fetchall()}
+        return groves, [(grove_id, unit_id, cpu, memory, *loads.get((grove_id, unit_id), (None, 0, 0)))
                         for grove_id, unit_id, cpu, memory in locked]
     units = []
     for grove_id, unit_id, cpu, memory in (PlacementUnit.objects.select_for_update().filter(grove_id__in=grove_ids)
                                            .order_by("grove_id", "unit_id")
                                            .values_list("grove_id", "unit_id", "cpu_milli_free", "memory_bytes_free")):
         units.append((str(grove_id), unit_id, cpu, memory))
-    groves = {str(row[0]): row for row in Grove.objects.filter(id__in=grove_ids).values_list(*_GROVE_COLUMNS)}
+    groves = {str(row[0]): (str(row[0]), row[1], row[2] is not None and row[2].timestamp() >= cutoff, *row[3:])
+              for row in Grove.objects.filter(id__in=grove_ids).values_list(*_GROVE_COLUMNS)}
     keys = set(wanted)
     loads = {(str(g), u): (at, cpu, memory) for g, u, at, cpu, memory in UnitLoad.objects.filter(
         grove_id__in=grove_ids).values_list("grove_id", "unit_id", "reported_at", "cpu_milli", "memory_bytes")}
@@ -374,8 +397,10 @@ def ledger_write(plans: list[Plan], ledger: dict, lost: set[int]) -> None:
         return
     if connection.vendor == "postgresql":
         # One statement over five arrays (no model objects for thousands of rows), in lock order.
+        grove_ids, unit_ids, tokens, cpus, memories = zip(*rows, strict=True)
         with connection.cursor() as cursor:
-            cursor.execute(_sql_ledger_upsert(), [list(column) for column in zip(*rows, strict=True)])
+            cursor.execute(_sql_ledger_upsert(), [pg_array(grove_ids), pg_array(unit_ids), pg_array(tokens),
+                                                  pg_array(cpus), pg_array(memories)])
         return
     UnitLoad.objects.bulk_create(
         [UnitLoad(grove_id=grove_id, unit_id=unit_id, reported_at=at, cpu_milli=cpu, memory_bytes=memory)
@@ -395,6 +420,26 @@ def _rows(plans: list[Plan], ids: list[int | None], now) -> list[tuple]:
     return rows
 
 
+def _copy_lines(plans: list[Plan], ids: list[int], now) -> str:
+    """The plans' rows in ``COPY`` text format (``COLUMNS`` order), built as one string: psycopg's
+    ``write_row`` dumps each of a row's 20 values in Python, a tenth of a batch's write CPU. Every text a
+    caller or a Grove chose is escaped (``copy_text``); the JSON columns are ``json.dumps`` output, whose
+    only COPY-special character is the backslash."""
+    stamp = now.isoformat()
+    lines = []
+    for plan, placement_id in zip(plans, ids, strict=True):
+        facts = plan.facts
+        lines.append("\t".join((
+            str(placement_id), copy_text(plan.subject_type), copy_text(plan.subject_id), facts.id,
+            copy_text(facts.slug), copy_text(plan.decision["selected_platform"]),
+            plan.requirement_json.replace("\\", "\\\\"), plan.decision_json().replace("\\", "\\\\"),
+            copy_text(plan.chooser), "t" if plan.enforced else "f", "t" if plan.would_refuse else "f",
+            copy_text(plan.team), copy_text(plan.environment), stamp, stamp, "[]", plan.verdicts_key,
+            Outcome.PLACED.value, "", copy_text(plan.group))))
+    lines.append("")
+    return "\n".join(lines)
+
+
 def _insert(plans: list[Plan], now) -> tuple[set[int], dict[int, int]]:
     """The placements in one statement: ``COPY`` on PostgreSQL (ids drawn from the sequence first, so
     nothing needs reading back), an ORM bulk insert elsewhere. A subject placed meanwhile by another call
@@ -409,16 +454,15 @@ def _insert(plans: list[Plan], now) -> tuple[set[int], dict[int, int]]:
                            "FROM generate_series(1, %s::int)",
                            [len(plans)])
             ids = [row[0] for row in cursor.fetchall()]
-        rows = _rows(plans, ids, now)
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 raw = cursor.cursor
                 with raw.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-                    for row in rows:
-                        copy.write_row(row)
+                    copy.write(_copy_lines(plans, ids, now).encode())
             return set(), {plan.index: placement_id for plan, placement_id in zip(plans, ids, strict=True)}
         except (IntegrityError, pg_errors.UniqueViolation):  # COPY runs on the raw cursor: the driver's own
             pass
+        rows = _rows(plans, ids, now)
         with connection.cursor() as cursor:
             values = ", ".join(["(" + ", ".join(["%s"] * len(COLUMNS)) + ")"] * len(rows))
             cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values} " + sql_from_meta(

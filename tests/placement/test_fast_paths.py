@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from apps.groves.models import Grove
 from apps.placement import batch, snapshot, writes
@@ -94,27 +95,66 @@ def test_the_enabled_count_is_the_orms(make_grove):
     assert total == Grove.objects.filter(enabled=True).count() == 2 and at is not None
 
 
+def test_copy_writes_caller_and_grove_text_exactly_as_given(make_grove, monkeypatch):
+    """The COPY rows are built as text (``writes._copy_lines``): every character COPY treats specially
+    (backslash, tab, newline, carriage return) in the texts a caller chose (subject id, team, environment,
+    spread group) and a Grove reported (a unit id, inside the stored decision's JSON) arrives as given,
+    and the ORM writer writes the same rows."""
+    odd_unit = 'u\\1"\tx'
+    make_grove("a", units=[unit(odd_unit, cpu=64000)])
+    awkward = ["tab\there", "line\nbreak\rx", "back\\slash", 'quote"d', "caf\u00e9 \\N"]
+    subjects = [batch.BatchItem(subject_type="pipeline_node", subject_id=subject_id, requirement=work(),
+                                team="te\\am", environment="env\tx", group="run:\\g\n")
+                for subject_id in awkward]
+    seen = []
+    real = writes._insert
+    monkeypatch.setattr(writes, "_insert", lambda plans, now: seen.append((list(plans), now)) or real(plans, now))
+    outcomes = batch.place_batch(subjects)
+    assert all(o.error is None for o in outcomes), [o.error for o in outcomes]
+    copied = {row.subject_id: row for row in ExecutionPlacement.objects.all()}
+    assert sorted(copied) == sorted(awkward)
+    for row in copied.values():
+        assert (row.team, row.environment, row.spread_group) == ("te\\am", "env\tx", "run:\\g\n")
+        assert row.decision["unit"] == odd_unit
+    as_copied = _rows()
+    (plans, now), = seen
+    ExecutionPlacement.objects.all().delete()
+    with monkeypatch.context() as patch:
+        patch.setattr(writes.connection, "vendor", "sqlite")
+        real(plans, now)
+    assert _unstamped(_rows()) == _unstamped(as_copied)
+
+
 def test_the_verify_read_locks_and_reads_what_the_orm_reads(make_grove, monkeypatch):
     """``_verify_rows``: the wanted units (only those, in lock order) with their ledger rows, and the Groves'
-    rows; the ORM form reads every unit of the Groves and keeps the wanted ones."""
+    rows (freshness judged at the cutoff); the ORM form reads every unit of the Groves and keeps the wanted
+    ones. The raw read gives timestamps (the report tokens) and list columns as text, the ORM as values."""
+    from datetime import datetime
+
     a = make_grove("a", units=[unit("a1", cpu=64000), unit("a2", cpu=64000), unit("a3", cpu=64000)])
     b = make_grove("b", units=[unit("b1", cpu=64000)])
+    Grove.objects.filter(pk=b.pk).update(last_heartbeat_at=timezone.now() - timedelta(hours=1))
     batch.place_batch(items([work()] * 6))  # ledger rows on some units
     assert UnitLoad.objects.exists()
     grove_ids = sorted([str(a.id), str(b.id)])
     wanted = sorted([(str(a.id), "a1"), (str(a.id), "a3"), (str(b.id), "b1"), (str(b.id), "missing")])
-    raw_groves, raw_units = writes._verify_rows(grove_ids, wanted)
+    cutoff = (timezone.now() - timedelta(minutes=5)).timestamp()
+    raw_groves, raw_units = writes._verify_rows(grove_ids, wanted, cutoff)
     _as_sqlite(monkeypatch)
-    orm_groves, orm_units = writes._verify_rows(grove_ids, wanted)
-    assert raw_units == orm_units
+    orm_groves, orm_units = writes._verify_rows(grove_ids, wanted, cutoff)
+
+    def token(value):
+        return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+    assert [(*row[:4], token(row[4]), *row[5:]) for row in raw_units] == orm_units
     assert [key[:2] for key in raw_units] == [w for w in wanted if w[1] != "missing"]
-    # The list columns come back as JSON text from the raw read and as lists from the ORM; verify reads
-    # both through ``_listed``.
+
     def normal(groves):
-        return {k: (*v[:5], *(writes._listed(x) for x in v[5:])) for k, v in groves.items()}
+        return {k: (*v[:3], token(v[3]), v[4], *(writes._listed(x) for x in v[5:])) for k, v in groves.items()}
 
     assert normal(raw_groves) == normal(orm_groves)
     assert sorted(raw_groves) == grove_ids
+    assert raw_groves[str(a.id)][2] is True and raw_groves[str(b.id)][2] is False
 
 
 def test_the_ledger_upsert_writes_what_the_orm_writes(make_grove, monkeypatch):
