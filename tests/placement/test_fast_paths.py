@@ -183,3 +183,17 @@ def test_the_ledger_upsert_writes_what_the_orm_writes(make_grove, monkeypatch):
     raw = written(orm=False)
     assert raw == [("a1", at, 500, 2048), ("a2", at, 1250, 5120)]  # a3's only plan was lost: no row
     assert written(orm=True) == raw
+
+
+def test_analyze_skips_the_stored_json_columns():
+    """The placement table's requirement, decision and history carry no statistics target (migration 0005):
+    autovacuum's ANALYZE of a growing table does not sort samples of them; every other column keeps the
+    default."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT attname, attstattarget FROM pg_attribute WHERE attrelid = %s::regclass "
+                       "AND attnum > 0 AND NOT attisdropped", [ExecutionPlacement._meta.db_table])
+        targets = dict(cursor.fetchall())
+    assert {name: targets[name] for name in ("requirement", "decision", "history")} == dict.fromkeys(
+        ("requirement", "decision", "history"), 0)
+    assert all(target in (-1, None) for name, target in targets.items()
+               if name not in ("requirement", "decision", "history"))
