@@ -337,7 +337,7 @@ def run_mode(mode: str, args, size: int) -> dict:
     batches = [range(first, min(first + size, args.count)) for first in range(0, args.count, size)]
     # Through the API, as many batches in flight as the server has workers (a CI fleet's clients do not
     # wait for each other): one worker decides while another's rows go into PostgreSQL.
-    pool = ThreadPoolExecutor(max_workers=args.workers) if mode == "api" else None
+    pool = ThreadPoolExecutor(max_workers=args.in_flight or args.workers) if mode == "api" else None
     try:
         for numbers, errors in zip(batches, pool.map(send, batches) if pool else map(place, batches),
                                    strict=True):
@@ -398,6 +398,8 @@ def main() -> None:
     parser.add_argument("--modes", default="api,inprocess", help="api and/or inprocess, in that order")
     parser.add_argument("--workers", type=int, default=2, help="uvicorn workers, and batches in flight through the "
                         "API (default 2: the Procfile's WEB_CONCURRENCY)")
+    parser.add_argument("--in-flight", type=int, default=None, help="batches in flight through the API (default: "
+                        "--workers; more keeps a worker deciding one batch while its other one is in PostgreSQL)")
     common.add_options(parser)
     args = parser.parse_args()
     global TARGET

