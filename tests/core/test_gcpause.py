@@ -54,4 +54,3 @@ def test_overlapping_blocks_on_two_threads_keep_it_off_until_the_last_leaves():
         thread.join(timeout=60)
     assert seen == {"inside_after_first_left": False}
     assert gc.isenabled()
-
