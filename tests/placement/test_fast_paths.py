@@ -197,3 +197,13 @@ def test_analyze_skips_the_stored_json_columns():
         ("requirement", "decision", "history"), 0)
     assert all(target in (-1, None) for name, target in targets.items()
                if name not in ("requirement", "decision", "history"))
+
+
+def test_placements_by_grove_are_found_through_the_composite_index_alone():
+    """Every placement written pays an entry in each index of the table: the Grove foreign key has no index
+    of its own (migration 0006), the (grove, -created_at) index leads with it."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE tablename = %s", [ExecutionPlacement._meta.db_table])
+        definitions = [row[0] for row in cursor.fetchall()]
+    by_grove = [d for d in definitions if "(grove_id" in d]
+    assert len(by_grove) == 1 and "(grove_id, created_at DESC)" in by_grove[0], definitions
