@@ -44,19 +44,21 @@ COUNT_CAP = 200
 WATERMARK_OVERLAP = timedelta(seconds=1)
 DEVICE_FIELDS = ("grove_id", "inventory_id", "vendor", "apis", "memory_bytes", "memory_kind", "memory_enforced",
                  "share_mode", "model")
+# Above this many Groves, a reload reads their unit, device, API, claim and ledger rows unfiltered.
+FILTER_MAX = 1000
 _LOCK = threading.RLock()  # re-entered: a batch holds it across the decisions it makes
 _FLEET = fleet.FleetIndex()
 _STATE: dict = {"watermark": None, "refreshed_at": float("-inf")}
 
 
 def grove_facts(grove, *, units: Iterable = (), devices: Iterable = (), apis: Iterable[str] = (),
-                claims: Iterable = (), loads: Iterable = ()) -> GroveFacts:
+                claims: Iterable = (), loads: Iterable = (), ready_after: float | None = None) -> GroveFacts:
     """A Grove's facts from its row (anything with the ``FACT_FIELDS`` attributes: a named values row or a
     model instance), its ``PlacementUnit`` rows, its ``AcceleratorInventoryItem`` rows, its accelerator
     APIs, Host's active accelerator claims on it (rows with ``unit_id`` and ``allocations``) and its
     ``UnitLoad`` rows (placements since its last free-count report, subtracted from each unit's free
     counts). The compatibility rules read only the row: a re-check of a stored or chosen Grove passes no
-    more."""
+    more. ``ready_after``: ``ready_cutoff()``, read once by a caller building many."""
     units = list(units)
     polled = getattr(grove, "last_polled_at", None)
     reported_at = getattr(grove, "capacity_reported_at", None)
@@ -73,7 +75,8 @@ def grove_facts(grove, *, units: Iterable = (), devices: Iterable = (), apis: It
         claimed=tuple(sorted(accelerator_selectors.claimed_counts(claims).items())), unit_free=unit_free,
         unit_allocatable=tuple((unit.unit_id, unit.cpu_milli_allocatable, unit.memory_bytes_allocatable)
                                for unit in units),
-        ready=polled is not None and polled.timestamp() >= ready_cutoff(), last_polled_at=polled,
+        ready=polled is not None and polled.timestamp() >= (ready_cutoff() if ready_after is None else ready_after),
+        last_polled_at=polled,
         preference=getattr(grove, "placement_preference", PREFERENCE_DEFAULT))
 
 
@@ -96,7 +99,10 @@ def _load(groves: QuerySet[Grove], *, every: bool, enabled_only: bool = True) ->
             "grove_id", "unit_id", "allocations", named=True)
         load_rows = UnitLoad.objects.values_list("grove_id", "unit_id", "reported_at", "cpu_milli", "memory_bytes",
                                                  named=True)
-        if not every:
+        # Thousands of Groves (every Grove's liveness stamped in one refresh window): their rows read whole,
+        # not filtered by thousands of ids (one placeholder each, split and bound in Python: a third of a
+        # 5,000-Grove reload's CPU).
+        if not every and len(wanted) <= FILTER_MAX:
             unit_rows, device_rows, api_rows, claim_rows, load_rows = (
                 rows.filter(grove_id__in=wanted) for rows in (unit_rows, device_rows, api_rows, claim_rows, load_rows))
         for row in unit_rows.order_by("grove_id", "unit_id"):
@@ -109,8 +115,9 @@ def _load(groves: QuerySet[Grove], *, every: bool, enabled_only: bool = True) ->
             claims[row.grove_id].append(row)
         for row in load_rows:
             loads[row.grove_id].append(row)
+    ready_after = ready_cutoff()
     facts = [grove_facts(row, units=units[row.id], devices=devices[row.id], apis=apis[row.id], claims=claims[row.id],
-                         loads=loads[row.id])
+                         loads=loads[row.id], ready_after=ready_after)
              for row in rows if row.enabled or not enabled_only]
     return rows, facts
 

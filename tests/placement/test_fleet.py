@@ -364,3 +364,23 @@ def test_a_rule_registered_only_in_rules_is_followed_by_the_snapshot(slow_refres
         services.place_execution(subject_type="pipeline_node", subject_id="2", requirement=container())
     assert caught.value.code == "placement_refused"
     assert [i["code"] for i in caught.value.extra["incompatibilities"]] == ["grove_quarantined"]
+
+
+@pytest.mark.django_db
+def test_a_reload_of_many_groves_reads_their_rows_whole_and_builds_the_same_facts(make_grove, monkeypatch):
+    """Past ``FILTER_MAX`` Groves a reload reads the unit, device, API, claim and ledger tables unfiltered
+    (thousands of ids were one placeholder each); it builds exactly the facts the filtered read builds, for
+    the Groves asked and no other."""
+    from tests.factories import nvidia_gpu
+
+    groves = [make_grove(f"m{i}", units=[unit(f"m{i}-a", cpu=4000), unit(f"m{i}-b", cpu=8000)]) for i in range(3)]
+    gpu = nvidia_gpu("GPU-0")
+    make_grove("gpu", roles=("compute",), accelerators=[gpu],
+               units=[unit("g1", cpu=8000, accelerators=[{"inventory_id": gpu["id"], "allocatable": 1, "free": 1}])])
+    make_grove("other", units=[unit("o1", cpu=2000)])
+    wanted = Grove.objects.exclude(slug="other")
+    filtered = snapshot.load_facts(wanted)
+    monkeypatch.setattr(snapshot, "FILTER_MAX", 0)
+    whole = snapshot.load_facts(wanted)
+    assert whole == filtered and len(whole) == len(groves) + 1
+    assert {facts.slug for facts in whole} == {"m0", "m1", "m2", "gpu"}
