@@ -17,7 +17,7 @@ from psycopg import errors as pg_errors
 
 from apps.core.db import copy_text, pg_array, sql_from_meta
 from apps.groves.models import Grove, PlacementUnit
-from apps.placement import rules, selectors, snapshot
+from apps.placement import rules, selectors, snapshot, vocabulary
 from apps.placement.choices import Chooser, Outcome
 from apps.placement.models import ExecutionPlacement, PlacementVerdicts, UnitLoad
 from apps.placement.requirements import ExecutionRequirement
@@ -246,7 +246,7 @@ def verify(plans: list[Plan]) -> dict[tuple[str, str], list]:
     return ledger
 
 
-_LISTED: dict[str, tuple] = {}
+_LISTED: dict[str | bytes, tuple] = {}
 
 
 def _listed(value) -> tuple:
@@ -435,7 +435,7 @@ def _copy_lines(plans: list[Plan], ids: list[int], now) -> str:
             plan.requirement_json.replace("\\", "\\\\"), plan.decision_json().replace("\\", "\\\\"),
             copy_text(plan.chooser), "t" if plan.enforced else "f", "t" if plan.would_refuse else "f",
             copy_text(plan.team), copy_text(plan.environment), stamp, stamp, "[]", plan.verdicts_key,
-            Outcome.PLACED.value, "", copy_text(plan.group))))
+            vocabulary.Outcome.PLACED.value, "", copy_text(plan.group))))
     lines.append("")
     return "\n".join(lines)
 
