@@ -150,20 +150,8 @@ class _Round:
     def view(self, requirement: ExecutionRequirement, *, limit: int, role_only: bool = False,
              start: int = 0, with_others: bool = True) -> CandidateSet:
         """The snapshot's sample, with room judged on the batch's assumed free counts."""
-        cpu, memory = requirement.resources.cpu_milli, requirement.resources.memory_bytes
-        free = self.free
-
-        def fits(facts: GroveFacts) -> bool:
-            rows = free.get(facts.id)
-            if rows is None:
-                return facts.fits(cpu, memory)
-            for row in rows:  # noqa: SIM110 - a loop, not any(): called for every Grove a decision walks
-                if row[1] >= cpu and row[2] >= memory:
-                    return True
-            return False
-
         return self.index.select(requirement, limit=limit, cap=snapshot.COUNT_CAP, cutoff=self.cutoff,
-                                 role_only=role_only, start=start, fits=fits, with_others=with_others)
+                                 role_only=role_only, start=start, free=self.free, with_others=with_others)
 
     def shape(self, requirement: ExecutionRequirement, enforced: bool) -> _Shape:
         # By the object's identity (the batch's items share a few parsed requirements; hashing a nested

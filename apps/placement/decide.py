@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Protocol
 
 from django.conf import settings
@@ -22,6 +23,7 @@ from apps.core.errors import Conflict, ForestError, NotFound
 from apps.placement import admission, fleet, rules, scoring, selectors, snapshot
 from apps.placement.admission import FitState
 from apps.placement.choices import Chooser, Outcome
+from apps.placement.judging import checked, judged
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.vocabulary import WAITING_FOR_CAPACITY
 
@@ -62,7 +64,7 @@ class Fleet(Protocol):
                  start: int = 0, with_others: bool = True) -> fleet.CandidateSet: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class Ranked:
     """One sampled candidate as the decision judged it: its facts, platform position, resource fit, its
     score (when it has room now) and its incompatibilities (shadow-mode fallback only)."""
@@ -134,135 +136,24 @@ class WaitingForCapacity(Conflict):
 
 def policy_for(requirement: ExecutionRequirement) -> scoring.Policy:
     """The scoring policy and weights for this work, from settings (``PLACEMENT_POLICY``,
-    ``PLACEMENT_SCORE_WEIGHTS``)."""
-    return scoring.policy_for(family=requirement.family, accelerators=requirement.accelerators is not None,
-                              policies=settings.PLACEMENT_POLICY, weights=settings.PLACEMENT_SCORE_WEIGHTS)
+    ``PLACEMENT_SCORE_WEIGHTS``); kept per (family, accelerators) while both settings are equal to what
+    it was built from (a batch asks once per subject)."""
+    policies, weights = settings.PLACEMENT_POLICY, settings.PLACEMENT_SCORE_WEIGHTS
+    key = (requirement.family, requirement.accelerators is not None)
+    held = _POLICIES.get(key)
+    if held is not None and held[0] == policies and held[1] == weights:
+        return held[2]
+    policy = scoring.policy_for(family=key[0], accelerators=key[1], policies=policies, weights=weights)
+    if len(_POLICIES) >= 256:
+        _POLICIES.clear()
+    _POLICIES[key] = (dict(policies), dict(weights), policy)
+    return policy
 
 
-# Per-Grove results (rule checks, resource fits) kept while the Grove's facts (the same object) stand: the
-# snapshot replaces a Grove's facts whenever its row, units, ledger or claims change.
-_CHECKED: dict[tuple, tuple[rules.GroveFacts, list[rules.Incompatibility]]] = {}
-_FITS: dict[tuple, tuple[rules.GroveFacts, admission.Fit]] = {}
-_CACHE_MAX = 50_000
+_POLICIES: dict[tuple[str, bool], tuple[dict, dict, scoring.Policy]] = {}
 
 
-def _per_facts(table: dict, key, facts: rules.GroveFacts, compute):
-    """``compute(key, facts)``, kept in ``table`` under (key, slug) while ``facts`` is the Grove's."""
-    hit = table.get((key, facts.slug))
-    if hit is not None and hit[0] is facts:
-        return hit[1]
-    if len(table) >= _CACHE_MAX:
-        table.clear()
-    found = compute(key, facts)
-    table[(key, facts.slug)] = (facts, found)
-    return found
-
-
-def checked(requirement: ExecutionRequirement, facts: rules.GroveFacts) -> list[rules.Incompatibility]:
-    """``rules.check``, kept per Grove facts and per what the rules read (resources never change a verdict)."""
-    key = (requirement.family, requirement.compatibility, requirement.trust)
-    return _per_facts(_CHECKED, key, facts, lambda _key, grove: rules.check(requirement, grove))
-
-
-def fit_on(needs: admission.Needs, facts: rules.GroveFacts, *, free=None,
-           claimed: Mapping | None = None) -> admission.Fit:
-    """``needs`` admitted on one unit of this Grove, from its facts; ``free`` (unit id, free CPU, free
-    memory) and ``claimed`` replace the facts' own when a batch has assumed work on the Grove."""
-    if needs.accelerators is None:
-        # The common case, what ``admission.fit`` answers "now" with, without building its unit objects: the
-        # first unit (in the Grove's order) whose allocatable and free both hold the work.
-        rows = facts.unit_free if free is None else free
-        cpu, memory = needs.cpu_milli, needs.memory_bytes
-        if len(rows) == len(facts.unit_allocatable):  # the same units in the same order (``grove_facts``)
-            for (unit_id, cpu_allocatable, memory_allocatable), row in zip(facts.unit_allocatable, rows, strict=True):
-                if (row[0] == unit_id and cpu_allocatable >= cpu and memory_allocatable >= memory
-                        and row[1] >= cpu and row[2] >= memory):
-                    return admission.Fit(FitState.NOW, unit_id=unit_id)
-    if free is None and claimed is None:
-        return _per_facts(_FITS, needs, facts, _fit_now)
-    return admission.fit(needs, units=admission.units_of(facts, free=free), devices=facts.devices,
-                         claimed=dict(facts.claimed) if claimed is None else claimed, grove=facts.slug)
-
-
-def _fit_now(needs: admission.Needs, facts: rules.GroveFacts) -> admission.Fit:
-    return admission.fit(needs, units=admission.units_of(facts), devices=facts.devices, claimed=dict(facts.claimed),
-                         grove=facts.slug)
-
-
-_ALLOCATABLE: dict[str, tuple[rules.GroveFacts, int, int]] = {}
-
-
-def _sums(facts: rules.GroveFacts, free) -> tuple[int, int, int, int]:
-    """A Grove's allocatable and free CPU and memory totals (a unit over-placed counts as 0 free). The
-    allocatable totals are fleet facts, kept per facts object; the free totals move with every placement
-    and are summed each time (a Grove reports a handful of units)."""
-    cpu_allocatable, memory_allocatable = _allocatable_of(facts)
-    cpu_free = memory_free = 0
-    for row in facts.unit_free if free is None else free:
-        if row[1] > 0:
-            cpu_free += row[1]
-        if row[2] > 0:
-            memory_free += row[2]
-    return cpu_allocatable, cpu_free, memory_allocatable, memory_free
-
-
-def _allocatable_of(facts: rules.GroveFacts) -> tuple[int, int]:
-    """A Grove's allocatable CPU and memory totals: fleet facts, kept per facts object."""
-    held = _ALLOCATABLE.get(facts.id)
-    if held is None or held[0] is not facts:
-        if len(_ALLOCATABLE) >= _CACHE_MAX:
-            _ALLOCATABLE.clear()
-        held = _ALLOCATABLE[facts.id] = (facts, sum(row[1] for row in facts.unit_allocatable),
-                                         sum(row[2] for row in facts.unit_allocatable))
-    return held[1], held[2]
-
-
-_NOW: dict[str, admission.Fit] = {}
-
-
-def _now_on(unit_id: str) -> admission.Fit:
-    """``Fit(NOW, unit_id=…)``, one immutable object per unit (a batch judges the same units over and over)."""
-    fit = _NOW.get(unit_id)
-    if fit is None:
-        if len(_NOW) >= _CACHE_MAX:
-            _NOW.clear()
-        fit = _NOW[unit_id] = admission.Fit(FitState.NOW, unit_id=unit_id)
-    return fit
-
-
-def _judged(needs: admission.Needs, facts: rules.GroveFacts, free, claimed, group: int, platform_rank: int,
-            policy: scoring.Policy) -> list:
-    """One sampled Grove as ``rank`` keeps it: [load version (set by the caller), its resource fit, its total
-    (rounded for the order) and its allocatable and free totals when it has room now, else None and None,
-    and its score (built when it is shown)]. Work without accelerators is judged in one pass over the
-    Grove's unit rows: the first unit that holds it (``fit_on``'s answer "now") and the free totals
-    (``_sums``) together; the rest (no room now, accelerators) through ``fit_on``."""
-    rows = facts.unit_free if free is None else free
-    allocatable = facts.unit_allocatable
-    if needs.accelerators is None and len(rows) == len(allocatable):
-        cpu, memory = needs.cpu_milli, needs.memory_bytes
-        unit = None
-        cpu_free = memory_free = 0
-        for (unit_id, cpu_allocatable, memory_allocatable), row in zip(allocatable, rows):  # noqa: B905 - equal
-            row_cpu, row_memory = row[1], row[2]
-            if (unit is None and row[0] == unit_id and cpu_allocatable >= cpu and memory_allocatable >= memory
-                    and row_cpu >= cpu and row_memory >= memory):
-                unit = unit_id
-            if row_cpu > 0:
-                cpu_free += row_cpu
-            if row_memory > 0:
-                memory_free += row_memory
-        if unit is not None:
-            cpu_total, memory_total = _allocatable_of(facts)
-            sums = (cpu_total, cpu_free, memory_total, memory_free)
-            return [0, _now_on(unit), round(scoring.total_of(policy, cpu, memory, *sums, group, facts.preference,
-                                                             platform_rank), scoring.TOTAL_DIGITS), sums, None]
-    fit = fit_on(needs, facts, free=free, claimed=claimed)
-    if not fit.now:
-        return [0, fit, None, None, None]
-    sums = _sums(facts, free)
-    return [0, fit, round(scoring.total_of(policy, needs.cpu_milli, needs.memory_bytes, *sums, group,
-                                           facts.preference, platform_rank), scoring.TOTAL_DIGITS), sums, None]
+_BY_TOTAL = itemgetter(0)
 
 
 def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *, loads: Loads, subject: str,
@@ -274,37 +165,46 @@ def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *,
     (``scoring.total_of``), which is the same number to the bit. A batch's ``loads.memo`` keeps each Grove's
     fit, total and (once built) score until the batch places on it. ``incompatible`` (the shadow-mode
     fallback) checks the rules too and puts the fewest incompatibilities first."""
-    needs = admission.Needs.of(requirement)
     free_of, claimed_of, group_of, versions = loads.free, loads.claimed, loads.group, loads.versions
-    table = None
-    if loads.memo is not None:
-        table = loads.memo.get((needs, policy))
-        if table is None:
-            table = loads.memo[(needs, policy)] = {}
+    memo = loads.memo
+    if memo is None:
+        needs, table = admission.Needs.of(requirement), None
+    else:
+        # The requirement's needs and memo table, by the object's identity (a batch's subjects share a few
+        # parsed requirements; building and hashing ``Needs`` per subject cost more than the lookup).
+        held = memo.get((id(requirement), id(policy)))
+        if held is not None and held[0] is requirement and held[1] is policy:
+            needs, table = held[2], held[3]
+        else:
+            needs = admission.Needs.of(requirement)
+            table = memo.get((needs, policy))
+            if table is None:
+                table = memo[(needs, policy)] = {}
+            memo[(id(requirement), id(policy))] = (requirement, policy, needs, table)
     now, rest = [], []
     for candidate in found:
         facts = candidate.facts
         grove_id, platform_rank = facts.id, candidate.platform_rank
         group = group_of.get(grove_id, 0) if group_of else 0
         if table is None:
-            entry = _judged(needs, facts, free_of.get(grove_id), claimed_of.get(grove_id), group, platform_rank,
-                            policy)
+            entry = judged(needs, facts, free_of.get(grove_id), claimed_of.get(grove_id), group, platform_rank,
+                           policy)
         else:
-            version = versions.get(grove_id, 0)
             key = (grove_id, platform_rank, group)
             entry = table.get(key)
+            version = versions.get(grove_id, 0) if versions else 0
             if entry is None or entry[0] != version:
-                entry = table[key] = _judged(needs, facts, free_of.get(grove_id), claimed_of.get(grove_id), group,
-                                             platform_rank, policy)
+                entry = table[key] = judged(needs, facts, free_of.get(grove_id), claimed_of.get(grove_id), group,
+                                            platform_rank, policy)
                 entry[0] = version
-        row = Ranked(facts, platform_rank, candidate.fits_cpu_memory, entry[1],
-                     incompatibilities=checked(requirement, facts) if incompatible else [])
+        row = Ranked(facts, platform_rank, candidate.fits_cpu_memory, entry[1], None,
+                     checked(requirement, facts) if incompatible else [])
         if entry[2] is not None:
             now.append((entry[2], row, entry, group))
         else:
             rest.append(row)
     if len(now) > 1:
-        now.sort(key=lambda pair: -pair[0])
+        now.sort(key=_BY_TOTAL, reverse=True)  # stable, as sorting by the negated total was
         start = 0
         while start < len(now):  # equal totals: the stable hash of (subject, Grove), computed only for ties
             end = start + 1

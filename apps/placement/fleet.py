@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from bisect import bisect_left, insort
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from apps.placement import rules
@@ -35,9 +35,11 @@ _POSITION, _API = "rank:position", "rank:api"
 _VERSIONS = itertools.count(1)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Candidate:
-    """A Grove as one decision ranked it: its facts and where it stands (not another Grove description)."""
+    """A Grove as one decision ranked it: its facts and where it stands (not another Grove description).
+    Not frozen: one is built per sampled Grove per decision, and a frozen dataclass's ``__init__`` costs
+    four times as much; nothing changes one once built."""
 
     facts: GroveFacts
     eligible: bool
@@ -294,13 +296,14 @@ class FleetIndex:
                         yield rank, records[slug]
 
     def select(self, requirement: ExecutionRequirement, *, limit: int, cap: int, cutoff: float,
-               role_only: bool = False, start: int = 0,
-               fits: Callable[[GroveFacts], bool] | None = None, with_others: bool = True) -> CandidateSet:
+               role_only: bool = False, start: int = 0, free: Mapping[str, Sequence] | None = None,
+               with_others: bool = True) -> CandidateSet:
         """A sample of ``limit`` fresh eligible Groves (the first that fit CPU and memory in ``walk`` order,
         then, when too few fit, the first that do not), ``limit`` other fresh Groves by slug, and capped
-        totals. Per decision this walks the shape's cached levels and stops after ``limit`` fits. ``fits``
-        judges room (a batch's assumed free counts); by default the facts' own units. ``with_others`` off
-        skips the sample of non-eligible Groves (a decision that builds no verdicts)."""
+        totals. Per decision this walks the shape's cached levels and stops after ``limit`` fits. Room is
+        judged on ``free`` (a batch's assumed (unit id, free CPU, free memory) rows by Grove id) where it
+        has the Grove, else on the facts' own units. ``with_others`` off skips the sample of non-eligible
+        Groves (a decision that builds no verdicts)."""
         if self._rules is not rules.RULES:
             self._reindex()
         stale = self.stale(cutoff)
@@ -310,15 +313,43 @@ class FleetIndex:
         cpu, memory = requirement.resources.cpu_milli, requirement.resources.memory_bytes
         fitting: list[Candidate] = []
         short: list[Candidate] = []
-        for rank, facts in self.walk(requirement, start=start, stale=stale, role_only=role_only):
-            if facts.fits(cpu, memory) if fits is None else fits(facts):
-                fitting.append(Candidate(facts, True, rank, True))
-                if len(fitting) >= limit:
-                    break
-            elif len(short) < limit:
-                short.append(Candidate(facts, True, rank, False))
+        records = self.records
+        free_of = free.get if free else None
+        # ``walk`` written out, with the room check inline: this loop runs for every Grove a decision visits.
+        for rank, with_api, without_api in self._levels(requirement, shape):
+            for members in (with_api, without_api):
+                if not members:
+                    continue
+                at = bisect_left(members, (start, ""))
+                for index in itertools.chain(range(at, len(members)), range(at)):
+                    slug = members[index][1]
+                    if slug in stale:
+                        continue
+                    facts = records[slug]
+                    rows = free_of(facts.id) if free_of is not None else None
+                    room = False
+                    if rows is None:
+                        for unit_cpu, unit_memory in facts.units:  # ``GroveFacts.fits``
+                            if unit_cpu >= cpu and unit_memory >= memory:
+                                room = True
+                                break
+                    else:
+                        for row in rows:
+                            if row[1] >= cpu and row[2] >= memory:
+                                room = True
+                                break
+                    if room:
+                        fitting.append(Candidate(facts, True, rank, True))
+                        if len(fitting) >= limit:
+                            return self._selected(fitting, short, others, eligible_count, stale, limit, cap)
+                    elif len(short) < limit:
+                        short.append(Candidate(facts, True, rank, False))
+        return self._selected(fitting, short, others, eligible_count, stale, limit, cap)
+
+    def _selected(self, fitting: list[Candidate], short: list[Candidate], others: list[str], eligible_count: int,
+                  stale: set[str], limit: int, cap: int) -> CandidateSet:
         return CandidateSet(
-            eligible=(fitting + short)[:limit],
+            eligible=fitting if len(fitting) == limit else (fitting + short)[:limit],
             others=[Candidate(self.records[slug], False, NO_PLATFORM_RANK, False) for slug in others],
             eligible_total=min(eligible_count, cap),
             ineligible_total=min(len(self.records) - len(stale) - eligible_count, cap), cap=cap)
