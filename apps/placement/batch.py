@@ -35,7 +35,7 @@ from apps.placement.decide import Decision, Loads, decide
 from apps.placement.fleet import CandidateSet
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import ExecutionRequirement
-from apps.placement.rules import GroveFacts, frontier, selected_platform
+from apps.placement.rules import GroveFacts, frontier, platform_at
 from apps.placement.vocabulary import BATCH_TOP_CANDIDATES, MAX_BATCH_SIZE
 
 log = logging.getLogger(__name__)
@@ -146,6 +146,7 @@ class _Round:
         # moves it): each placement makes one Grove be judged again, the rest are read back.
         self.memo: dict = {}
         self.versions: dict[str, int] = {}
+        self._loads: dict[str | None, Loads] = {}
 
     def view(self, requirement: ExecutionRequirement, *, limit: int, role_only: bool = False,
              start: int = 0, with_others: bool = True) -> CandidateSet:
@@ -178,8 +179,14 @@ class _Round:
         return shape
 
     def loads(self, group: str | None) -> Loads:
-        return Loads(free=self.free, claimed=self.claimed, group=self.groups.get(group, {}) if group else {},
-                     memo=self.memo, versions=self.versions)
+        """The loads a decision reads: one object per spread group, over the round's own dicts (``_take``
+        changes them in place), so a subject's call builds none."""
+        loads = self._loads.get(group)
+        if loads is None:
+            loads = self._loads[group] = Loads(free=self.free, claimed=self.claimed,
+                                               group=self.groups.setdefault(group, {}) if group else {},
+                                               memo=self.memo, versions=self.versions)
+        return loads
 
     def decide(self, item: BatchItem, index: int, enforced: bool) -> writes.Plan:
         requirement = item.requirement
@@ -216,7 +223,7 @@ class _Round:
                 "grove_id": facts.id, "grove_slug": facts.slug, "selected_platform": decision.selected_platform,
                 "chooser": decision.chooser, "would_refuse": decision.would_refuse,
                 "incompatibilities": decision.incompatibilities, "unit": unit_id,
-                "top": [_top_entry(row, rank, selected_platform(requirement, row.facts))
+                "top": [_top_entry(row, rank, platform_at(row.facts.platforms, row.platform_rank))
                         for rank, row in enumerate(top, start=1)],
                 "scores": _compact_scores(decision.scores, top),
             }

@@ -200,25 +200,24 @@ def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *,
         row = Ranked(facts, platform_rank, candidate.fits_cpu_memory, entry[1], None,
                      checked(requirement, facts) if incompatible else [])
         if entry[2] is not None:
-            now.append((entry[2], row, entry, group))
+            now.append((entry[2], row, entry))
         else:
             rest.append(row)
     if len(now) > 1:
         now.sort(key=_BY_TOTAL, reverse=True)  # stable, as sorting by the negated total was
-        start = 0
+        start, order = 0, None
         while start < len(now):  # equal totals: the stable hash of (subject, Grove), computed only for ties
             end = start + 1
             while end < len(now) and now[end][0] == now[start][0]:
                 end += 1
             if end - start > 1:
-                now[start:end] = sorted(now[start:end], key=lambda pair: scoring.tie_key(subject, pair[1].facts.id))
+                if order is None:
+                    order = scoring.tie_order(subject)
+                now[start:end] = sorted(now[start:end], key=lambda pair, order=order: order(pair[1].facts.id))
             start = end
-    for _total, row, entry, group in now[:len(now) if scored is None else scored]:
+    for _total, row, entry in now[:len(now) if scored is None else scored]:
         if entry[4] is None:  # the score and its JSON, built once per entry (a memo entry: per load version)
-            cpu_allocatable, cpu_free, memory_allocatable, memory_free = entry[3]
-            score = scoring.score_of(policy, needs.cpu_milli, needs.memory_bytes, cpu_allocatable, cpu_free,
-                                     memory_allocatable, memory_free, group, row.facts.preference,
-                                     row.platform_rank)
+            score = scoring.Score(*entry[3])  # what ``scoring.score_of`` builds, from the columns ``judged`` kept
             entry[4] = (score, score.to_json())
         row.score, row._shown = entry[4]
     ranked = [pair[1] for pair in now] + rest
@@ -261,16 +260,19 @@ def scores_of(chosen: Ranked, runner_up: Ranked | None, policy: scoring.Policy) 
                                runner.score if runner else None, policy)}
 
 
+_NOW_ONLY, _NOW_OR_LATER = frozenset({FitState.NOW}), frozenset({FitState.NOW, FitState.LATER})
+
+
 def _admit(decision: Decision, ranked: list[Ranked], requirement: ExecutionRequirement, *,
            admit_now: bool) -> Decision:
     """The chosen Grove: the first ranked one with room now (with ``admit_now`` off, one it fits later will do:
     a pin checked before the run starts); else wait for every Grove it could fit later; else refuse, saying by
     how much it never fits."""
-    usable = {FitState.NOW} if admit_now else {FitState.NOW, FitState.LATER}
+    usable = _NOW_ONLY if admit_now else _NOW_OR_LATER
     chosen = next((row for row in ranked if row.fit.state in usable), None)
     if chosen is not None:
         decision.grove, decision.fit = chosen.facts, chosen.fit
-        decision.selected_platform = rules.selected_platform(requirement, chosen.facts)
+        decision.selected_platform = rules.platform_at(chosen.facts.platforms, chosen.platform_rank)
         if chosen.score is not None and decision.policy is not None:
             runner = next((row for row in ranked if row is not chosen and row.score is not None), None)
             decision.scores = scores_of(chosen, runner, decision.policy)
@@ -337,7 +339,8 @@ def _selection(requirement: ExecutionRequirement, *, fleet_view: Fleet, enforced
                       scored=None if explain else 2)
         # The sample is judged on CPU and memory; when none of a full sample has room now (its accelerators
         # are all taken), look further before waiting: a Grove past the sample may have them free.
-        if len(found.eligible) < limit or any(row.fit.now for row in ranked):
+        # (``rank`` puts every row with room now first.)
+        if len(found.eligible) < limit or (ranked and ranked[0].fit.now):
             break
     verdicts, summary = [], ""
     if explain:

@@ -108,33 +108,44 @@ def _now_on(unit_id: str) -> admission.Fit:
 def judged(needs: admission.Needs, facts: rules.GroveFacts, free, claimed, group: int, platform_rank: int,
            policy: scoring.Policy) -> list:
     """One sampled Grove as ``decide.rank`` keeps it: [load version (set by the caller), its resource fit, its
-    total (rounded for the order) and its allocatable and free totals when it has room now, else None and
-    None, and its score (built when it is shown)]. Work without accelerators is judged in one pass over the
-    Grove's unit rows: the first unit that holds it (``fit_on``'s answer "now") and the free totals
-    (``_sums``) together; the rest (no room now, accelerators) through ``fit_on``."""
+    total (rounded for the order), its score's columns and exact total when it has room now (else None and
+    None), and its score and JSON (built when it is shown)]. Work without accelerators is judged in one pass
+    over the Grove's unit rows: the first unit that holds it (``fit_on``'s answer "now"), the allocatable
+    and free totals (``_sums``) together; the rest (no room now, accelerators) through ``fit_on``."""
     rows = facts.unit_free if free is None else free
     allocatable = facts.unit_allocatable
     if needs.accelerators is None and len(rows) == len(allocatable):
         cpu, memory = needs.cpu_milli, needs.memory_bytes
         unit = None
-        cpu_free = memory_free = 0
+        cpu_total = memory_total = cpu_free = memory_free = 0
         for (unit_id, cpu_allocatable, memory_allocatable), row in zip(allocatable, rows):  # noqa: B905 - equal
             row_cpu, row_memory = row[1], row[2]
             if (unit is None and row[0] == unit_id and cpu_allocatable >= cpu and memory_allocatable >= memory
                     and row_cpu >= cpu and row_memory >= memory):
                 unit = unit_id
+            cpu_total += cpu_allocatable
+            memory_total += memory_allocatable
             if row_cpu > 0:
                 cpu_free += row_cpu
             if row_memory > 0:
                 memory_free += row_memory
         if unit is not None:
-            cpu_total, memory_total = _allocatable_of(facts)
-            sums = (cpu_total, cpu_free, memory_total, memory_free)
-            return [0, _now_on(unit), round(scoring.total_of(policy, cpu, memory, *sums, group, facts.preference,
-                                                             platform_rank), scoring.TOTAL_DIGITS), sums, None]
+            fit = _NOW.get(unit) or _now_on(unit)
+            return _scored(fit, policy, cpu, memory, cpu_total, cpu_free, memory_total, memory_free, group,
+                           facts.preference, platform_rank)
     fit = fit_on(needs, facts, free=free, claimed=claimed)
     if not fit.now:
         return [0, fit, None, None, None]
-    sums = _sums(facts, free)
-    return [0, fit, round(scoring.total_of(policy, needs.cpu_milli, needs.memory_bytes, *sums, group,
-                                           facts.preference, platform_rank), scoring.TOTAL_DIGITS), sums, None]
+    return _scored(fit, policy, needs.cpu_milli, needs.memory_bytes, *_sums(facts, free), group, facts.preference,
+                   platform_rank)
+
+
+def _scored(fit: admission.Fit, policy: scoring.Policy, cpu_need: int, memory_need: int, cpu_allocatable: int,
+            cpu_free: int, memory_allocatable: int, memory_free: int, group: int, preference: int,
+            platform_rank: int) -> list:
+    """``judged``'s entry for a Grove with room now: the columns and total ``scoring.score_of`` would build
+    (the same functions), the total rounded for the order."""
+    columns = scoring.columns_of(cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable, memory_free,
+                                 group, preference, platform_rank)
+    total = scoring.total_from(policy, columns)
+    return [0, fit, round(total, scoring.TOTAL_DIGITS), (columns, total), None]
