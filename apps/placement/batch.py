@@ -203,7 +203,8 @@ class _Round:
                     raise no_capacity(item, shape.decision.summary)
                 raise refusal
         decision = decide(requirement, fleet_view=self.view, loads=self.loads(item.group), subject=subject,
-                          target=reference, enforced=enforced, explain=reference is not None)
+                          target=reference, enforced=enforced, explain=reference is not None,
+                          policy=shape.decision.policy if shape is not None else None)
         if decision.refusal is not None:
             if decision.outcome == Outcome.WAITING:
                 raise no_capacity(item, decision.summary or (shape.decision.summary if shape else ""))

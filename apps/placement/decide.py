@@ -136,21 +136,9 @@ class WaitingForCapacity(Conflict):
 
 def policy_for(requirement: ExecutionRequirement) -> scoring.Policy:
     """The scoring policy and weights for this work, from settings (``PLACEMENT_POLICY``,
-    ``PLACEMENT_SCORE_WEIGHTS``); kept per (family, accelerators) while both settings are equal to what
-    it was built from (a batch asks once per subject)."""
-    policies, weights = settings.PLACEMENT_POLICY, settings.PLACEMENT_SCORE_WEIGHTS
-    key = (requirement.family, requirement.accelerators is not None)
-    held = _POLICIES.get(key)
-    if held is not None and held[0] == policies and held[1] == weights:
-        return held[2]
-    policy = scoring.policy_for(family=key[0], accelerators=key[1], policies=policies, weights=weights)
-    if len(_POLICIES) >= 256:
-        _POLICIES.clear()
-    _POLICIES[key] = (dict(policies), dict(weights), policy)
-    return policy
-
-
-_POLICIES: dict[tuple[str, bool], tuple[dict, dict, scoring.Policy]] = {}
+    ``PLACEMENT_SCORE_WEIGHTS``)."""
+    return scoring.policy_for(family=requirement.family, accelerators=requirement.accelerators is not None,
+                              policies=settings.PLACEMENT_POLICY, weights=settings.PLACEMENT_SCORE_WEIGHTS)
 
 
 _BY_TOTAL = itemgetter(0)
@@ -385,16 +373,19 @@ def _selection(requirement: ExecutionRequirement, *, fleet_view: Fleet, enforced
 
 def decide(requirement: ExecutionRequirement, *, fleet_view: Fleet | None = None, loads: Loads = NO_LOADS,
            subject: str = "", target: str | None = None, enforced: bool = False, admit_now: bool = True,
-           explain: bool = True) -> Decision:
+           explain: bool = True, policy: scoring.Policy | None = None) -> Decision:
     """Choose a Grove for ``requirement`` and say why (see the module docstring). A refusal (or
     ``WaitingForCapacity``) is returned in ``decision.refusal``, not raised; ``decision.outcome`` says
     placed, waiting or refused. ``subject`` ("type:id") places the sampling ring and breaks ties: a preview
     given the subject decides exactly what its dispatch will. ``explain`` off (a batch's per-subject call)
-    skips the verdict dicts; the ranking, the choice and the scores are the same.
+    skips the verdict dicts; the ranking, the choice and the scores are the same. ``policy``: what
+    ``policy_for(requirement)`` answers, when the caller has it already (a batch, from the requirement's
+    shared decision).
 
     An explicit target (argument, else ``requirement.target``) is checked like any other Grove: a target
     never waives compatibility."""
-    policy = policy_for(requirement)
+    if policy is None:
+        policy = policy_for(requirement)
     reference = target or (requirement.target.grove_id if requirement.target else None)
     if reference:
         decision = _explicit(requirement, reference, enforced=enforced, admit_now=admit_now, loads=loads,

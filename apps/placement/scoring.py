@@ -182,9 +182,25 @@ class Score:
     total: float
 
     def to_json(self) -> dict:
-        body = dict(zip(NAMES, [round(value, 4) for value in self.columns]))  # noqa: B905 - a column per plugin
-        body["total"] = round(self.total, 4)
+        body = dict(zip(NAMES, [_shown(value) for value in self.columns]))  # noqa: B905 - a column per plugin
+        body["total"] = _shown(self.total)
         return body
+
+
+# ``round(value, 4)`` by value: rounding a float to digits costs a decimal conversion both ways, and the values
+# shown repeat (platform, run-spread and preference columns take a few values; equal Groves equal loads).
+_SHOWN: dict[float, float] = {}
+
+
+def _shown(value: float) -> float:
+    shown = _SHOWN.get(value)
+    if shown is None:
+        shown = round(value, 4)
+        if value:  # never 0.0: -0.0 would find it (equal keys) and lose its sign
+            if len(_SHOWN) >= 100_000:
+                _SHOWN.clear()
+            _SHOWN[value] = shown
+    return shown
 
 
 _SCORERS = tuple(plugin.score for plugin in PLUGINS)
