@@ -188,27 +188,31 @@ def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *,
         row = Ranked(facts, platform_rank, candidate.fits_cpu_memory, entry[1], None,
                      checked(requirement, facts) if incompatible else [])
         if entry[2] is not None:
-            now.append((entry[2], row, entry))
+            now.append((entry[2], len(now), row, entry))
         else:
             rest.append(row)
     if len(now) > 1:
-        now.sort(key=_BY_TOTAL, reverse=True)  # stable, as sorting by the negated total was
+        # Highest total first, totals equal to ``scoring.TOTAL_DIGITS`` decimals tied. Rounding keeps the order
+        # (it is monotonic), so sorting the exact totals puts each tie together, and ``scoring.tied`` rounds
+        # only the close ones.
+        now.sort(key=_BY_TOTAL, reverse=True)
         start, order = 0, None
-        while start < len(now):  # equal totals: the stable hash of (subject, Grove), computed only for ties
+        while start < len(now):  # a tie: by the stable hash of (subject, Grove), then the sampling order
             end = start + 1
-            while end < len(now) and now[end][0] == now[start][0]:
+            while end < len(now) and scoring.tied(now[start][0], now[end][0]):
                 end += 1
             if end - start > 1:
                 if order is None:
                     order = scoring.tie_order(subject)
-                now[start:end] = sorted(now[start:end], key=lambda pair, order=order: order(pair[1].facts.id))
+                now[start:end] = sorted(now[start:end], key=lambda item, order=order: (order(item[2].facts.id),
+                                                                                       item[1]))
             start = end
-    for _total, row, entry in now[:len(now) if scored is None else scored]:
+    for _total, _position, row, entry in now[:len(now) if scored is None else scored]:
         if entry[4] is None:  # the score and its JSON, built once per entry (a memo entry: per load version)
-            score = scoring.Score(*entry[3])  # what ``scoring.score_of`` builds, from the columns ``judged`` kept
+            score = scoring.Score(entry[3], entry[2])  # ``scoring.score_of``'s, from what ``judged`` kept
             entry[4] = (score, score.to_json())
         row.score, row._shown = entry[4]
-    ranked = [pair[1] for pair in now] + rest
+    ranked = [item[2] for item in now] + rest
     if incompatible:
         ranked.sort(key=lambda row: len(row.incompatibilities))
     return ranked

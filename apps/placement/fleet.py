@@ -286,12 +286,12 @@ class FleetIndex:
         shape = self._shape(requirement, role_only)
         records = self.records
         for rank, with_api, without_api in self._levels(requirement, shape):
-            for members in (with_api, without_api):
-                if not members:
+            for points, slugs in (with_api, without_api):
+                if not slugs:
                     continue
-                at = bisect_left(members, (start, ""))
-                for index in itertools.chain(range(at, len(members)), range(at)):
-                    slug = members[index][1]
+                at = bisect_left(points, start)
+                for index in itertools.chain(range(at, len(slugs)), range(at)):
+                    slug = slugs[index]
                     if slug not in stale:
                         yield rank, records[slug]
 
@@ -317,12 +317,12 @@ class FleetIndex:
         free_of = free.get if free else None
         # ``walk`` written out, with the room check inline: this loop runs for every Grove a decision visits.
         for rank, with_api, without_api in self._levels(requirement, shape):
-            for members in (with_api, without_api):
-                if not members:
+            for points, slugs in (with_api, without_api):
+                if not slugs:
                     continue
-                at = bisect_left(members, (start, ""))
-                for index in itertools.chain(range(at, len(members)), range(at)):
-                    slug = members[index][1]
+                at = bisect_left(points, start)
+                for index in itertools.chain(range(at, len(slugs)), range(at)):
+                    slug = slugs[index]
                     if slug in stale:
                         continue
                     facts = records[slug]
@@ -354,9 +354,11 @@ class FleetIndex:
             eligible_total=min(eligible_count, cap),
             ineligible_total=min(len(self.records) - len(stale) - eligible_count, cap), cap=cap)
 
-    def _levels(self, requirement: ExecutionRequirement, shape: _Shape) -> list[tuple[int, list, list]]:
-        """(platform position, [(ring point, slug)] with the wanted API, the others) per level, each part in
-        ring order; precomputed once per shape (the API is a preference the walk reads after the position)."""
+    def _levels(self, requirement: ExecutionRequirement, shape: _Shape) -> list[tuple[int, tuple, tuple]]:
+        """(platform position, the Groves with the wanted API, the others) per level, each part in ring order
+        as (ring points, slugs): the walk bisects the plain points for the subject's (the first point at or
+        after it, as bisecting (point, slug) pairs for (start, "") found). Precomputed once per shape (the
+        API is a preference the walk reads after the position)."""
         if shape.levels is None:
             api = _accelerator_api(requirement)
             allowed = frozenset(requirement.compatibility.platform.allowed)
@@ -365,8 +367,15 @@ class FleetIndex:
                 record = self.records[slug]
                 level = levels.setdefault(platform_rank(record.platforms, allowed), ([], []))
                 level[0 if not api or api in record.apis else 1].append((self._ring[slug], slug))
-            shape.levels = [(rank, sorted(levels[rank][0]), sorted(levels[rank][1])) for rank in sorted(levels)]
+            shape.levels = [(rank, _ring_order(levels[rank][0]), _ring_order(levels[rank][1]))
+                            for rank in sorted(levels)]
         return shape.levels
+
+
+def _ring_order(members: list[tuple[int, str]]) -> tuple[list[int], list[str]]:
+    """(ring points, slugs) of one part of a level, sorted by point (then slug)."""
+    members.sort()
+    return [point for point, _slug in members], [slug for _point, slug in members]
 
 
 def _take(iterator: Iterable[str], limit: int) -> list[str]:

@@ -108,8 +108,8 @@ def _now_on(unit_id: str) -> admission.Fit:
 def judged(needs: admission.Needs, facts: rules.GroveFacts, free, claimed, group: int, platform_rank: int,
            policy: scoring.Policy) -> list:
     """One sampled Grove as ``decide.rank`` keeps it: [load version (set by the caller), its resource fit, its
-    total (rounded for the order), its score's columns and exact total when it has room now (else None and
-    None), and its score and JSON (built when it is shown)]. Work without accelerators is judged in one pass
+    score's total and columns when it has room now (else None and None), and its score and JSON (built when
+    it is shown)]. Work without accelerators is judged in one pass
     over the Grove's unit rows: the first unit that holds it (``fit_on``'s answer "now"), the allocatable
     and free totals (``_sums``) together; the rest (no room now, accelerators) through ``fit_on``."""
     rows = facts.unit_free if free is None else free
@@ -143,9 +143,8 @@ def judged(needs: admission.Needs, facts: rules.GroveFacts, free, claimed, group
 def _scored(fit: admission.Fit, policy: scoring.Policy, cpu_need: int, memory_need: int, cpu_allocatable: int,
             cpu_free: int, memory_allocatable: int, memory_free: int, group: int, preference: int,
             platform_rank: int) -> list:
-    """``judged``'s entry for a Grove with room now: the columns and total ``scoring.score_of`` would build
-    (the same functions), the total rounded for the order."""
+    """``judged``'s entry for a Grove with room now: the total and columns ``scoring.score_of`` would build
+    (the same functions)."""
     columns = scoring.columns_of(cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable, memory_free,
                                  group, preference, platform_rank)
-    total = scoring.total_from(policy, columns)
-    return [0, fit, round(total, scoring.TOTAL_DIGITS), (columns, total), None]
+    return [0, fit, scoring.total_from(policy, columns), columns, None]

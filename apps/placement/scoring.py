@@ -273,6 +273,24 @@ def score(needs: Needs, load: Load, policy: Policy) -> Score:
     return Score(columns, total_from(policy, columns))
 
 
+# Totals further apart than this never round to the same ``TOTAL_DIGITS`` decimals: each rounds to a multiple
+# of 10**-TOTAL_DIGITS within half of one, and below ``_TIE_EXACT`` a double's spacing is far finer than that
+# (so two such multiples stay two doubles, and the difference computed is the true one to within it).
+_TIE_GAP = 2 * 10.0**-TOTAL_DIGITS
+_TIE_EXACT = 1e6
+
+
+def tied(first: float, other: float) -> bool:
+    """Whether two totals are equal to ``TOTAL_DIGITS`` decimals (a tie: floating-point noise is not a
+    preference): ``round(first, TOTAL_DIGITS) == round(other, TOTAL_DIGITS)``, rounding only when the two
+    are close enough for it to matter (rounding a float to digits is a decimal conversion both ways)."""
+    if first == other:
+        return True
+    if abs(first - other) > _TIE_GAP and abs(first) < _TIE_EXACT:
+        return False
+    return round(first, TOTAL_DIGITS) == round(other, TOTAL_DIGITS)
+
+
 def tie_order(subject: str) -> Callable[[str], bytes]:
     """``tie_key(subject, grove_id)`` for many Groves of one subject, as the hash's 8 big-endian bytes (which
     sort as the number does): the subject's part is hashed once, each Grove's id added to a copy."""
