@@ -12,7 +12,7 @@ and round a ring from the subject's point), so a decision's cost does not grow w
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Protocol
@@ -169,7 +169,8 @@ def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *,
             if table is None:
                 table = memo[(needs, policy)] = {}
             memo[(id(requirement), id(policy))] = (requirement, policy, needs, table)
-    now, rest = [], []
+    now: list[tuple[float, int, Ranked, list]] = []  # (total, sampling position, row, memo entry)
+    rest: list[Ranked] = []
     for candidate in found:
         facts = candidate.facts
         grove_id, platform_rank = facts.id, candidate.platform_rank
@@ -204,8 +205,7 @@ def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *,
             if end - start > 1:
                 if order is None:
                     order = scoring.tie_order(subject)
-                now[start:end] = sorted(now[start:end], key=lambda item, order=order: (order(item[2].facts.id),
-                                                                                       item[1]))
+                now[start:end] = _tie_sorted(now[start:end], order)
             start = end
     for _total, _position, row, entry in now[:len(now) if scored is None else scored]:
         if entry[4] is None:  # the score and its JSON, built once per entry (a memo entry: per load version)
@@ -216,6 +216,11 @@ def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *,
     if incompatible:
         ranked.sort(key=lambda row: len(row.incompatibilities))
     return ranked
+
+
+def _tie_sorted(tie: list[tuple[float, int, Ranked, list]], order: Callable[[str], bytes]) -> list:
+    """Tied rows by the stable hash of (subject, Grove) (``order``), equal hashes in sampling order."""
+    return sorted(tie, key=lambda item: (order(item[2].facts.id), item[1]))
 
 
 def verdict(requirement: ExecutionRequirement, row: Ranked | None, facts: rules.GroveFacts,
