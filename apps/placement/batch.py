@@ -128,7 +128,10 @@ def _compact_scores(scores: dict | None, top: list) -> dict | None:
         return scores
     if runner is None and len(top) > 1:
         return scores
-    return {key: value for key, value in scores.items() if key != "chosen" and key != "runner_up"}
+    compact = dict(scores)
+    compact.pop("chosen")
+    compact.pop("runner_up", None)
+    return compact
 
 
 class _Round:

@@ -12,7 +12,7 @@ and round a ring from the subject's point), so a decision's cost does not grow w
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Protocol
@@ -84,7 +84,7 @@ class Ranked:
         return self._shown
 
 
-@dataclass
+@dataclass(slots=True)
 class Decision:
     grove: rules.GroveFacts | None
     selected_platform: str
@@ -197,15 +197,13 @@ def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *,
         # (it is monotonic), so sorting the exact totals puts each tie together, and ``scoring.tied`` rounds
         # only the close ones.
         now.sort(key=_BY_TOTAL, reverse=True)
-        start, order = 0, None
+        start = 0
         while start < len(now):  # a tie: by the stable hash of (subject, Grove), then the sampling order
             end = start + 1
             while end < len(now) and scoring.tied(now[start][0], now[end][0]):
                 end += 1
             if end - start > 1:
-                if order is None:
-                    order = scoring.tie_order(subject)
-                now[start:end] = _tie_sorted(now[start:end], order)
+                now[start:end] = _tie_sorted(now[start:end], subject)
             start = end
     for _total, _position, row, entry in now[:len(now) if scored is None else scored]:
         if entry[4] is None:  # the score and its JSON, built once per entry (a memo entry: per load version)
@@ -218,9 +216,10 @@ def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *,
     return ranked
 
 
-def _tie_sorted(tie: list[tuple[float, int, Ranked, list]], order: Callable[[str], bytes]) -> list:
-    """Tied rows by the stable hash of (subject, Grove) (``order``), equal hashes in sampling order."""
-    return sorted(tie, key=lambda item: (order(item[2].facts.id), item[1]))
+def _tie_sorted(tie: list[tuple[float, int, Ranked, list]], subject: str) -> list:
+    """Tied rows by the stable hash of (subject, Grove), equal hashes in sampling order."""
+    keys = scoring.tie_keys(subject, [item[2].facts.id for item in tie])
+    return [item for _key, _position, item in sorted(zip(keys, [item[1] for item in tie], tie))]  # noqa: B905
 
 
 def verdict(requirement: ExecutionRequirement, row: Ranked | None, facts: rules.GroveFacts,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 SPREAD, BINPACK = "spread", "binpack"
@@ -182,8 +182,9 @@ class Score:
     total: float
 
     def to_json(self) -> dict:
-        body = dict(zip(NAMES, [_shown(value) for value in self.columns]))  # noqa: B905 - a column per plugin
-        body["total"] = _shown(self.total)
+        known = _SHOWN.get  # (a value found is the rounding; 0.0 or none found: ``_shown`` answers)
+        body = dict(zip(NAMES, [known(value) or _shown(value) for value in self.columns]))  # noqa: B905 - one each
+        body["total"] = known(self.total) or _shown(self.total)
         return body
 
 
@@ -291,22 +292,21 @@ def tied(first: float, other: float) -> bool:
     return round(first, TOTAL_DIGITS) == round(other, TOTAL_DIGITS)
 
 
-def tie_order(subject: str) -> Callable[[str], bytes]:
-    """``tie_key(subject, grove_id)`` for many Groves of one subject, as the hash's 8 big-endian bytes (which
-    sort as the number does): the subject's part is hashed once, each Grove's id added to a copy."""
+def tie_keys(subject: str, grove_ids: Iterable[str]) -> list[bytes]:
+    """``tie_key(subject, grove_id)`` of each Grove, as the hash's 8 big-endian bytes (which sort as the
+    number does): the subject's part is hashed once, each Grove's id added to a copy."""
     prefix = hashlib.blake2b(f"{subject}\x00".encode(), digest_size=8)
-
-    def key(grove_id: str) -> bytes:
+    keys = []
+    for grove_id in grove_ids:
         hashed = prefix.copy()
         hashed.update(grove_id.encode())
-        return hashed.digest()
-
-    return key
+        keys.append(hashed.digest())
+    return keys
 
 
 def tie_key(subject: str, grove_id: str) -> int:
     """A stable 64-bit hash of (subject, Grove): the tie-break between equal totals."""
-    return int.from_bytes(tie_order(subject)(grove_id), "big")
+    return int.from_bytes(tie_keys(subject, (grove_id,))[0], "big")
 
 
 def ring_point(value: str) -> int:
