@@ -35,11 +35,11 @@ _POSITION, _API = "rank:position", "rank:api"
 _VERSIONS = itertools.count(1)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Candidate:
     """A Grove as one decision ranked it: its facts and where it stands (not another Grove description).
-    Not frozen: one is built per sampled Grove per decision, and a frozen dataclass's ``__init__`` costs
-    four times as much; nothing changes one once built."""
+    ``select`` keeps the ones it builds while the Grove's facts stand and hands the same object to every
+    decision that samples the Grove (immutable, so shared safely)."""
 
     facts: GroveFacts
     eligible: bool
@@ -107,6 +107,9 @@ class FleetIndex:
         self._shape_of: dict[tuple[int, bool], tuple[ExecutionRequirement, _Shape]] = {}
         self._polls: list[tuple[float, str]] = []  # (last poll, slug) of ready Groves, lazily pruned
         self._rules = rules.RULES  # the table the indexes were built from
+        # The eligible candidates ``select`` built, by slug, without room and with room (a decision samples the
+        # same Groves as many before it): each stands while its Grove's facts and platform position do.
+        self._sampled: tuple[dict[str, Candidate], dict[str, Candidate]] = ({}, {})
         self.version = next(_VERSIONS)
 
     def __len__(self) -> int:
@@ -129,6 +132,8 @@ class FleetIndex:
             return
         del self.records[slug]
         del self._ring[slug]
+        for kept in self._sampled:
+            kept.pop(slug, None)
         for key in self._keys.pop(slug):
             members = self._index[key]
             members.discard(slug)
@@ -313,7 +318,7 @@ class FleetIndex:
         cpu, memory = requirement.resources.cpu_milli, requirement.resources.memory_bytes
         fitting: list[Candidate] = []
         short: list[Candidate] = []
-        records = self.records
+        records, sampled = self.records, self._sampled
         free_of = free.get if free else None
         # ``walk`` written out, with the room check inline: this loop runs for every Grove a decision visits.
         for rank, with_api, without_api in self._levels(requirement, shape):
@@ -338,12 +343,17 @@ class FleetIndex:
                             if row[1] >= cpu and row[2] >= memory:
                                 room = True
                                 break
-                    if room:
-                        fitting.append(Candidate(facts, True, rank, True))
+                    if room or len(short) < limit:
+                        kept = sampled[room]
+                        candidate = kept.get(slug)
+                        if candidate is None or candidate.facts is not facts or candidate.platform_rank != rank:
+                            candidate = kept[slug] = Candidate(facts, True, rank, room)
+                        if not room:
+                            short.append(candidate)
+                            continue
+                        fitting.append(candidate)
                         if len(fitting) >= limit:
                             return self._selected(fitting, short, others, eligible_count, stale, limit, cap)
-                    elif len(short) < limit:
-                        short.append(Candidate(facts, True, rank, False))
         return self._selected(fitting, short, others, eligible_count, stale, limit, cap)
 
     def _selected(self, fitting: list[Candidate], short: list[Candidate], others: list[str], eligible_count: int,

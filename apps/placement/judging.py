@@ -108,16 +108,18 @@ def _now_on(unit_id: str) -> admission.Fit:
 def judged(needs: admission.Needs, facts: rules.GroveFacts, free, claimed, group: int, platform_rank: int,
            policy: scoring.Policy) -> list:
     """One sampled Grove as ``decide.rank`` keeps it: [load version (set by the caller), its resource fit, its
-    score's total and columns when it has room now (else None and None), and its score and JSON (built when
-    it is shown)]. Work without accelerators is judged in one pass
-    over the Grove's unit rows: the first unit that holds it (``fit_on``'s answer "now"), the allocatable
-    and free totals (``_sums``) together; the rest (no room now, accelerators) through ``fit_on``."""
+    score's total and columns when it has room now (else None and None: the columns and total
+    ``scoring.score_of`` would build, by the same functions), and its score and JSON (built when it is
+    shown)]. Work without accelerators is judged in one pass over the Grove's unit rows: the first unit that
+    holds it (``fit_on``'s answer "now"), the allocatable and free totals (``_sums``) together; the rest (no
+    room now, accelerators) through ``fit_on``."""
     rows = facts.unit_free if free is None else free
     allocatable = facts.unit_allocatable
+    cpu, memory = needs.cpu_milli, needs.memory_bytes
+    fit = None
+    cpu_total = memory_total = cpu_free = memory_free = 0
     if needs.accelerators is None and len(rows) == len(allocatable):
-        cpu, memory = needs.cpu_milli, needs.memory_bytes
         unit = None
-        cpu_total = memory_total = cpu_free = memory_free = 0
         for (unit_id, cpu_allocatable, memory_allocatable), row in zip(allocatable, rows):  # noqa: B905 - equal
             row_cpu, row_memory = row[1], row[2]
             if (unit is None and row[0] == unit_id and cpu_allocatable >= cpu and memory_allocatable >= memory
@@ -131,20 +133,11 @@ def judged(needs: admission.Needs, facts: rules.GroveFacts, free, claimed, group
                 memory_free += row_memory
         if unit is not None:
             fit = _NOW.get(unit) or _now_on(unit)
-            return _scored(fit, policy, cpu, memory, cpu_total, cpu_free, memory_total, memory_free, group,
-                           facts.preference, platform_rank)
-    fit = fit_on(needs, facts, free=free, claimed=claimed)
-    if not fit.now:
-        return [0, fit, None, None, None]
-    return _scored(fit, policy, needs.cpu_milli, needs.memory_bytes, *_sums(facts, free), group, facts.preference,
-                   platform_rank)
-
-
-def _scored(fit: admission.Fit, policy: scoring.Policy, cpu_need: int, memory_need: int, cpu_allocatable: int,
-            cpu_free: int, memory_allocatable: int, memory_free: int, group: int, preference: int,
-            platform_rank: int) -> list:
-    """``judged``'s entry for a Grove with room now: the total and columns ``scoring.score_of`` would build
-    (the same functions)."""
-    columns = scoring.columns_of(cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable, memory_free,
-                                 group, preference, platform_rank)
+    if fit is None:
+        fit = fit_on(needs, facts, free=free, claimed=claimed)
+        if not fit.now:
+            return [0, fit, None, None, None]
+        cpu_total, cpu_free, memory_total, memory_free = _sums(facts, free)
+    columns = scoring.columns_of(cpu, memory, cpu_total, cpu_free, memory_total, memory_free, group,
+                                 facts.preference, platform_rank)
     return [0, fit, scoring.total_from(policy, columns), columns, None]
