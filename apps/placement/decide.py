@@ -218,8 +218,8 @@ def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *,
 
 def _tie_sorted(tie: list[tuple[float, int, Ranked, list]], subject: str) -> list:
     """Tied rows by the stable hash of (subject, Grove), equal hashes in sampling order."""
-    keys = scoring.tie_keys(subject, [item[2].facts.id for item in tie])
-    return [item for _key, _position, item in sorted(zip(keys, [item[1] for item in tie], tie))]  # noqa: B905
+    order = scoring.tie_order(subject)
+    return sorted(tie, key=lambda item: (order(item[2].facts.id), item[1]))
 
 
 def verdict(requirement: ExecutionRequirement, row: Ranked | None, facts: rules.GroveFacts,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 SPREAD, BINPACK = "spread", "binpack"
@@ -292,21 +292,22 @@ def tied(first: float, other: float) -> bool:
     return round(first, TOTAL_DIGITS) == round(other, TOTAL_DIGITS)
 
 
-def tie_keys(subject: str, grove_ids: Iterable[str]) -> list[bytes]:
-    """``tie_key(subject, grove_id)`` of each Grove, as the hash's 8 big-endian bytes (which sort as the
-    number does): the subject's part is hashed once, each Grove's id added to a copy."""
+def tie_order(subject: str) -> Callable[[str], bytes]:
+    """``tie_key(subject, grove_id)`` for many Groves of one subject, as the hash's 8 big-endian bytes (which
+    sort as the number does): the subject's part is hashed once, each Grove's id added to a copy."""
     prefix = hashlib.blake2b(f"{subject}\x00".encode(), digest_size=8)
-    keys = []
-    for grove_id in grove_ids:
+
+    def key(grove_id: str) -> bytes:
         hashed = prefix.copy()
         hashed.update(grove_id.encode())
-        keys.append(hashed.digest())
-    return keys
+        return hashed.digest()
+
+    return key
 
 
 def tie_key(subject: str, grove_id: str) -> int:
     """A stable 64-bit hash of (subject, Grove): the tie-break between equal totals."""
-    return int.from_bytes(tie_keys(subject, (grove_id,))[0], "big")
+    return int.from_bytes(tie_order(subject)(grove_id), "big")
 
 
 def ring_point(value: str) -> int:
