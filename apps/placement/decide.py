@@ -46,9 +46,10 @@ class Loads:
     free: Mapping[str, Sequence] = field(default_factory=dict)
     claimed: Mapping[str, Mapping] = field(default_factory=dict)
     group: Mapping[str, int] = field(default_factory=dict)
-    # A batch's memo of what ``rank`` computed per sampled Grove (its resource fit and total), by what they
-    # depend on, and each Grove's load version (``versions``, moved by the batch whenever it places work on
-    # the Grove): an entry stands while its Grove's version does, so a placement recomputes one Grove only.
+    # A batch's memo of what ``rank`` computed per sampled Grove (its resource fit, total and columns), by
+    # what they depend on (and each requirement object's needs and table, by its identity), and each Grove's
+    # load version (``versions``, moved by the batch whenever it places work on the Grove): an entry stands
+    # while its Grove's version does, so a placement recomputes one Grove only.
     memo: dict | None = None
     versions: Mapping[str, int] = field(default_factory=dict)
 
@@ -58,7 +59,7 @@ NO_LOADS = Loads()
 
 class Fleet(Protocol):
     """Where ``decide`` samples candidates from: the fleet snapshot (``snapshot.candidates``), or a batch's
-    view of it whose ``fits`` reads the batch's assumed free counts."""
+    view of it that judges room on the batch's assumed free counts."""
 
     def __call__(self, requirement: ExecutionRequirement, *, limit: int, role_only: bool = False,
                  start: int = 0, with_others: bool = True) -> fleet.CandidateSet: ...
@@ -147,12 +148,13 @@ _BY_TOTAL = itemgetter(0)
 def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *, loads: Loads, subject: str,
          policy: scoring.Policy, incompatible: bool = False, scored: int | None = None) -> list[Ranked]:
     """Filter and score: each candidate's resource fit (over ``loads``), every one with room now ordered by
-    its total (highest first; equal totals by the tie key of subject and Grove), then the others in sampling
-    order. Every plugin's column is built for the first ``scored`` with room (all of them by default: a
-    batch's per-subject call needs only the chosen and the runner-up); the order reads only the total
-    (``scoring.total_of``), which is the same number to the bit. A batch's ``loads.memo`` keeps each Grove's
-    fit, total and (once built) score until the batch places on it. ``incompatible`` (the shadow-mode
-    fallback) checks the rules too and puts the fewest incompatibilities first."""
+    its total (highest first; totals equal to ``scoring.TOTAL_DIGITS`` decimals by the tie key of subject
+    and Grove), then the others in sampling order. The total and columns come from ``judging.judged`` (the
+    numbers ``scoring.score`` gives, to the bit); the ``Score`` and its JSON are built for the first
+    ``scored`` with room (all of them by default: a batch's per-subject call needs only the chosen and the
+    runner-up). A batch's ``loads.memo`` keeps each Grove's fit, total, columns and (once built) score until
+    the batch places on it. ``incompatible`` (the shadow-mode fallback) checks the rules too and puts the
+    fewest incompatibilities first."""
     free_of, claimed_of, group_of, versions = loads.free, loads.claimed, loads.group, loads.versions
     memo = loads.memo
     if memo is None:
