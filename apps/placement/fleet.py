@@ -280,32 +280,16 @@ class FleetIndex:
         shape = self._shapes[key] = _Shape(eligible=eligible, others=[s for s in self._sorted if s not in eligible])
         return shape
 
-    def walk(self, requirement: ExecutionRequirement, *, start: int, stale: set[str],
-             role_only: bool = False) -> Iterator[tuple[int, GroveFacts]]:
-        """Every eligible fresh Grove as (platform position, facts), in sampling order: by the position of
-        the earliest accepted platform in the Grove's order, the Groves with the wanted accelerator API
-        first, and within each part round the ring from ``start`` (the subject's point). A walk starting
-        elsewhere for each subject visits the fleet evenly; the same subject always walks it the same way."""
-        if self._rules is not rules.RULES:
-            self._reindex()
-        shape = self._shape(requirement, role_only)
-        records = self.records
-        for rank, with_api, without_api in self._levels(requirement, shape):
-            for points, slugs in (with_api, without_api):
-                if not slugs:
-                    continue
-                at = bisect_left(points, start)
-                for index in itertools.chain(range(at, len(slugs)), range(at)):
-                    slug = slugs[index]
-                    if slug not in stale:
-                        yield rank, records[slug]
-
     def select(self, requirement: ExecutionRequirement, *, limit: int, cap: int, cutoff: float,
                role_only: bool = False, start: int = 0, free: Mapping[str, Sequence] | None = None,
                with_others: bool = True) -> CandidateSet:
-        """A sample of ``limit`` fresh eligible Groves (the first that fit CPU and memory in ``walk`` order,
+        """A sample of ``limit`` fresh eligible Groves (the first that fit CPU and memory in sampling order,
         then, when too few fit, the first that do not), ``limit`` other fresh Groves by slug, and capped
-        totals. Per decision this walks the shape's cached levels and stops after ``limit`` fits. Room is
+        totals. Sampling order: by the position of the earliest accepted platform in the Grove's order, the
+        Groves with the wanted accelerator API first, and within each part round the ring from ``start``
+        (the subject's point); a walk starting elsewhere for each subject visits the fleet evenly, the same
+        subject always walks it the same way. Per decision this walks the shape's cached levels and stops
+        after ``limit`` fits. Room is
         judged on ``free`` (a batch's assumed (unit id, free CPU, free memory) rows by Grove id) where it
         has the Grove, else on the facts' own units. ``with_others`` off skips the sample of non-eligible
         Groves (a decision that builds no verdicts)."""
@@ -320,7 +304,7 @@ class FleetIndex:
         short: list[Candidate] = []
         records, sampled = self.records, self._sampled
         free_of = free.get if free else None
-        # ``walk`` written out, with the room check inline: this loop runs for every Grove a decision visits.
+        # The room check inline (no callback): this loop runs for every Grove a decision visits.
         for rank, with_api, without_api in self._levels(requirement, shape):
             for points, slugs in (with_api, without_api):
                 if not slugs:
