@@ -35,7 +35,7 @@ from apps.placement.decide import Decision, Loads, decide
 from apps.placement.fleet import CandidateSet
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import ExecutionRequirement
-from apps.placement.rules import GroveFacts, frontier, selected_platform
+from apps.placement.rules import GroveFacts, frontier, platform_at
 from apps.placement.vocabulary import BATCH_TOP_CANDIDATES, MAX_BATCH_SIZE
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,10 @@ def _compact_scores(scores: dict | None, top: list) -> dict | None:
         return scores
     if runner is None and len(top) > 1:
         return scores
-    return {key: value for key, value in scores.items() if key != "chosen" and key != "runner_up"}
+    compact = dict(scores)
+    compact.pop("chosen")
+    compact.pop("runner_up", None)
+    return compact
 
 
 class _Round:
@@ -146,24 +149,13 @@ class _Round:
         # moves it): each placement makes one Grove be judged again, the rest are read back.
         self.memo: dict = {}
         self.versions: dict[str, int] = {}
+        self._loads: dict[str | None, Loads] = {}
 
     def view(self, requirement: ExecutionRequirement, *, limit: int, role_only: bool = False,
              start: int = 0, with_others: bool = True) -> CandidateSet:
         """The snapshot's sample, with room judged on the batch's assumed free counts."""
-        cpu, memory = requirement.resources.cpu_milli, requirement.resources.memory_bytes
-        free = self.free
-
-        def fits(facts: GroveFacts) -> bool:
-            rows = free.get(facts.id)
-            if rows is None:
-                return facts.fits(cpu, memory)
-            for row in rows:  # noqa: SIM110 - a loop, not any(): called for every Grove a decision walks
-                if row[1] >= cpu and row[2] >= memory:
-                    return True
-            return False
-
         return self.index.select(requirement, limit=limit, cap=snapshot.COUNT_CAP, cutoff=self.cutoff,
-                                 role_only=role_only, start=start, fits=fits, with_others=with_others)
+                                 role_only=role_only, start=start, free=self.free, with_others=with_others)
 
     def shape(self, requirement: ExecutionRequirement, enforced: bool) -> _Shape:
         # By the object's identity (the batch's items share a few parsed requirements; hashing a nested
@@ -190,8 +182,14 @@ class _Round:
         return shape
 
     def loads(self, group: str | None) -> Loads:
-        return Loads(free=self.free, claimed=self.claimed, group=self.groups.get(group, {}) if group else {},
-                     memo=self.memo, versions=self.versions)
+        """The loads a decision reads: one object per spread group, over the round's own dicts (``_take``
+        changes them in place), so a subject's call builds none."""
+        loads = self._loads.get(group)
+        if loads is None:
+            loads = self._loads[group] = Loads(free=self.free, claimed=self.claimed,
+                                               group=self.groups.setdefault(group, {}) if group else {},
+                                               memo=self.memo, versions=self.versions)
+        return loads
 
     def decide(self, item: BatchItem, index: int, enforced: bool) -> writes.Plan:
         requirement = item.requirement
@@ -208,7 +206,8 @@ class _Round:
                     raise no_capacity(item, shape.decision.summary)
                 raise refusal
         decision = decide(requirement, fleet_view=self.view, loads=self.loads(item.group), subject=subject,
-                          target=reference, enforced=enforced, explain=reference is not None)
+                          target=reference, enforced=enforced, explain=reference is not None,
+                          policy=shape.decision.policy if shape is not None else None)
         if decision.refusal is not None:
             if decision.outcome == Outcome.WAITING:
                 raise no_capacity(item, decision.summary or (shape.decision.summary if shape else ""))
@@ -228,7 +227,7 @@ class _Round:
                 "grove_id": facts.id, "grove_slug": facts.slug, "selected_platform": decision.selected_platform,
                 "chooser": decision.chooser, "would_refuse": decision.would_refuse,
                 "incompatibilities": decision.incompatibilities, "unit": unit_id,
-                "top": [_top_entry(row, rank, selected_platform(requirement, row.facts))
+                "top": [_top_entry(row, rank, platform_at(row.facts.platforms, row.platform_rank))
                         for rank, row in enumerate(top, start=1)],
                 "scores": _compact_scores(decision.scores, top),
             }

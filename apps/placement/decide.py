@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Protocol
 
 from django.conf import settings
@@ -22,6 +23,7 @@ from apps.core.errors import Conflict, ForestError, NotFound
 from apps.placement import admission, fleet, rules, scoring, selectors, snapshot
 from apps.placement.admission import FitState
 from apps.placement.choices import Chooser, Outcome
+from apps.placement.judging import checked, judged
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.vocabulary import WAITING_FOR_CAPACITY
 
@@ -44,9 +46,10 @@ class Loads:
     free: Mapping[str, Sequence] = field(default_factory=dict)
     claimed: Mapping[str, Mapping] = field(default_factory=dict)
     group: Mapping[str, int] = field(default_factory=dict)
-    # A batch's memo of what ``rank`` computed per sampled Grove (its resource fit and total), by what they
-    # depend on, and each Grove's load version (``versions``, moved by the batch whenever it places work on
-    # the Grove): an entry stands while its Grove's version does, so a placement recomputes one Grove only.
+    # A batch's memo of what ``rank`` computed per sampled Grove (its resource fit, total and columns), by
+    # what they depend on (and each requirement object's needs and table, by its identity), and each Grove's
+    # load version (``versions``, moved by the batch whenever it places work on the Grove): an entry stands
+    # while its Grove's version does, so a placement recomputes one Grove only.
     memo: dict | None = None
     versions: Mapping[str, int] = field(default_factory=dict)
 
@@ -56,13 +59,13 @@ NO_LOADS = Loads()
 
 class Fleet(Protocol):
     """Where ``decide`` samples candidates from: the fleet snapshot (``snapshot.candidates``), or a batch's
-    view of it whose ``fits`` reads the batch's assumed free counts."""
+    view of it that judges room on the batch's assumed free counts."""
 
     def __call__(self, requirement: ExecutionRequirement, *, limit: int, role_only: bool = False,
                  start: int = 0, with_others: bool = True) -> fleet.CandidateSet: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class Ranked:
     """One sampled candidate as the decision judged it: its facts, platform position, resource fit, its
     score (when it has room now) and its incompatibilities (shadow-mode fallback only)."""
@@ -82,7 +85,7 @@ class Ranked:
         return self._shown
 
 
-@dataclass
+@dataclass(slots=True)
 class Decision:
     grove: rules.GroveFacts | None
     selected_platform: str
@@ -139,192 +142,86 @@ def policy_for(requirement: ExecutionRequirement) -> scoring.Policy:
                               policies=settings.PLACEMENT_POLICY, weights=settings.PLACEMENT_SCORE_WEIGHTS)
 
 
-# Per-Grove results (rule checks, resource fits) kept while the Grove's facts (the same object) stand: the
-# snapshot replaces a Grove's facts whenever its row, units, ledger or claims change.
-_CHECKED: dict[tuple, tuple[rules.GroveFacts, list[rules.Incompatibility]]] = {}
-_FITS: dict[tuple, tuple[rules.GroveFacts, admission.Fit]] = {}
-_CACHE_MAX = 50_000
-
-
-def _per_facts(table: dict, key, facts: rules.GroveFacts, compute):
-    """``compute(key, facts)``, kept in ``table`` under (key, slug) while ``facts`` is the Grove's."""
-    hit = table.get((key, facts.slug))
-    if hit is not None and hit[0] is facts:
-        return hit[1]
-    if len(table) >= _CACHE_MAX:
-        table.clear()
-    found = compute(key, facts)
-    table[(key, facts.slug)] = (facts, found)
-    return found
-
-
-def checked(requirement: ExecutionRequirement, facts: rules.GroveFacts) -> list[rules.Incompatibility]:
-    """``rules.check``, kept per Grove facts and per what the rules read (resources never change a verdict)."""
-    key = (requirement.family, requirement.compatibility, requirement.trust)
-    return _per_facts(_CHECKED, key, facts, lambda _key, grove: rules.check(requirement, grove))
-
-
-def fit_on(needs: admission.Needs, facts: rules.GroveFacts, *, free=None,
-           claimed: Mapping | None = None) -> admission.Fit:
-    """``needs`` admitted on one unit of this Grove, from its facts; ``free`` (unit id, free CPU, free
-    memory) and ``claimed`` replace the facts' own when a batch has assumed work on the Grove."""
-    if needs.accelerators is None:
-        # The common case, what ``admission.fit`` answers "now" with, without building its unit objects: the
-        # first unit (in the Grove's order) whose allocatable and free both hold the work.
-        rows = facts.unit_free if free is None else free
-        cpu, memory = needs.cpu_milli, needs.memory_bytes
-        if len(rows) == len(facts.unit_allocatable):  # the same units in the same order (``grove_facts``)
-            for (unit_id, cpu_allocatable, memory_allocatable), row in zip(facts.unit_allocatable, rows, strict=True):
-                if (row[0] == unit_id and cpu_allocatable >= cpu and memory_allocatable >= memory
-                        and row[1] >= cpu and row[2] >= memory):
-                    return admission.Fit(FitState.NOW, unit_id=unit_id)
-    if free is None and claimed is None:
-        return _per_facts(_FITS, needs, facts, _fit_now)
-    return admission.fit(needs, units=admission.units_of(facts, free=free), devices=facts.devices,
-                         claimed=dict(facts.claimed) if claimed is None else claimed, grove=facts.slug)
-
-
-def _fit_now(needs: admission.Needs, facts: rules.GroveFacts) -> admission.Fit:
-    return admission.fit(needs, units=admission.units_of(facts), devices=facts.devices, claimed=dict(facts.claimed),
-                         grove=facts.slug)
-
-
-_ALLOCATABLE: dict[str, tuple[rules.GroveFacts, int, int]] = {}
-
-
-def _sums(facts: rules.GroveFacts, free) -> tuple[int, int, int, int]:
-    """A Grove's allocatable and free CPU and memory totals (a unit over-placed counts as 0 free). The
-    allocatable totals are fleet facts, kept per facts object; the free totals move with every placement
-    and are summed each time (a Grove reports a handful of units)."""
-    cpu_allocatable, memory_allocatable = _allocatable_of(facts)
-    cpu_free = memory_free = 0
-    for row in facts.unit_free if free is None else free:
-        if row[1] > 0:
-            cpu_free += row[1]
-        if row[2] > 0:
-            memory_free += row[2]
-    return cpu_allocatable, cpu_free, memory_allocatable, memory_free
-
-
-def _allocatable_of(facts: rules.GroveFacts) -> tuple[int, int]:
-    """A Grove's allocatable CPU and memory totals: fleet facts, kept per facts object."""
-    held = _ALLOCATABLE.get(facts.id)
-    if held is None or held[0] is not facts:
-        if len(_ALLOCATABLE) >= _CACHE_MAX:
-            _ALLOCATABLE.clear()
-        held = _ALLOCATABLE[facts.id] = (facts, sum(row[1] for row in facts.unit_allocatable),
-                                         sum(row[2] for row in facts.unit_allocatable))
-    return held[1], held[2]
-
-
-_NOW: dict[str, admission.Fit] = {}
-
-
-def _now_on(unit_id: str) -> admission.Fit:
-    """``Fit(NOW, unit_id=…)``, one immutable object per unit (a batch judges the same units over and over)."""
-    fit = _NOW.get(unit_id)
-    if fit is None:
-        if len(_NOW) >= _CACHE_MAX:
-            _NOW.clear()
-        fit = _NOW[unit_id] = admission.Fit(FitState.NOW, unit_id=unit_id)
-    return fit
-
-
-def _judged(needs: admission.Needs, facts: rules.GroveFacts, free, claimed, group: int, platform_rank: int,
-            policy: scoring.Policy) -> list:
-    """One sampled Grove as ``rank`` keeps it: [load version (set by the caller), its resource fit, its total
-    (rounded for the order) and its allocatable and free totals when it has room now, else None and None,
-    and its score (built when it is shown)]. Work without accelerators is judged in one pass over the
-    Grove's unit rows: the first unit that holds it (``fit_on``'s answer "now") and the free totals
-    (``_sums``) together; the rest (no room now, accelerators) through ``fit_on``."""
-    rows = facts.unit_free if free is None else free
-    allocatable = facts.unit_allocatable
-    if needs.accelerators is None and len(rows) == len(allocatable):
-        cpu, memory = needs.cpu_milli, needs.memory_bytes
-        unit = None
-        cpu_free = memory_free = 0
-        for (unit_id, cpu_allocatable, memory_allocatable), row in zip(allocatable, rows):  # noqa: B905 - equal
-            row_cpu, row_memory = row[1], row[2]
-            if (unit is None and row[0] == unit_id and cpu_allocatable >= cpu and memory_allocatable >= memory
-                    and row_cpu >= cpu and row_memory >= memory):
-                unit = unit_id
-            if row_cpu > 0:
-                cpu_free += row_cpu
-            if row_memory > 0:
-                memory_free += row_memory
-        if unit is not None:
-            cpu_total, memory_total = _allocatable_of(facts)
-            sums = (cpu_total, cpu_free, memory_total, memory_free)
-            return [0, _now_on(unit), round(scoring.total_of(policy, cpu, memory, *sums, group, facts.preference,
-                                                             platform_rank), scoring.TOTAL_DIGITS), sums, None]
-    fit = fit_on(needs, facts, free=free, claimed=claimed)
-    if not fit.now:
-        return [0, fit, None, None, None]
-    sums = _sums(facts, free)
-    return [0, fit, round(scoring.total_of(policy, needs.cpu_milli, needs.memory_bytes, *sums, group,
-                                           facts.preference, platform_rank), scoring.TOTAL_DIGITS), sums, None]
+_BY_TOTAL = itemgetter(0)
 
 
 def rank(requirement: ExecutionRequirement, found: Sequence[fleet.Candidate], *, loads: Loads, subject: str,
          policy: scoring.Policy, incompatible: bool = False, scored: int | None = None) -> list[Ranked]:
     """Filter and score: each candidate's resource fit (over ``loads``), every one with room now ordered by
-    its total (highest first; equal totals by the tie key of subject and Grove), then the others in sampling
-    order. Every plugin's column is built for the first ``scored`` with room (all of them by default: a
-    batch's per-subject call needs only the chosen and the runner-up); the order reads only the total
-    (``scoring.total_of``), which is the same number to the bit. A batch's ``loads.memo`` keeps each Grove's
-    fit, total and (once built) score until the batch places on it. ``incompatible`` (the shadow-mode
-    fallback) checks the rules too and puts the fewest incompatibilities first."""
-    needs = admission.Needs.of(requirement)
+    its total (highest first; totals equal to ``scoring.TOTAL_DIGITS`` decimals by the tie key of subject
+    and Grove), then the others in sampling order. The total and columns come from ``judging.judged`` (the
+    numbers ``scoring.score`` gives, to the bit); the ``Score`` and its JSON are built for the first
+    ``scored`` with room (all of them by default: a batch's per-subject call needs only the chosen and the
+    runner-up). A batch's ``loads.memo`` keeps each Grove's fit, total, columns and (once built) score until
+    the batch places on it. ``incompatible`` (the shadow-mode fallback) checks the rules too and puts the
+    fewest incompatibilities first."""
     free_of, claimed_of, group_of, versions = loads.free, loads.claimed, loads.group, loads.versions
-    table = None
-    if loads.memo is not None:
-        table = loads.memo.get((needs, policy))
-        if table is None:
-            table = loads.memo[(needs, policy)] = {}
-    now, rest = [], []
+    memo = loads.memo
+    if memo is None:
+        needs, table = admission.Needs.of(requirement), None
+    else:
+        # The requirement's needs and memo table, by the object's identity (a batch's subjects share a few
+        # parsed requirements; building and hashing ``Needs`` per subject cost more than the lookup).
+        held = memo.get((id(requirement), id(policy)))
+        if held is not None and held[0] is requirement and held[1] is policy:
+            needs, table = held[2], held[3]
+        else:
+            needs = admission.Needs.of(requirement)
+            table = memo.get((needs, policy))
+            if table is None:
+                table = memo[(needs, policy)] = {}
+            memo[(id(requirement), id(policy))] = (requirement, policy, needs, table)
+    now: list[tuple[float, int, Ranked, list]] = []  # (total, sampling position, row, memo entry)
+    rest: list[Ranked] = []
     for candidate in found:
         facts = candidate.facts
         grove_id, platform_rank = facts.id, candidate.platform_rank
         group = group_of.get(grove_id, 0) if group_of else 0
         if table is None:
-            entry = _judged(needs, facts, free_of.get(grove_id), claimed_of.get(grove_id), group, platform_rank,
-                            policy)
+            entry = judged(needs, facts, free_of.get(grove_id), claimed_of.get(grove_id), group, platform_rank,
+                           policy)
         else:
-            version = versions.get(grove_id, 0)
             key = (grove_id, platform_rank, group)
             entry = table.get(key)
+            version = versions.get(grove_id, 0) if versions else 0
             if entry is None or entry[0] != version:
-                entry = table[key] = _judged(needs, facts, free_of.get(grove_id), claimed_of.get(grove_id), group,
-                                             platform_rank, policy)
+                entry = table[key] = judged(needs, facts, free_of.get(grove_id), claimed_of.get(grove_id), group,
+                                            platform_rank, policy)
                 entry[0] = version
-        row = Ranked(facts, platform_rank, candidate.fits_cpu_memory, entry[1],
-                     incompatibilities=checked(requirement, facts) if incompatible else [])
+        row = Ranked(facts, platform_rank, candidate.fits_cpu_memory, entry[1], None,
+                     checked(requirement, facts) if incompatible else [])
         if entry[2] is not None:
-            now.append((entry[2], row, entry, group))
+            now.append((entry[2], len(now), row, entry))
         else:
             rest.append(row)
     if len(now) > 1:
-        now.sort(key=lambda pair: -pair[0])
+        # Highest total first, totals equal to ``scoring.TOTAL_DIGITS`` decimals tied. Rounding keeps the order
+        # (it is monotonic), so sorting the exact totals puts each tie together, and ``scoring.tied`` rounds
+        # only the close ones.
+        now.sort(key=_BY_TOTAL, reverse=True)
         start = 0
-        while start < len(now):  # equal totals: the stable hash of (subject, Grove), computed only for ties
+        while start < len(now):  # a tie: by the stable hash of (subject, Grove), then the sampling order
             end = start + 1
-            while end < len(now) and now[end][0] == now[start][0]:
+            while end < len(now) and scoring.tied(now[start][0], now[end][0]):
                 end += 1
             if end - start > 1:
-                now[start:end] = sorted(now[start:end], key=lambda pair: scoring.tie_key(subject, pair[1].facts.id))
+                now[start:end] = _tie_sorted(now[start:end], subject)
             start = end
-    for _total, row, entry, group in now[:len(now) if scored is None else scored]:
+    for _total, _position, row, entry in now[:len(now) if scored is None else scored]:
         if entry[4] is None:  # the score and its JSON, built once per entry (a memo entry: per load version)
-            cpu_allocatable, cpu_free, memory_allocatable, memory_free = entry[3]
-            score = scoring.score_of(policy, needs.cpu_milli, needs.memory_bytes, cpu_allocatable, cpu_free,
-                                     memory_allocatable, memory_free, group, row.facts.preference,
-                                     row.platform_rank)
+            score = scoring.Score(entry[3], entry[2])  # ``scoring.score_of``'s, from what ``judged`` kept
             entry[4] = (score, score.to_json())
         row.score, row._shown = entry[4]
-    ranked = [pair[1] for pair in now] + rest
+    ranked = [item[2] for item in now] + rest
     if incompatible:
         ranked.sort(key=lambda row: len(row.incompatibilities))
     return ranked
+
+
+def _tie_sorted(tie: list[tuple[float, int, Ranked, list]], subject: str) -> list:
+    """Tied rows by the stable hash of (subject, Grove), equal hashes in sampling order."""
+    order = scoring.tie_order(subject)
+    return sorted(tie, key=lambda item: (order(item[2].facts.id), item[1]))
 
 
 def verdict(requirement: ExecutionRequirement, row: Ranked | None, facts: rules.GroveFacts,
@@ -361,16 +258,19 @@ def scores_of(chosen: Ranked, runner_up: Ranked | None, policy: scoring.Policy) 
                                runner.score if runner else None, policy)}
 
 
+_NOW_ONLY, _NOW_OR_LATER = frozenset({FitState.NOW}), frozenset({FitState.NOW, FitState.LATER})
+
+
 def _admit(decision: Decision, ranked: list[Ranked], requirement: ExecutionRequirement, *,
            admit_now: bool) -> Decision:
     """The chosen Grove: the first ranked one with room now (with ``admit_now`` off, one it fits later will do:
     a pin checked before the run starts); else wait for every Grove it could fit later; else refuse, saying by
     how much it never fits."""
-    usable = {FitState.NOW} if admit_now else {FitState.NOW, FitState.LATER}
+    usable = _NOW_ONLY if admit_now else _NOW_OR_LATER
     chosen = next((row for row in ranked if row.fit.state in usable), None)
     if chosen is not None:
         decision.grove, decision.fit = chosen.facts, chosen.fit
-        decision.selected_platform = rules.selected_platform(requirement, chosen.facts)
+        decision.selected_platform = rules.platform_at(chosen.facts.platforms, chosen.platform_rank)
         if chosen.score is not None and decision.policy is not None:
             runner = next((row for row in ranked if row is not chosen and row.score is not None), None)
             decision.scores = scores_of(chosen, runner, decision.policy)
@@ -437,7 +337,8 @@ def _selection(requirement: ExecutionRequirement, *, fleet_view: Fleet, enforced
                       scored=None if explain else 2)
         # The sample is judged on CPU and memory; when none of a full sample has room now (its accelerators
         # are all taken), look further before waiting: a Grove past the sample may have them free.
-        if len(found.eligible) < limit or any(row.fit.now for row in ranked):
+        # (``rank`` puts every row with room now first.)
+        if len(found.eligible) < limit or (ranked and ranked[0].fit.now):
             break
     verdicts, summary = [], ""
     if explain:
@@ -482,16 +383,19 @@ def _selection(requirement: ExecutionRequirement, *, fleet_view: Fleet, enforced
 
 def decide(requirement: ExecutionRequirement, *, fleet_view: Fleet | None = None, loads: Loads = NO_LOADS,
            subject: str = "", target: str | None = None, enforced: bool = False, admit_now: bool = True,
-           explain: bool = True) -> Decision:
+           explain: bool = True, policy: scoring.Policy | None = None) -> Decision:
     """Choose a Grove for ``requirement`` and say why (see the module docstring). A refusal (or
     ``WaitingForCapacity``) is returned in ``decision.refusal``, not raised; ``decision.outcome`` says
     placed, waiting or refused. ``subject`` ("type:id") places the sampling ring and breaks ties: a preview
     given the subject decides exactly what its dispatch will. ``explain`` off (a batch's per-subject call)
-    skips the verdict dicts; the ranking, the choice and the scores are the same.
+    skips the verdict dicts; the ranking, the choice and the scores are the same. ``policy``: what
+    ``policy_for(requirement)`` answers, when the caller has it already (a batch, from the requirement's
+    shared decision).
 
     An explicit target (argument, else ``requirement.target``) is checked like any other Grove: a target
     never waives compatibility."""
-    policy = policy_for(requirement)
+    if policy is None:
+        policy = policy_for(requirement)
     reference = target or (requirement.target.grove_id if requirement.target else None)
     if reference:
         decision = _explicit(requirement, reference, enforced=enforced, admit_now=admit_now, loads=loads,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from bisect import bisect_left, insort
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from apps.placement import rules
@@ -37,7 +37,9 @@ _VERSIONS = itertools.count(1)
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A Grove as one decision ranked it: its facts and where it stands (not another Grove description)."""
+    """A Grove as one decision ranked it: its facts and where it stands (not another Grove description).
+    ``select`` keeps the ones it builds while the Grove's facts stand and hands the same object to every
+    decision that samples the Grove (immutable, so shared safely)."""
 
     facts: GroveFacts
     eligible: bool
@@ -105,6 +107,9 @@ class FleetIndex:
         self._shape_of: dict[tuple[int, bool], tuple[ExecutionRequirement, _Shape]] = {}
         self._polls: list[tuple[float, str]] = []  # (last poll, slug) of ready Groves, lazily pruned
         self._rules = rules.RULES  # the table the indexes were built from
+        # The eligible candidates ``select`` built, by slug, without room and with room (a decision samples the
+        # same Groves as many before it): each stands while its Grove's facts and platform position do.
+        self._sampled: tuple[dict[str, Candidate], dict[str, Candidate]] = ({}, {})
         self.version = next(_VERSIONS)
 
     def __len__(self) -> int:
@@ -127,6 +132,8 @@ class FleetIndex:
             return
         del self.records[slug]
         del self._ring[slug]
+        for kept in self._sampled:
+            kept.pop(slug, None)
         for key in self._keys.pop(slug):
             members = self._index[key]
             members.discard(slug)
@@ -273,34 +280,19 @@ class FleetIndex:
         shape = self._shapes[key] = _Shape(eligible=eligible, others=[s for s in self._sorted if s not in eligible])
         return shape
 
-    def walk(self, requirement: ExecutionRequirement, *, start: int, stale: set[str],
-             role_only: bool = False) -> Iterator[tuple[int, GroveFacts]]:
-        """Every eligible fresh Grove as (platform position, facts), in sampling order: by the position of
-        the earliest accepted platform in the Grove's order, the Groves with the wanted accelerator API
-        first, and within each part round the ring from ``start`` (the subject's point). A walk starting
-        elsewhere for each subject visits the fleet evenly; the same subject always walks it the same way."""
-        if self._rules is not rules.RULES:
-            self._reindex()
-        shape = self._shape(requirement, role_only)
-        records = self.records
-        for rank, with_api, without_api in self._levels(requirement, shape):
-            for members in (with_api, without_api):
-                if not members:
-                    continue
-                at = bisect_left(members, (start, ""))
-                for index in itertools.chain(range(at, len(members)), range(at)):
-                    slug = members[index][1]
-                    if slug not in stale:
-                        yield rank, records[slug]
-
     def select(self, requirement: ExecutionRequirement, *, limit: int, cap: int, cutoff: float,
-               role_only: bool = False, start: int = 0,
-               fits: Callable[[GroveFacts], bool] | None = None, with_others: bool = True) -> CandidateSet:
-        """A sample of ``limit`` fresh eligible Groves (the first that fit CPU and memory in ``walk`` order,
+               role_only: bool = False, start: int = 0, free: Mapping[str, Sequence] | None = None,
+               with_others: bool = True) -> CandidateSet:
+        """A sample of ``limit`` fresh eligible Groves (the first that fit CPU and memory in sampling order,
         then, when too few fit, the first that do not), ``limit`` other fresh Groves by slug, and capped
-        totals. Per decision this walks the shape's cached levels and stops after ``limit`` fits. ``fits``
-        judges room (a batch's assumed free counts); by default the facts' own units. ``with_others`` off
-        skips the sample of non-eligible Groves (a decision that builds no verdicts)."""
+        totals. Sampling order: by the position of the earliest accepted platform in the Grove's order, the
+        Groves with the wanted accelerator API first, and within each part round the ring from ``start``
+        (the subject's point); a walk starting elsewhere for each subject visits the fleet evenly, the same
+        subject always walks it the same way. Per decision this walks the shape's cached levels and stops
+        after ``limit`` fits. Room is
+        judged on ``free`` (a batch's assumed (unit id, free CPU, free memory) rows by Grove id) where it
+        has the Grove, else on the facts' own units. ``with_others`` off skips the sample of non-eligible
+        Groves (a decision that builds no verdicts)."""
         if self._rules is not rules.RULES:
             self._reindex()
         stale = self.stale(cutoff)
@@ -310,22 +302,57 @@ class FleetIndex:
         cpu, memory = requirement.resources.cpu_milli, requirement.resources.memory_bytes
         fitting: list[Candidate] = []
         short: list[Candidate] = []
-        for rank, facts in self.walk(requirement, start=start, stale=stale, role_only=role_only):
-            if facts.fits(cpu, memory) if fits is None else fits(facts):
-                fitting.append(Candidate(facts, True, rank, True))
-                if len(fitting) >= limit:
-                    break
-            elif len(short) < limit:
-                short.append(Candidate(facts, True, rank, False))
+        records, sampled = self.records, self._sampled
+        free_of = free.get if free else None
+        # The room check inline (no callback): this loop runs for every Grove a decision visits.
+        for rank, with_api, without_api in self._levels(requirement, shape):
+            for points, slugs in (with_api, without_api):
+                if not slugs:
+                    continue
+                at = bisect_left(points, start)
+                for index in itertools.chain(range(at, len(slugs)), range(at)):
+                    slug = slugs[index]
+                    if slug in stale:
+                        continue
+                    facts = records[slug]
+                    rows = free_of(facts.id) if free_of is not None else None
+                    room = False
+                    if rows is None:
+                        for unit_cpu, unit_memory in facts.units:  # ``GroveFacts.fits``
+                            if unit_cpu >= cpu and unit_memory >= memory:
+                                room = True
+                                break
+                    else:
+                        for row in rows:
+                            if row[1] >= cpu and row[2] >= memory:
+                                room = True
+                                break
+                    if room or len(short) < limit:
+                        kept = sampled[room]
+                        candidate = kept.get(slug)
+                        if candidate is None or candidate.facts is not facts or candidate.platform_rank != rank:
+                            candidate = kept[slug] = Candidate(facts, True, rank, room)
+                        if not room:
+                            short.append(candidate)
+                            continue
+                        fitting.append(candidate)
+                        if len(fitting) >= limit:
+                            return self._selected(fitting, short, others, eligible_count, stale, limit, cap)
+        return self._selected(fitting, short, others, eligible_count, stale, limit, cap)
+
+    def _selected(self, fitting: list[Candidate], short: list[Candidate], others: list[str], eligible_count: int,
+                  stale: set[str], limit: int, cap: int) -> CandidateSet:
         return CandidateSet(
-            eligible=(fitting + short)[:limit],
+            eligible=fitting if len(fitting) == limit else (fitting + short)[:limit],
             others=[Candidate(self.records[slug], False, NO_PLATFORM_RANK, False) for slug in others],
             eligible_total=min(eligible_count, cap),
             ineligible_total=min(len(self.records) - len(stale) - eligible_count, cap), cap=cap)
 
-    def _levels(self, requirement: ExecutionRequirement, shape: _Shape) -> list[tuple[int, list, list]]:
-        """(platform position, [(ring point, slug)] with the wanted API, the others) per level, each part in
-        ring order; precomputed once per shape (the API is a preference the walk reads after the position)."""
+    def _levels(self, requirement: ExecutionRequirement, shape: _Shape) -> list[tuple[int, tuple, tuple]]:
+        """(platform position, the Groves with the wanted API, the others) per level, each part in ring order
+        as (ring points, slugs): the walk bisects the plain points for the subject's (the first point at or
+        after it, as bisecting (point, slug) pairs for (start, "") found). Precomputed once per shape (the
+        API is a preference the walk reads after the position)."""
         if shape.levels is None:
             api = _accelerator_api(requirement)
             allowed = frozenset(requirement.compatibility.platform.allowed)
@@ -334,8 +361,15 @@ class FleetIndex:
                 record = self.records[slug]
                 level = levels.setdefault(platform_rank(record.platforms, allowed), ([], []))
                 level[0 if not api or api in record.apis else 1].append((self._ring[slug], slug))
-            shape.levels = [(rank, sorted(levels[rank][0]), sorted(levels[rank][1])) for rank in sorted(levels)]
+            shape.levels = [(rank, _ring_order(levels[rank][0]), _ring_order(levels[rank][1]))
+                            for rank in sorted(levels)]
         return shape.levels
+
+
+def _ring_order(members: list[tuple[int, str]]) -> tuple[list[int], list[str]]:
+    """(ring points, slugs) of one part of a level, sorted by point (then slug)."""
+    members.sort()
+    return [point for point, _slug in members], [slug for _point, slug in members]
 
 
 def _take(iterator: Iterable[str], limit: int) -> list[str]:

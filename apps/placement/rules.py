@@ -259,8 +259,15 @@ def selected_platform(req: ExecutionRequirement, grove: GroveFacts) -> str:
     """The Grove's most preferred platform the work accepts (its first platform when any will do)."""
     if not grove.platforms:
         return ""
-    rank = platform_rank(grove.platforms, frozenset(req.compatibility.platform.allowed))
-    return grove.platforms[rank if rank < len(grove.platforms) else 0]
+    return platform_at(grove.platforms, platform_rank(grove.platforms, frozenset(req.compatibility.platform.allowed)))
+
+
+def platform_at(platforms: Sequence[str], rank: int) -> str:
+    """``selected_platform`` from the Grove's ``platform_rank`` for the work, already known (a sampled
+    candidate carries it): the platform at that position, the first when none is accepted."""
+    if not platforms:
+        return ""
+    return platforms[rank if rank < len(platforms) else 0]
 
 
 def summarise(verdicts: Sequence[dict[str, Any]]) -> str:

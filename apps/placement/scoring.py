@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 SPREAD, BINPACK = "spread", "binpack"
@@ -147,9 +147,9 @@ class Policy:
                      if weight)
 
     @functools.cached_property
-    def weighted_names(self) -> tuple:
-        """(weight, plugin name) of every plugin whose weight is not 0, in column order (``total_of``)."""
-        return tuple((weight, name) for name, weight in self.weights if weight)
+    def weighted_columns(self) -> tuple:
+        """(weight, column index) of every plugin whose weight is not 0, in column order (``total_from``)."""
+        return tuple((weight, index) for index, (_name, weight) in enumerate(self.weights) if weight)
 
     def to_json(self) -> dict:
         return {"policy": self.name, "weights": dict(self.weights)}
@@ -182,9 +182,26 @@ class Score:
     total: float
 
     def to_json(self) -> dict:
-        body = {name: round(value, 4) for name, value in zip(NAMES, self.columns, strict=True)}
-        body["total"] = round(self.total, 4)
+        known = _SHOWN.get  # (a value found is the rounding; 0.0 or none found: ``_shown`` answers)
+        body = dict(zip(NAMES, [known(value) or _shown(value) for value in self.columns]))  # noqa: B905 - one each
+        body["total"] = known(self.total) or _shown(self.total)
         return body
+
+
+# ``round(value, 4)`` by value: rounding a float to digits costs a decimal conversion both ways, and the values
+# shown repeat (platform, run-spread and preference columns take a few values; equal Groves equal loads).
+_SHOWN: dict[float, float] = {}
+
+
+def _shown(value: float) -> float:
+    shown = _SHOWN.get(value)
+    if shown is None:
+        shown = round(value, 4)
+        if value:  # never 0.0: -0.0 would find it (equal keys) and lose its sign
+            if len(_SHOWN) >= 100_000:
+                _SHOWN.clear()
+            _SHOWN[value] = shown
+    return shown
 
 
 _SCORERS = tuple(plugin.score for plugin in PLUGINS)
@@ -202,39 +219,42 @@ def total(needs: Needs, load: Load, policy: Policy) -> float:
     return value / weight
 
 
-def total_of(policy: Policy, cpu_need: int, memory_need: int, cpu_allocatable: int, cpu_free: int,
-             memory_allocatable: int, memory_free: int, group: int, preference_value: int,
-             platform_rank: int) -> float:
-    """``total`` from the plain numbers a ``Load`` holds, without building one: what a batch's ranking
-    reads for every sampled Grove. The same column helpers, the same weights in the same order: the same
-    float to the bit as ``score(...).total`` (tests/placement/test_scoring.py checks it)."""
+def total_from(policy: Policy, columns: tuple[float, ...]) -> float:
+    """The weighted mean of the columns (the module docstring's formula): each weighted column added in
+    column order, a zero-weight one skipped (it adds exactly 0.0). The one sum every total is computed with
+    (``score``, ``score_of``, ``total_of``): a ``Score(columns, total_from(policy, columns))`` is ``score``'s."""
     weight = policy.total_weight
     if not weight:
         return 0.0
     value = 0.0
-    for plugin_weight, name in policy.weighted_names:
-        if name == SPREAD:
-            column = 1.0 - _allocated(cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable,
-                                      memory_free)
-        elif name == BINPACK:
-            column = _allocated(cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable, memory_free)
-        elif name == "platform":
-            column = _platform(platform_rank)
-        elif name == "run_spread":
-            column = _run_spread(group)
-        elif name == "preference":
-            column = _preference(preference_value)
-        else:  # a plugin added to PLUGINS must be added here too (the bit-equality test says so)
-            raise ValueError(f"total_of does not know the plugin {name!r}")
-        value += plugin_weight * column
+    for plugin_weight, index in policy.weighted_columns:
+        value += plugin_weight * columns[index]
     return value / weight
 
 
-# ``score_of`` builds the columns in this order without the plugin table; a plugin added to PLUGINS must be
+# ``columns_of`` builds the columns in this order without the plugin table; a plugin added to PLUGINS must be
 # added there too (this check and the bit-equality test say so).
 _FUSED = ("platform", SPREAD, BINPACK, "run_spread", "preference")
 if NAMES != _FUSED:
-    raise ImportError(f"scoring.score_of builds the columns {_FUSED}, not {NAMES}")
+    raise ImportError(f"scoring.columns_of builds the columns {_FUSED}, not {NAMES}")
+
+
+def columns_of(cpu_need: int, memory_need: int, cpu_allocatable: int, cpu_free: int, memory_allocatable: int,
+             memory_free: int, group: int, preference_value: int, platform_rank: int) -> tuple[float, ...]:
+    """Every plugin's column from the plain numbers a ``Load`` holds, without building one or calling each
+    plugin: the same helpers the plugins call, so the same floats."""
+    allocated = _allocated(cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable, memory_free)
+    return (_platform(platform_rank), 1.0 - allocated, allocated, _run_spread(group), _preference(preference_value))
+
+
+def total_of(policy: Policy, cpu_need: int, memory_need: int, cpu_allocatable: int, cpu_free: int,
+             memory_allocatable: int, memory_free: int, group: int, preference_value: int,
+             platform_rank: int) -> float:
+    """``total`` from the plain numbers a ``Load`` holds, without building one: what a batch's ranking
+    reads for every sampled Grove. The same columns, the same sum: the same float to the bit as
+    ``score(...).total`` (tests/placement/test_scoring.py checks it)."""
+    return total_from(policy, columns_of(cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable,
+                                      memory_free, group, preference_value, platform_rank))
 
 
 def score_of(policy: Policy, cpu_need: int, memory_need: int, cpu_allocatable: int, cpu_free: int,
@@ -242,35 +262,52 @@ def score_of(policy: Policy, cpu_need: int, memory_need: int, cpu_allocatable: i
              platform_rank: int) -> Score:
     """``score`` from the plain numbers a ``Load`` holds (what a batch's ranking already has), without
     building one or calling each plugin: the same columns and the same total to the bit (the same helpers,
-    the same weights added in the same order; tests/placement/test_scoring.py checks it)."""
-    allocated = _allocated(cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable, memory_free)
-    columns = (_platform(platform_rank), 1.0 - allocated, allocated, _run_spread(group), _preference(preference_value))
-    weight = policy.total_weight
-    value = 0.0
-    if weight:
-        for (_name, plugin_weight), column in zip(policy.weights, columns):  # noqa: B905 - five and five
-            if plugin_weight:
-                value += plugin_weight * column
-        value /= weight
-    return Score(columns, value)
+    the same sum; tests/placement/test_scoring.py checks it)."""
+    columns = columns_of(cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable, memory_free, group,
+                       preference_value, platform_rank)
+    return Score(columns, total_from(policy, columns))
 
 
 def score(needs: Needs, load: Load, policy: Policy) -> Score:
     """Every plugin's score and the weighted total (the module docstring's formula)."""
     columns = tuple([scorer(needs, load) for scorer in _SCORERS])
-    weight = policy.total_weight
-    value = 0.0
-    if weight:
-        for (_name, plugin_weight), column in zip(policy.weights, columns, strict=True):
-            if plugin_weight:
-                value += plugin_weight * column
-        value /= weight
-    return Score(columns, value)
+    return Score(columns, total_from(policy, columns))
+
+
+# Totals further apart than this never round to the same ``TOTAL_DIGITS`` decimals: each rounds to a multiple
+# of 10**-TOTAL_DIGITS within half of one, and below ``_TIE_EXACT`` a double's spacing is far finer than that
+# (so two such multiples stay two doubles, and the difference computed is the true one to within it).
+_TIE_GAP = 2 * 10.0**-TOTAL_DIGITS
+_TIE_EXACT = 1e6
+
+
+def tied(first: float, other: float) -> bool:
+    """Whether two totals are equal to ``TOTAL_DIGITS`` decimals (a tie: floating-point noise is not a
+    preference): ``round(first, TOTAL_DIGITS) == round(other, TOTAL_DIGITS)``, rounding only when the two
+    are close enough for it to matter (rounding a float to digits is a decimal conversion both ways)."""
+    if first == other:
+        return True
+    if abs(first - other) > _TIE_GAP and abs(first) < _TIE_EXACT:
+        return False
+    return round(first, TOTAL_DIGITS) == round(other, TOTAL_DIGITS)
+
+
+def tie_order(subject: str) -> Callable[[str], bytes]:
+    """``tie_key(subject, grove_id)`` for many Groves of one subject, as the hash's 8 big-endian bytes (which
+    sort as the number does): the subject's part is hashed once, each Grove's id added to a copy."""
+    prefix = hashlib.blake2b(f"{subject}\x00".encode(), digest_size=8)
+
+    def key(grove_id: str) -> bytes:
+        hashed = prefix.copy()
+        hashed.update(grove_id.encode())
+        return hashed.digest()
+
+    return key
 
 
 def tie_key(subject: str, grove_id: str) -> int:
     """A stable 64-bit hash of (subject, Grove): the tie-break between equal totals."""
-    return int.from_bytes(hashlib.blake2b(f"{subject}\x00{grove_id}".encode(), digest_size=8).digest(), "big")
+    return int.from_bytes(tie_order(subject)(grove_id), "big")
 
 
 def ring_point(value: str) -> int:

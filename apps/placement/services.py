@@ -33,10 +33,10 @@ from apps.placement.decide import (
     Ranked,
     WaitingForCapacity,
     decide,
-    fit_on,
     target_facts,
     verdict,
 )
+from apps.placement.judging import fit_on
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.vocabulary import WAITING_FOR_CAPACITY

@@ -66,7 +66,7 @@ def sql_candidates(requirement: ExecutionRequirement, *, limit: int, role_only: 
                    start: int = 0, with_others: bool = True) -> CandidateSet:
     """The ``limit`` first eligible Groves in sampling order, a sample of the others, and capped totals.
 
-    Sampling order (``fleet.FleetIndex.walk``): Groves with room first, then by platform position, the wanted
+    Sampling order (``fleet.FleetIndex.select``): Groves with room first, then by platform position, the wanted
     accelerator API first, then round the ring from ``start`` (each Grove's point is a hash of its id).
 
     The compatibility rules are jsonb containment tests on the Grove's own role, change-kind, isolation

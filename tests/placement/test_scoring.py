@@ -2,6 +2,8 @@
 documented total, the tie key, and the "why here" sentence."""
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -63,6 +65,25 @@ def test_ties_break_by_a_stable_hash_of_subject_and_grove_not_by_name():
              (f"s{i}" for i in range(200))}
     assert len(set(first.values())) == 10  # different subjects land on different equal Groves
     assert scoring.tie_key("s1", "g1") == scoring.tie_key("s1", "g1") != scoring.tie_key("s2", "g1")
+
+
+def test_the_tie_key_is_the_hash_of_subject_and_grove_and_its_bytes_sort_as_it_does():
+    """``rank`` sorts a tie by ``tie_order``'s bytes: the same hash, the same order as the number."""
+    groves = [f"g{i}" for i in range(50)]
+    for subject in ("s1", "compute_step:c1m-7", ""):
+        order = scoring.tie_order(subject)
+        for grove in groves:
+            expected = hashlib.blake2b(f"{subject}\x00{grove}".encode(), digest_size=8).digest()
+            assert order(grove) == expected and scoring.tie_key(subject, grove) == int.from_bytes(expected, "big")
+        assert sorted(groves, key=order) == sorted(groves, key=lambda g: scoring.tie_key(subject, g))
+
+
+@given(first=st.floats(-1e7, 1e7), delta=st.sampled_from([0.0, 1e-13, 4e-10, 5e-10, 1e-9, 1.5e-9, 2e-9, 2.1e-9, 3e-9])
+       | st.floats(-1e-8, 1e-8))
+def test_tied_is_equality_of_the_rounded_totals(first, delta):
+    """``rank`` groups ties by ``tied`` without rounding every total: the very partition rounding gives."""
+    for other in (first - delta, first + delta):
+        assert scoring.tied(first, other) == (round(first, scoring.TOTAL_DIGITS) == round(other, scoring.TOTAL_DIGITS))
 
 
 def test_why_names_the_plugin_that_separated_the_two():
