@@ -29,7 +29,7 @@ from psycopg import errors as pg_errors
 from apps.core.errors import Conflict, ForestError, ValidationFailed
 from apps.core.gcpause import collection_paused
 from apps.flags.selectors import is_enabled
-from apps.placement import selectors, services, snapshot, writes
+from apps.placement import ledger, selectors, services, snapshot, writes
 from apps.placement.choices import COMPATIBILITY_FLAG, PERSISTED_FLAG, Outcome
 from apps.placement.decide import Decision, Loads, decide
 from apps.placement.fleet import CandidateSet
@@ -389,7 +389,7 @@ def _rounds_of(items: list[BatchItem], todo: list[int], outcomes: list[BatchOutc
         changed: set[str] = set()
         try:
             lost = _write_where_held(write, stored_plans, outcomes, changed)
-        except writes.Conflicted as conflict:
+        except ledger.Conflicted as conflict:
             snapshot.fleet_reload(changed | conflict.grove_ids)
             continue
         except (OperationalError, pg_errors.DeadlockDetected) as error:
@@ -434,7 +434,7 @@ def _write_where_held(write, plans: list[writes.Plan], outcomes: list[BatchOutco
     try:
         with transaction.atomic():
             return write(plans, outcomes)
-    except writes.Conflicted as conflict:
+    except ledger.Conflicted as conflict:
         changed |= conflict.grove_ids
     with transaction.atomic():
         return write([plan for plan in plans if plan.facts.id not in changed], outcomes)

@@ -12,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.groves.models import Grove
-from apps.placement import batch, snapshot, writes
+from apps.placement import batch, ledger, snapshot, writes
 from apps.placement.models import ExecutionPlacement, UnitLoad
 from tests.factories import unit
 from tests.placement.test_batch import items, work
@@ -139,9 +139,9 @@ def test_the_verify_read_locks_and_reads_what_the_orm_reads(make_grove, monkeypa
     grove_ids = sorted([str(a.id), str(b.id)])
     wanted = sorted([(str(a.id), "a1"), (str(a.id), "a3"), (str(b.id), "b1"), (str(b.id), "missing")])
     cutoff = (timezone.now() - timedelta(minutes=5)).timestamp()
-    raw_groves, raw_units = writes._verify_rows(grove_ids, wanted, cutoff)
+    raw_groves, raw_units = ledger._verify_rows(grove_ids, wanted, cutoff)
     _as_sqlite(monkeypatch)
-    orm_groves, orm_units = writes._verify_rows(grove_ids, wanted, cutoff)
+    orm_groves, orm_units = ledger._verify_rows(grove_ids, wanted, cutoff)
 
     def token(value):
         return datetime.fromisoformat(value) if isinstance(value, str) else value
@@ -150,7 +150,7 @@ def test_the_verify_read_locks_and_reads_what_the_orm_reads(make_grove, monkeypa
     assert [key[:2] for key in raw_units] == [w for w in wanted if w[1] != "missing"]
 
     def normal(groves):
-        return {k: (*v[:3], token(v[3]), v[4], *(writes._listed(x) for x in v[5:])) for k, v in groves.items()}
+        return {k: (*v[:3], token(v[3]), v[4], *(ledger._listed(x) for x in v[5:])) for k, v in groves.items()}
 
     assert normal(raw_groves) == normal(orm_groves)
     assert sorted(raw_groves) == grove_ids
@@ -171,11 +171,11 @@ def test_the_ledger_upsert_writes_what_the_orm_writes(make_grove, monkeypatch):
     def written(orm: bool) -> list[tuple]:
         UnitLoad.objects.all().delete()
         UnitLoad.objects.create(grove=a, unit_id="a2", reported_at=at, cpu_milli=1000, memory_bytes=4096)
-        ledger = {(str(a.id), "a1"): [at, 0, 0, False], (str(a.id), "a2"): [at, 1000, 4096, False],
-                  (str(a.id), "a3"): [at, 0, 0, False]}
+        entries = {(str(a.id), "a1"): [at, 0, 0, False], (str(a.id), "a2"): [at, 1000, 4096, False],
+                   (str(a.id), "a3"): [at, 0, 0, False]}
         if orm:
             _as_sqlite(monkeypatch)
-        writes.ledger_write(plans, ledger, lost={3})
+        ledger.ledger_write(plans, entries, lost={3})
         monkeypatch.undo()
         return list(UnitLoad.objects.order_by("unit_id").values_list("unit_id", "reported_at", "cpu_milli",
                                                                        "memory_bytes"))
