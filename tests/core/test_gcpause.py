@@ -54,3 +54,39 @@ def test_overlapping_blocks_on_two_threads_keep_it_off_until_the_last_leaves():
         thread.join(timeout=60)
     assert seen == {"inside_after_first_left": False}
     assert gc.isenabled()
+
+
+def test_what_a_step_leaves_alive_is_frozen_and_a_cycle_in_it_collected_within_unfreeze_every_steps(monkeypatch):
+    """The objects alive when the last block ends are frozen (no collection walks them; reference counting
+    still frees them); every ``UNFREEZE_EVERY``-th step returns them to the collector, so a reference cycle
+    a step left behind is collected within that many steps."""
+    import weakref
+
+    from apps.core import gcpause
+
+    class Node:
+        pass
+
+    monkeypatch.setattr(gcpause, "UNFREEZE_EVERY", 3)
+    monkeypatch.setattr(gcpause, "_steps", 0)
+    try:
+        with collection_paused():
+            cycle = Node()
+            cycle.me = cycle
+            alive = weakref.ref(cycle)
+            plain = Node()
+            freed = weakref.ref(plain)
+        del cycle, plain
+        assert freed() is None  # no cycle: reference counting freed it, frozen or not
+        gc.collect()
+        assert alive() is not None and gc.get_freeze_count() > 0  # frozen: not collected yet
+        with collection_paused():
+            pass
+        gc.collect()
+        assert alive() is not None
+        with collection_paused():  # the third step: the frozen objects go back to the collector
+            pass
+        gc.collect()
+        assert alive() is None
+    finally:
+        gc.unfreeze()

@@ -168,6 +168,12 @@ def test_the_batch_endpoint_turns_the_collector_off_once_for_parse_and_placement
             calls.append("on")
             gc.enable()
 
+        def freeze(self) -> None:
+            gc.freeze()
+
+        def unfreeze(self) -> None:
+            gc.unfreeze()
+
     monkeypatch.setattr(gcpause, "gc", Recorder())
     items = [{"subject_type": "compute_step", "subject_id": f"g-{i}", "requirement": requirement()} for i in range(3)]
     response = ci.post("/api/forest/v1/placements/batch", {"items": items}, format="json")
