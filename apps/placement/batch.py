@@ -342,8 +342,9 @@ def place_batch(items: list[BatchItem]) -> list[BatchOutcome]:
         else:
             todo.append(index)
 
-    def write(plans: list[writes.Plan], outcomes: list[BatchOutcome]) -> set[int]:
-        lost, ids = writes.placements_write(plans, unplaced=unplaced)
+    def write(plans: list[writes.Plan], outcomes: list[BatchOutcome], changed: set[str]) -> set[int]:
+        lost, ids, changed_now = writes.placements_write(plans, unplaced=unplaced)
+        changed |= changed_now
         for plan in plans:
             if plan.index not in lost:
                 outcomes[plan.index].placement_id = ids.get(plan.index)
@@ -360,7 +361,8 @@ def _group_counts(items: list[BatchItem], todo: list[int]) -> dict[str, dict[str
 def _rounds(items: list[BatchItem], todo: list[int], outcomes: list[BatchOutcome], flags: dict, write) -> list[
         BatchOutcome]:
     """Decide ``todo`` in memory and ``write`` them in one transaction, again after a conflict (up to
-    ``DECIDE_ATTEMPTS``); ``write(plans, outcomes)`` returns the plan indexes that lost their subject. The
+    ``DECIDE_ATTEMPTS``); ``write(plans, outcomes, changed)`` returns the plan indexes that lost their subject
+    and adds the Groves that changed under the batch to ``changed``. The
     cyclic garbage collector is held off meanwhile (``collection_paused``)."""
     with collection_paused():
         return _rounds_of(items, todo, outcomes, flags, write)
@@ -425,19 +427,20 @@ def _rounds_of(items: list[BatchItem], todo: list[int], outcomes: list[BatchOutc
 
 
 def _write_where_held(write, plans: list[writes.Plan], outcomes: list[BatchOutcome], changed: set[str]) -> set[int]:
-    """``write`` the plans in one transaction. When Groves changed under some of them (another batch or
-    process placed on the same units since the snapshot), write the plans on every other Grove in a
-    transaction of its own (re-verified under the lock again) and add the changed Groves to ``changed``:
-    one busy Grove does not send a whole batch back to be decided again (two workers spreading over one
-    fleet collide on a few units per batch; all-or-nothing lost whole batches to ``fleet_changed`` at a
-    million). Raises ``Conflicted`` if the rest changed too."""
+    """``write`` the plans in one transaction. Groves that changed under some of them (another batch or
+    process placed on the same units since the snapshot) are added to ``changed``, and only the plans on
+    every other Grove are written: one busy Grove does not send a whole batch back to be decided again (two
+    workers spreading over one fleet collide on a few units per batch; all-or-nothing lost whole batches to
+    ``fleet_changed`` at a million). ``placements_write`` takes those plans out itself; a writer that can
+    only refuse all or nothing (``Conflicted``) has the rest written in a transaction of its own (verified
+    under the lock again). Raises ``Conflicted`` if the rest changed too."""
     try:
         with transaction.atomic():
-            return write(plans, outcomes)
+            return write(plans, outcomes, changed)
     except ledger.Conflicted as conflict:
         changed |= conflict.grove_ids
     with transaction.atomic():
-        return write([plan for plan in plans if plan.facts.id not in changed], outcomes)
+        return write([plan for plan in plans if plan.facts.id not in changed], outcomes, changed)
 
 
 def _reread_lost(lost: set[int], outcomes: list[BatchOutcome], items: list[BatchItem], flags: dict) -> None:
@@ -469,7 +472,7 @@ def replace_batch(*, placements: list[ExecutionPlacement], actor, reason: str,
                 for p in placements]
     flags = _flags(items, range(len(items)), persisted=True)
 
-    def write(plans: list[writes.Plan], outcomes: list[BatchOutcome]) -> set[int]:
+    def write(plans: list[writes.Plan], outcomes: list[BatchOutcome], changed: set[str]) -> set[int]:
         writes.replacements_write(plans, {plan.index: placements[plan.index].pk for plan in plans}, actor=actor,
                                   reason=reason)
         return set()

@@ -36,12 +36,20 @@ class Conflicted(Exception):
 
 
 def verify(plans: list[Plan]) -> dict[tuple[str, str], list]:
+    """``verified`` that raises ``Conflicted`` with the Groves that no longer hold (all or nothing)."""
+    ledger, conflicted = verified(plans)
+    if conflicted:
+        raise Conflicted(conflicted)
+    return ledger
+
+
+def verified(plans: list[Plan]) -> tuple[dict[tuple[str, str], list], set[str]]:
     """Under the lock of the unit rows the plans take (only those: another writer's units are not this
     batch's business): every planned placement still fits its unit by the database's own counts (reported
     free less the ledger), and its Grove is still enabled, fresh and as the decision saw it. Returns the
     ledger entries of those units ([report token, cpu, memory, touched]: the token is the Grove's
-    ``capacity_reported_at`` as ``_verify_rows`` reads it, compared and written back as it is); raises
-    ``Conflicted`` with the Groves that no longer hold."""
+    ``capacity_reported_at`` as ``_verify_rows`` reads it, compared and written back as it is) and the Groves
+    that no longer hold (their plans must not be written, nor counted in the ledger)."""
     grove_ids = sorted({plan.facts.id for plan in plans})
     wanted = sorted({(plan.facts.id, plan.unit_id) for plan in plans if plan.unit_id is not None})
     groves, units = _verify_rows(grove_ids, wanted, snapshot.stale_cutoff())
@@ -76,9 +84,7 @@ def verify(plans: list[Plan]) -> dict[tuple[str, str], list]:
             continue
         room[0] -= resources.cpu_milli
         room[1] -= resources.memory_bytes
-    if conflicted:
-        raise Conflicted(conflicted)
-    return ledger
+    return ledger, conflicted
 
 
 _LISTED: dict[str | bytes, tuple] = {}

@@ -17,7 +17,7 @@ from apps.core.db import copy_text, sql_from_meta
 from apps.groves.models import Grove
 from apps.placement import rules, selectors, snapshot, vocabulary
 from apps.placement.choices import Chooser, Outcome
-from apps.placement.ledger import ledger_write, verify
+from apps.placement.ledger import Conflicted, ledger_write, verified, verify
 from apps.placement.models import ExecutionPlacement, PlacementVerdicts
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.rules import GroveFacts
@@ -192,35 +192,50 @@ def existing(keys: list[tuple[str, str]]) -> dict[tuple[str, str], ExecutionPlac
 
 
 def placements_write(plans: list[Plan], *, unplaced: dict[tuple[str, str], ExecutionPlacement] | None = None
-                     ) -> tuple[set[int], dict[int, int]]:
-    """Inside the batch's transaction: verify, then write placements, shared verdicts and the ledger.
-    Returns the plan indexes whose subject another call placed first (nothing written for them).
-    ``unplaced``: the subjects' stored refusals and waits, removed here and kept in the new decision."""
+                     ) -> tuple[set[int], dict[int, int], set[str]]:
+    """Inside the batch's transaction: the placements, then the verify under the units' lock, then the shared
+    verdicts and the ledger. Returns the plan indexes whose subject another call placed first (nothing
+    written for them), the placement id of each plan written, and the Groves that changed under the batch
+    (their plans' rows are taken out again before commit; the caller decides those subjects again).
+    ``unplaced``: the subjects' stored refusals and waits, removed here and kept in the new decision.
+
+    The ``COPY`` comes before the unit locks, not after: it is the long part of the write (a second at a
+    million rows, index maintenance), and a batch holding its units across it made the other worker's
+    batch wait for its whole write on the units both place on (with spread, every batch shares units with
+    the next): at a million rows the two workers ran one after the other, the rate halved. The locks are now
+    held for the verify, the ledger and the commit only."""
     if not plans:
-        return set(), {}
-    ledger = verify(plans)
+        return set(), {}, set()
+    superseded = {}
     if unplaced:
-        superseded = []
         for plan in plans:
             row = unplaced.get((plan.subject_type, plan.subject_id))
             if row is not None:
                 plan.note("earlier", unplaced_summary(row))
-                superseded.append(row.pk)
-        ExecutionPlacement.objects.filter(pk__in=superseded).exclude(outcome=Outcome.PLACED).delete()
-    now = verdicts_write(plans)
-    lost, ids = _insert(plans, now)
-    ledger_write(plans, ledger, lost)
-    return lost, ids
-
-
-def verdicts_write(plans: list[Plan]):
+                superseded[plan.index] = row.pk
+        ExecutionPlacement.objects.filter(pk__in=list(superseded.values())).exclude(outcome=Outcome.PLACED).delete()
     now = timezone.now()
+    lost, ids = _insert(plans, now)
+    kept = [plan for plan in plans if plan.index not in lost]
+    entries, changed = verified(kept)
+    if changed:
+        if any(plan.index in superseded for plan in kept if plan.facts.id in changed):
+            # The refusal or wait such a subject supersedes is gone with this transaction: all or nothing.
+            raise Conflicted(changed)
+        dropped = [plan.index for plan in kept if plan.facts.id in changed]
+        ExecutionPlacement.objects.filter(pk__in=[ids.pop(index) for index in dropped]).delete()
+        lost = lost | set(dropped)
+    verdicts_write([plan for plan in kept if plan.facts.id not in changed], now)
+    ledger_write(plans, entries, lost)
+    return lost - {plan.index for plan in kept if plan.facts.id in changed}, ids, changed
+
+
+def verdicts_write(plans: list[Plan], now) -> None:
     shapes = {plan.verdicts_key: plan.verdicts_body for plan in plans if plan.verdicts_key}
     # In key order, as the placements are in subject order: two batches wait on each other's rows in one
     # order, never in a cycle.
     PlacementVerdicts.objects.bulk_create([PlacementVerdicts(key=key, body=shapes[key], created_at=now)
                                            for key in sorted(shapes)], ignore_conflicts=True)
-    return now
 
 
 def _rows(plans: list[Plan], ids: list[int | None], now) -> list[tuple]:
@@ -311,7 +326,8 @@ def replacements_write(plans: list[Plan], pks: dict[int, int], *, actor, reason:
     """Inside a staff re-placement batch's transaction: verify, then each row's new decision, its earlier one
     kept in ``history`` (``pks``: plan index -> placement id)."""
     ledger = verify(plans)
-    now = verdicts_write(plans)
+    now = timezone.now()
+    verdicts_write(plans, now)
     rows = {row.pk: row for row in ExecutionPlacement.objects.select_for_update().filter(pk__in=list(pks.values()))}
     changed = []
     for plan in plans:

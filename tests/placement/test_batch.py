@@ -390,15 +390,19 @@ def test_concurrent_batches_on_one_unit_read_each_others_ledger(make_grove, monk
     snapshot.fleet_refresh(full=True)
     both_decided = threading.Barrier(2)
     first_verify = threading.local()
-    verify, ledger_write = writes.verify, writes.ledger_write
+    verified, ledger_write = writes.verified, writes.ledger_write
+    ledger_waited: list[bool] = []
 
     def verify_together(plans):
         if not getattr(first_verify, "done", False):
             first_verify.done = True
             both_decided.wait(timeout=30)
-        return verify(plans)
+        return verified(plans)
 
     def ledger_write_once_the_other_waits(plans, ledger, lost):
+        if ledger_waited or all(plan.index in lost for plan in plans):  # only the first to hold the lock
+            return ledger_write(plans, ledger, lost)
+        ledger_waited.append(True)
         deadline = time.monotonic() + 30
         with connection.cursor() as cursor:  # the other batch's locking statement is queued behind this one
             while time.monotonic() < deadline:
@@ -408,7 +412,7 @@ def test_concurrent_batches_on_one_unit_read_each_others_ledger(make_grove, monk
                 time.sleep(0.01)
         return ledger_write(plans, ledger, lost)
 
-    monkeypatch.setattr(writes, "verify", verify_together)
+    monkeypatch.setattr(writes, "verified", verify_together)
     monkeypatch.setattr(writes, "ledger_write", ledger_write_once_the_other_waits)
     outcomes, errors = {}, []
 
@@ -434,33 +438,89 @@ def test_concurrent_batches_on_one_unit_read_each_others_ledger(make_grove, monk
 def test_a_grove_that_changed_under_a_batch_sends_back_only_its_own_subjects(make_grove, monkeypatch):
     """Another writer took Grove b's room between the batch's decision and its write: simulated by lowering
     b's free count inside the batch's first write transaction, just before the verify reads it under the
-    lock (so the change rolls back with that attempt). The plans on b fail the verify; only those subjects
-    are decided again, after b is re-read, and the plans on a are written at once, not thrown away with
-    them (all-or-nothing lost whole batches to ``fleet_changed`` with two workers at a million)."""
+    lock (so the change rolls back with that attempt). The plans on b fail the verify: their rows are taken
+    out again and only those subjects are decided again, after b is re-read; the plans on a are written
+    with the first transaction, not thrown away with them (all-or-nothing lost whole batches to
+    ``fleet_changed`` with two workers at a million)."""
     from apps.groves.models import PlacementUnit
 
     make_grove("a", units=[unit("a1", cpu=8000, mem_gib=16)])
     b = make_grove("b", units=[unit("b1", cpu=8000, mem_gib=16)])
     snapshot.fleet_refresh(full=True)
     calls: list[dict[str, str]] = []
-    real_write, real_verify = writes.placements_write, writes.verify
+    written: list[set[str]] = []
+    real_write, real_verified = writes.placements_write, writes.verified
 
     def spy(plans, **kwargs):
         calls.append({plan.subject_id: plan.facts.slug for plan in plans})
-        return real_write(plans, **kwargs)
+        result = real_write(plans, **kwargs)
+        written.append(set(ExecutionPlacement.objects.values_list("subject_id", flat=True)))
+        return result
 
     def taken_first(plans):
         if len(calls) == 1:
             PlacementUnit.objects.filter(grove=b, unit_id="b1").update(cpu_milli_free=1000)
-        return real_verify(plans)
+        return real_verified(plans)
 
     monkeypatch.setattr(writes, "placements_write", spy)
-    monkeypatch.setattr(writes, "verify", taken_first)
+    monkeypatch.setattr(writes, "verified", taken_first)
     outcomes = batch.place_batch(items([work()] * 8))
     assert all(o.error is None and o.grove_slug for o in outcomes), [o.error for o in outcomes]
-    assert len(calls) == 3, calls
-    first, kept, redone = calls
+    assert len(calls) == 2, calls
+    first, redone = calls
     assert len(first) == 8 and list(first.values()).count("b") >= 2
-    assert kept == {s: g for s, g in first.items() if g == "a"}  # written as decided
+    assert written[0] == {s for s, g in first.items() if g == "a"}  # written as decided, b's taken out
     assert set(redone) == {s for s, g in first.items() if g == "b"}  # decided again, nothing else
     assert ExecutionPlacement.objects.count() == 8
+    assert {o.placement_id for o in outcomes} == set(ExecutionPlacement.objects.values_list("id", flat=True))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_holds_no_unit_lock_while_its_rows_are_copied(make_grove, monkeypatch):
+    """The COPY of a batch's placements (the long part of its write at a million rows) runs before the unit
+    rows are locked: a second batch placing on the same unit meanwhile writes and commits without waiting
+    for it. (Locked first, the two workers' writes ran one after the other as the table grew.) Both batches
+    are then verified against each other's ledger: nothing overcommits."""
+    import threading
+
+    from django.db import connection
+
+    make_grove("a", units=[unit("a1", cpu=10000, mem_gib=20)])
+    snapshot.fleet_refresh(full=True)
+    in_copy, second_done = threading.Event(), threading.Event()
+    real = writes._insert
+    waited = []
+
+    def held_copy(plans, now):
+        if not waited:
+            waited.append(None)
+            in_copy.set()
+            waited[0] = second_done.wait(timeout=30)
+        return real(plans, now)
+
+    monkeypatch.setattr(writes, "_insert", held_copy)
+    results, errors = {}, []
+
+    def place(prefix, count):
+        try:
+            results[prefix] = batch.place_batch(items([work()] * count, prefix=prefix))
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=place, args=("x", 6))
+    first.start()
+    assert in_copy.wait(timeout=30)
+    place("y", 6)
+    second_done.set()
+    first.join(timeout=60)
+    assert not errors and waited == [True]
+    assert [o.status for o in results["y"]] == ["placed"] * 6
+    # The first batch verified after the second committed: its rows on the Grove are taken out, its
+    # subjects decided again on what is left (room for 4), the rest refused for want of room.
+    statuses = [o.status for o in results["x"]]
+    assert statuses.count("placed") == 4 and statuses.count("error") == 2
+    assert {o.error.code for o in results["x"] if o.error is not None} == {"no_capacity"}
+    assert ExecutionPlacement.objects.count() == 10
+    assert sum(load.cpu_milli for load in UnitLoad.objects.all()) == 10 * 1000
