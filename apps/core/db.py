@@ -21,6 +21,7 @@ import functools
 import os
 import time
 import weakref
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -137,6 +138,20 @@ def copy_text(value: str) -> str:
     if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
         return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
     return value
+
+
+def copy_field(value) -> str:
+    """One value as a field of ``COPY … FROM STDIN`` text format: NULL, a boolean, a number, a datetime
+    (ISO 8601), or text (``copy_text``)."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, str):
+        return copy_text(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
 
 
 def select_columns(model, *, alias: str, exclude: tuple[str, ...] = (), prefix: str = "") -> str:
