@@ -143,12 +143,12 @@ def copy_text(value: str) -> str:
 def copy_field(value) -> str:
     """One value as a field of ``COPY … FROM STDIN`` text format: NULL, a boolean, a number, a datetime
     (ISO 8601), or text (``copy_text``)."""
+    if isinstance(value, str):  # most of a row: tested first
+        return copy_text(value)
     if value is None:
         return "\\N"
     if isinstance(value, bool):
         return "t" if value else "f"
-    if isinstance(value, str):
-        return copy_text(value)
     if isinstance(value, datetime):
         return value.isoformat()
     return str(value)
