@@ -252,6 +252,21 @@ def stop_web(proc) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def workers_cpu(proc) -> list[float]:
+    """CPU seconds each server worker has used (how evenly the batches were spread over them)."""
+    import psutil
+
+    seconds = []
+    for child in psutil.Process(proc.pid).children():
+        try:
+            if "spawn_main" in " ".join(child.cmdline()):
+                times = child.cpu_times()
+                seconds.append(times.user + times.system)
+        except psutil.Error:
+            continue
+    return sorted(seconds, reverse=True)
+
+
 def ci_token() -> str:
     """An API token of a CI user who may place (``placement.add_executionplacement``)."""
     from django.contrib.auth import get_user_model
@@ -294,13 +309,18 @@ def run_mode(mode: str, args, size: int) -> dict:
     mix, gpu = requirements()
     mix_json = [requirement.to_json() for requirement in mix]
     gpu_json = gpu.to_json()
-    web, client = None, None
+    web, client, worker_cpu = None, None, []
     if mode == "api":
         import httpx
 
         token = ci_token()
         web, url = start_web(args.workers)
-        client = httpx.Client(base_url=url, headers={"Authorization": f"Token {token}"}, timeout=600)
+        # A connection per batch, as a fleet of CI callers opens them: the workers share one listening socket
+        # and a kept-alive connection stays with the worker that accepted it, so one client's two pooled
+        # connections could both land on the first worker up and leave the other idle (seen: 89% / 1% CPU).
+        # A new connection is accepted by a worker that is not busy; the handshake is ~0.1 ms of a ~1 s batch.
+        client = httpx.Client(base_url=url, headers={"Authorization": f"Token {token}"}, timeout=600,
+                              limits=httpx.Limits(max_keepalive_connections=0))
     else:
         snapshot.fleet_refresh(full=True)
     beats = Heartbeats()
@@ -358,6 +378,7 @@ def run_mode(mode: str, args, size: int) -> dict:
             pool.shutdown(cancel_futures=True)
         if web is not None:
             client.close()
+            worker_cpu = workers_cpu(web)
             stop_web(web)
     elapsed = time.perf_counter() - start
     from apps.placement.writes import COLUMNS
@@ -365,7 +386,7 @@ def run_mode(mode: str, args, size: int) -> dict:
     floor_s = copy_floor(f"SELECT {', '.join(COLUMNS)} FROM placement_executionplacement")
     return {"mode": mode, "placed": placed, "refused": refused, "codes": codes, "elapsed": elapsed,
             "floor_s": floor_s, "analyzes": analyzer.runs, "overcommitted": overcommitted(),
-            "spread": spread_of_compute()}
+            "spread": spread_of_compute(), "worker_cpu": worker_cpu}
 
 
 def report(result: dict, args, size: int) -> None:
@@ -383,6 +404,8 @@ def report(result: dict, args, size: int) -> None:
     print(f"floor: bare COPY of the same {placed:,} rows (same columns and indexes): {floor_s:.1f} s = "
           f"{placed / floor_s:,.0f} rows/s   ours / floor = {rate / (placed / floor_s):.2f} "
           f"(time x{elapsed / floor_s:.1f}; target >= 0.35)")
+    if result["worker_cpu"]:
+        print(f"server workers' CPU: {', '.join(f'{seconds:.0f} s' for seconds in result['worker_cpu'])}")
     print(f"units overcommitted (counted in SQL): {result['overcommitted']}; compute spread: largest Grove "
           f"share / mean = {result['spread']:.2f}")
 
