@@ -32,9 +32,10 @@ class ExecutionPlacementFilterSet(django_filters.FilterSet):
     def filter_code(self, queryset, name, value):
         code = value.strip()
         if connection.vendor == "postgresql":
-            # JSON containment on the whole column: served by the GIN index (jsonb_path_ops) on ``decision``;
-            # a refused or waiting decision's own code is its column.
-            return queryset.filter(Q(decision__contains={"incompatibilities": [{"code": code}]}) | Q(code=code))
+            # JSON containment on the incompatibilities: served by their GIN index (jsonb_path_ops; staff
+            # migration 0005 indexes this expression, nothing else of the decision); a refused or waiting
+            # decision's own code is its column.
+            return queryset.filter(Q(decision__incompatibilities__contains=[{"code": code}]) | Q(code=code))
         # SQLite (``make run``) has no JSON containment: match the first few positions instead.
         match = Q()
         for index in range(8):

@@ -55,3 +55,40 @@ def test_the_inventory_statement_equals_its_orm_form():
     assert [(g.api, g.model, g.items, g.groves, g.allocatable, g.free) for g in groups] == [
         ("cuda", "NVIDIA A100", 1, 1, 0, 0), ("cuda", "NVIDIA H100 80GB HBM3", 4, 2, 4, 3),
         ("metal", "Apple M3 Max", 1, 1, 4, 3)]
+
+
+def test_the_code_filter_reads_the_incompatibilities_index():
+    """The staff and API ``code`` filter finds exactly the placements whose decision lists the code (or whose
+    own code it is), and PostgreSQL answers it from the expression GIN index over the incompatibilities
+    (staff migration 0005) — the filter's SQL must be that expression for the index to serve it. Sequential
+    scans are switched off so that the planner shows whether the index can serve the query at all (a table
+    of five rows would be scanned otherwise)."""
+    from django.db import connection
+
+    from apps.placement.filtersets import ExecutionPlacementFilterSet
+    from apps.placement.models import ExecutionPlacement
+
+    def incompatibilities(*codes: str) -> dict:
+        return {"incompatibilities": [{"code": code, "detail": "x"} for code in codes],
+                "top": [{"grove_slug": "g", "score": {"total": 1.0}}]}
+
+    decisions = {"a": incompatibilities("role_missing"), "b": incompatibilities("substrate_mismatch", "role_missing"),
+                 "c": incompatibilities(), "d": incompatibilities("platform_mismatch"), "e": {"top": []}}
+    for subject, decision in decisions.items():
+        ExecutionPlacement.objects.create(subject_type="pipeline_node", subject_id=subject, requirement={},
+                                          decision=decision, chooser="selection", enforced=False,
+                                          would_refuse=bool(decision.get("incompatibilities")))
+    ExecutionPlacement.objects.create(subject_type="pipeline_node", subject_id="f", requirement={}, decision={},
+                                      chooser="selection", enforced=True, would_refuse=False, outcome="refused",
+                                      code="role_missing")
+    queryset = ExecutionPlacementFilterSet({"code": "role_missing"}, ExecutionPlacement.objects.all()).qs
+    assert sorted(queryset.values_list("subject_id", flat=True)) == ["a", "b", "f"]
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        plan = queryset.order_by().explain()
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'placement_incompatibilities_gin'")
+        (definition,) = cursor.fetchone()
+        cursor.execute("SELECT count(*) FROM pg_indexes WHERE indexname = 'placement_decision_gin'")
+        (whole,) = cursor.fetchone()
+    assert "placement_incompatibilities_gin" in plan and "placement_code" in plan, plan
+    assert "((decision -> 'incompatibilities'::text)) jsonb_path_ops" in definition and whole == 0
