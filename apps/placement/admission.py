@@ -24,6 +24,7 @@ from enum import StrEnum
 
 from apps.accelerators import rules as accelerator_rules
 from apps.core.formatting import bytes_h, cores
+from apps.placement import scoring
 
 
 class FitState(StrEnum):
@@ -122,9 +123,32 @@ def _short(needs: Needs, units: Sequence[UnitCapacity], *, which: str, grove: st
             f"{'unit' if which == 'allocatable' else 'unit with both free'} of Grove {grove} has both")
 
 
+def unit_for(cpu: int, memory: int, allocatable: Sequence[tuple[str, int, int]], free: Sequence,
+             *, spread: bool) -> str | None:
+    """The unit that takes work without accelerators now, of the Grove's units in its order (``allocatable``:
+    (unit id, CPU, memory); ``free``: (unit id, free CPU, free memory), the same units in the same order):
+    among those whose allocatable and free both hold it, the least allocated once it is placed under
+    spread (``scoring.allocated``; the first such on equal shares), else the first. ``None``: none holds
+    it now. Spreading within the Grove as across Groves keeps a unit from filling while its siblings
+    are empty: a kube Grove's nodes are what kube-scheduler's LeastAllocated spreads over, and two
+    writers deciding at once from the same view rarely both fill one unit's last room."""
+    chosen, best = None, 2.0
+    for (unit_id, cpu_allocatable, memory_allocatable), row in zip(allocatable, free, strict=True):
+        if (row[0] != unit_id or cpu_allocatable < cpu or memory_allocatable < memory or row[1] < cpu
+                or row[2] < memory):
+            continue
+        if not spread:
+            return unit_id
+        share = scoring.allocated(cpu, memory, cpu_allocatable, row[1], memory_allocatable, row[2])
+        if share < best:
+            chosen, best = unit_id, share
+    return chosen
+
+
 def fit(needs: Needs, *, units: Sequence[UnitCapacity], devices: Sequence[accelerator_rules.Device] = (),
-        claimed: Mapping[tuple[str, str], int] | None = None, grove: str = "") -> Fit:
-    """Whether ``needs`` fits one unit of the Grove now, later, or never (see the module docstring)."""
+        claimed: Mapping[tuple[str, str], int] | None = None, grove: str = "", spread: bool = False) -> Fit:
+    """Whether ``needs`` fits one unit of the Grove now, later, or never (see the module docstring); work
+    without accelerators that fits now goes to ``unit_for``'s unit (``spread``: the policy's)."""
     claimed = claimed or {}
     if not units:
         return Fit(FitState.NEVER, RESOURCES_NEVER_FIT, f"Grove {grove} reports no placement unit.")
@@ -150,7 +174,9 @@ def fit(needs: Needs, *, units: Sequence[UnitCapacity], devices: Sequence[accele
     if not free:
         return Fit(FitState.LATER, RESOURCES_UNAVAILABLE, _short(needs, ever, which="free", grove=grove) + ".")
     if request is None:
-        return Fit(FitState.NOW, unit_id=free[0].unit_id)
+        return Fit(FitState.NOW, unit_id=unit_for(
+            needs.cpu_milli, needs.memory_bytes, [(u.unit_id, u.cpu_allocatable, u.memory_allocatable) for u in free],
+            [(u.unit_id, u.cpu_free, u.memory_free) for u in free], spread=spread))
     admission = accelerator_rules.admit(request, units=[unit.accelerators() for unit in free], devices=devices,
                                         claimed=claimed, grove=grove)
     if not admission.admitted:

@@ -40,28 +40,28 @@ def checked(requirement: ExecutionRequirement, facts: rules.GroveFacts) -> list[
 
 
 def fit_on(needs: admission.Needs, facts: rules.GroveFacts, *, free=None,
-           claimed: Mapping | None = None) -> admission.Fit:
+           claimed: Mapping | None = None, spread: bool = False) -> admission.Fit:
     """``needs`` admitted on one unit of this Grove, from its facts; ``free`` (unit id, free CPU, free
-    memory) and ``claimed`` replace the facts' own when a batch has assumed work on the Grove."""
+    memory) and ``claimed`` replace the facts' own when a batch has assumed work on the Grove. ``spread``:
+    the policy's unit choice (``admission.unit_for``)."""
     if needs.accelerators is None:
-        # The common case, what ``admission.fit`` answers "now" with, without building its unit objects: the
-        # first unit (in the Grove's order) whose allocatable and free both hold the work.
+        # The common case, what ``admission.fit`` answers "now" with, without building its unit objects.
         rows = facts.unit_free if free is None else free
-        cpu, memory = needs.cpu_milli, needs.memory_bytes
         if len(rows) == len(facts.unit_allocatable):  # the same units in the same order (``grove_facts``)
-            for (unit_id, cpu_allocatable, memory_allocatable), row in zip(facts.unit_allocatable, rows, strict=True):
-                if (row[0] == unit_id and cpu_allocatable >= cpu and memory_allocatable >= memory
-                        and row[1] >= cpu and row[2] >= memory):
-                    return admission.Fit(FitState.NOW, unit_id=unit_id)
+            unit = admission.unit_for(needs.cpu_milli, needs.memory_bytes, facts.unit_allocatable, rows,
+                                      spread=spread)
+            if unit is not None:
+                return _NOW.get(unit) or _now_on(unit)
     if free is None and claimed is None:
-        return _per_facts(_FITS, needs, facts, _fit_now)
+        return _per_facts(_FITS, (needs, spread), facts, _fit_now)
     return admission.fit(needs, units=admission.units_of(facts, free=free), devices=facts.devices,
-                         claimed=dict(facts.claimed) if claimed is None else claimed, grove=facts.slug)
+                         claimed=dict(facts.claimed) if claimed is None else claimed, grove=facts.slug, spread=spread)
 
 
-def _fit_now(needs: admission.Needs, facts: rules.GroveFacts) -> admission.Fit:
+def _fit_now(key: tuple[admission.Needs, bool], facts: rules.GroveFacts) -> admission.Fit:
+    needs, spread = key
     return admission.fit(needs, units=admission.units_of(facts), devices=facts.devices, claimed=dict(facts.claimed),
-                         grove=facts.slug)
+                         grove=facts.slug, spread=spread)
 
 
 _ALLOCATABLE: dict[str, tuple[rules.GroveFacts, int, int]] = {}
@@ -110,21 +110,19 @@ def judged(needs: admission.Needs, facts: rules.GroveFacts, free, claimed, group
     """One sampled Grove as ``decide.rank`` keeps it: [load version (set by the caller), its resource fit, its
     score's total and columns when it has room now (else None and None: the columns and total
     ``scoring.score_of`` would build, by the same functions), and its score and JSON (built when it is
-    shown)]. Work without accelerators is judged in one pass over the Grove's unit rows: the first unit that
-    holds it (``fit_on``'s answer "now"), the allocatable and free totals (``_sums``) together; the rest (no
-    room now, accelerators) through ``fit_on``."""
+    shown)]. Work without accelerators is judged from the Grove's unit rows: the unit the policy takes
+    (``admission.unit_for``, ``fit_on``'s answer "now") and the allocatable and free totals (``_sums``) in
+    one more pass; the rest (no room now, accelerators) through ``fit_on``."""
     rows = facts.unit_free if free is None else free
     allocatable = facts.unit_allocatable
     cpu, memory = needs.cpu_milli, needs.memory_bytes
     fit = None
+    spread = policy.spreads_units
     cpu_total = memory_total = cpu_free = memory_free = 0
     if needs.accelerators is None and len(rows) == len(allocatable):
-        unit = None
-        for (unit_id, cpu_allocatable, memory_allocatable), row in zip(allocatable, rows):  # noqa: B905 - equal
+        unit = admission.unit_for(cpu, memory, allocatable, rows, spread=spread)
+        for (_unit_id, cpu_allocatable, memory_allocatable), row in zip(allocatable, rows):  # noqa: B905 - equal
             row_cpu, row_memory = row[1], row[2]
-            if (unit is None and row[0] == unit_id and cpu_allocatable >= cpu and memory_allocatable >= memory
-                    and row_cpu >= cpu and row_memory >= memory):
-                unit = unit_id
             cpu_total += cpu_allocatable
             memory_total += memory_allocatable
             if row_cpu > 0:
@@ -134,7 +132,7 @@ def judged(needs: admission.Needs, facts: rules.GroveFacts, free, claimed, group
         if unit is not None:
             fit = _NOW.get(unit) or _now_on(unit)
     if fit is None:
-        fit = fit_on(needs, facts, free=free, claimed=claimed)
+        fit = fit_on(needs, facts, free=free, claimed=claimed, spread=spread)
         if not fit.now:
             return [0, fit, None, None, None]
         cpu_total, cpu_free, memory_total, memory_free = _sums(facts, free)

@@ -62,14 +62,16 @@ def _share(allocatable: int, free: int, need: int) -> float:
     return 1.0 if share > 1.0 else 0.0 if share < 0.0 else share  # clamped (min/max cost more, per Grove)
 
 
-def _allocated(cpu_need: int, memory_need: int, cpu_allocatable: int, cpu_free: int, memory_allocatable: int,
-               memory_free: int) -> float:
-    """The mean share of CPU and memory allocated once the work is placed (0 empty, 1 full)."""
+def allocated(cpu_need: int, memory_need: int, cpu_allocatable: int, cpu_free: int, memory_allocatable: int,
+              memory_free: int) -> float:
+    """The mean share of CPU and memory allocated once the work is placed (0 empty, 1 full): of a Grove's
+    totals for the spread and bin-pack plugins, of one unit for the unit a spread placement takes
+    (``admission.unit_for``)."""
     return (_share(cpu_allocatable, cpu_free, cpu_need) + _share(memory_allocatable, memory_free, memory_need)) / 2
 
 
 def _allocated_after(needs: Needs, load: Load) -> float:
-    return _allocated(needs.cpu_milli, needs.memory_bytes, load.cpu_allocatable, load.cpu_free,
+    return allocated(needs.cpu_milli, needs.memory_bytes, load.cpu_allocatable, load.cpu_free,
                       load.memory_allocatable, load.memory_free)
 
 
@@ -150,6 +152,12 @@ class Policy:
     def weighted_columns(self) -> tuple:
         """(weight, column index) of every plugin whose weight is not 0, in column order (``total_from``)."""
         return tuple((weight, index) for index, (_name, weight) in enumerate(self.weights) if weight)
+
+    @property
+    def spreads_units(self) -> bool:
+        """Within the chosen Grove, the work goes to the least allocated unit that holds it (spread), or to
+        the first one in the Grove's order (bin-pack: the Grove's first units fill first)."""
+        return self.name == SPREAD
 
     def to_json(self) -> dict:
         return {"policy": self.name, "weights": dict(self.weights)}
@@ -243,8 +251,8 @@ def columns_of(cpu_need: int, memory_need: int, cpu_allocatable: int, cpu_free: 
              memory_free: int, group: int, preference_value: int, platform_rank: int) -> tuple[float, ...]:
     """Every plugin's column from the plain numbers a ``Load`` holds, without building one or calling each
     plugin: the same helpers the plugins call, so the same floats."""
-    allocated = _allocated(cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable, memory_free)
-    return (_platform(platform_rank), 1.0 - allocated, allocated, _run_spread(group), _preference(preference_value))
+    share = allocated(cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable, memory_free)
+    return (_platform(platform_rank), 1.0 - share, share, _run_spread(group), _preference(preference_value))
 
 
 def total_of(policy: Policy, cpu_need: int, memory_need: int, cpu_allocatable: int, cpu_free: int,

@@ -4,7 +4,7 @@ sentence that says by how much."""
 from __future__ import annotations
 
 from apps.accelerators.rules import AcceleratorRequest, Device, Slot
-from apps.placement.admission import FitState, Needs, UnitCapacity, consume, fit
+from apps.placement.admission import FitState, Needs, UnitCapacity, consume, fit, unit_for
 
 GIB = 1024**3
 GPU = Device("GPU-0", "nvidia", ("cuda",), 80 * GIB, "dedicated", True, "exclusive")
@@ -92,3 +92,17 @@ def test_consume_hands_one_freed_unit_out_once():
 def test_no_unit_reported_never_fits():
     verdict = fit(Needs(1000, GIB), units=[], grove="empty")
     assert (verdict.state, verdict.code) == (FitState.NEVER, "resources_never_fit")
+
+
+def test_spread_takes_the_least_allocated_unit_that_holds_the_work_and_bin_pack_the_first():
+    # a: half used; b: empty but small (the work is half of it); c: empty and large; d: too full to hold it.
+    units = [unit("a", cpu=32, free_cpu=16), unit("b", cpu=8), unit("c", cpu=32), unit("d", cpu=32, free_cpu=2)]
+    needs = Needs(4000, GIB)
+    assert fit(needs, units=units).unit_id == "a"  # bin-pack (the default): the first that holds it
+    assert fit(needs, units=units, spread=True).unit_id == "c"  # the least allocated once it is placed
+    assert fit(needs, units=[unit("x", cpu=32), unit("y", cpu=32)], spread=True).unit_id == "x"  # equal: first
+    # The shared rule, from the plain rows the decision core keeps (allocatable and free, in the Grove's order).
+    allocatable = [(u.unit_id, u.cpu_allocatable, u.memory_allocatable) for u in units]
+    free = [(u.unit_id, u.cpu_free, u.memory_free) for u in units]
+    assert [unit_for(4000, GIB, allocatable, free, spread=spread) for spread in (False, True)] == ["a", "c"]
+    assert unit_for(40_000, GIB, allocatable, free, spread=True) is None

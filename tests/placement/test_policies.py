@@ -71,6 +71,29 @@ def test_bin_pack_fills_one_grove_before_the_next(ci, make_grove, settings):
     assert sorted(Counter(order).values()) == [2, 4]
 
 
+@pytest.mark.parametrize("policy, units, fifth", [("spread", ["u0", "u1", "u0", "u1"], "u0"),
+                                                  ("binpack", ["u0"] * 4, "u1")])
+def test_the_unit_within_the_grove_follows_the_policy(ci, make_grove, settings, policy, units, fifth):
+    """Spread takes the least allocated unit that holds the work (the first on equal shares), as it takes
+    the least allocated Grove; bin-pack fills the Grove's first unit first. In one batch, then one subject
+    previewed over the API and placed through the single write path (pipeline dispatch's): the same unit."""
+    settings.PLACEMENT_POLICY = {**settings.PLACEMENT_POLICY, "build": policy}
+    make_grove("two-units", units=[unit("u0", cpu=16000, mem_gib=64), unit("u1", cpu=16000, mem_gib=64)])
+    place(ci, 4, cpu=4000)
+
+    def unit_of(subject: str) -> str:  # the chosen Grove's verdict, first of the explained candidates
+        return ci.get(URL, {"subject_id": subject}).json()["results"][0]["decision"]["candidates"][0]["fit"]["unit_id"]
+
+    assert [unit_of(f"job-{i}") for i in range(4)] == units
+    snapshot.fleet_refresh(full=True)
+    preview = ci.post(f"{URL}/preview", requirement(4000), format="json")
+    assert preview.status_code == 200, preview.content
+    assert preview.json()["candidates"][0]["fit"]["unit_id"] == fifth
+    services.place_execution(subject_type="compute_step", subject_id="one",
+                             requirement=ExecutionRequirement.from_json(requirement(4000)))
+    assert unit_of("one") == fifth
+
+
 def _admin_post(client, grove: Grove, **changes) -> None:
     """Save the Grove's admin change form as it is shown, with ``changes`` (the inline forms included)."""
     url = f"/admin/groves/grove/{grove.pk}/change/"

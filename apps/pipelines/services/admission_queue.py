@@ -33,6 +33,7 @@ from apps.pipelines.services.runs import run_advance, run_and_node_locked
 from apps.pipelines.services.transitions import node_transition
 from apps.pipelines.vocabulary import NodeStatus
 from apps.placement import admission
+from apps.placement.decide import policy_for
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.services import placement_capacity
 from apps.placement.vocabulary import WAITING_FOR_CAPACITY
@@ -142,8 +143,12 @@ def admission_wake(*, grove_id: str) -> list[int]:
         devices = list(facts.devices)
 
         def verdict(requirement: dict) -> tuple[admission.Needs, admission.Fit]:
-            needs = admission.Needs.of(ExecutionRequirement.from_stored(requirement))
-            return needs, admission.fit(needs, units=units, devices=devices, claimed=claimed, grove=facts.slug)
+            parsed = ExecutionRequirement.from_stored(requirement)
+            needs = admission.Needs.of(parsed)
+            # The unit the decision would take (the policy's), so the simulated admissions consume what
+            # dispatch will.
+            return needs, admission.fit(needs, units=units, devices=devices, claimed=claimed, grove=facts.slug,
+                                        spread=policy_for(parsed).spreads_units)
 
         now = timezone.now()
         # Admitted here, not yet dispatched: what they will take is not free (their claims do not exist yet).
