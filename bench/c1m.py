@@ -10,7 +10,8 @@ a live fleet would), then places ``--count`` subjects in batches of ``--batch``:
 * ``api`` (the figure to read): through the HTTP batch API, ``POST /api/forest/v1/placements/batch``, served
   by the Procfile's server (uvicorn, ``--workers`` processes, default 2 as the Procfile's ``WEB_CONCURRENCY``)
   with a CI user's API token, as many batches in flight as there are workers (one worker decides while
-  another's rows go into PostgreSQL; ``--workers 1`` sends one batch at a time).
+  another's rows go into PostgreSQL; ``--workers 1`` sends one batch at a time), each batch on a connection
+  of its own (a kept-alive one stays with the worker that accepted it); each worker's CPU is printed.
   A full batch of 5,000 items is ~1.7 MB of JSON: the endpoint's own body limit
   (``PLACEMENT_BATCH_MAX_BODY_BYTES``, 4 MiB by default) holds it, the rest of the API keeps 1 MiB.
 * ``inprocess`` (the second figure): ``apps.placement.batch.place_batch`` called in this process, on a
@@ -23,7 +24,8 @@ written since the last analyze pass 50 + 10% of the table), so a plan never rest
 an empty table; the existence check probes only the unique index whatever the statistics say.
 A mix of requirements is cycled: containers on amd64 / arm64 / any platform, native darwin work, untrusted
 work, one NVIDIA GPU (one in ``--gpu-every``), in four CPU/memory sizes; the fleet has room for all of it
-but the GPUs, which run out near the end (their refusals are ``no_capacity`` decisions).
+(2,500 GPU jobs on 4,000-odd GPUs: a ``no_capacity`` refusal means CPU work took the room of a GPU's unit;
+the last ``fleet_changed`` ones are subjects whose nearly full Groves collided on every decide attempt).
 
 Prints progress, then per mode the end-to-end time and rate (subjects placed or refused per second, every
 one a stored row or a per-subject error code), Nomad C1M's published rate (1,000,000 containers on 5,000
