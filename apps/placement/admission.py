@@ -174,9 +174,11 @@ def fit(needs: Needs, *, units: Sequence[UnitCapacity], devices: Sequence[accele
     if not free:
         return Fit(FitState.LATER, RESOURCES_UNAVAILABLE, _short(needs, ever, which="free", grove=grove) + ".")
     if request is None:
-        return Fit(FitState.NOW, unit_id=unit_for(
-            needs.cpu_milli, needs.memory_bytes, [(u.unit_id, u.cpu_allocatable, u.memory_allocatable) for u in free],
-            [(u.unit_id, u.cpu_free, u.memory_free) for u in free], spread=spread))
+        unit_id = unit_for(needs.cpu_milli, needs.memory_bytes,
+                           [(u.unit_id, u.cpu_allocatable, u.memory_allocatable) for u in free],
+                           [(u.unit_id, u.cpu_free, u.memory_free) for u in free], spread=spread)
+        assert unit_id is not None  # every unit of ``free`` holds the work
+        return Fit(FitState.NOW, unit_id=unit_id)
     admission = accelerator_rules.admit(request, units=[unit.accelerators() for unit in free], devices=devices,
                                         claimed=claimed, grove=grove)
     if not admission.admitted:
