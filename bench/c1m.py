@@ -167,6 +167,9 @@ def copy_floor(rows_sql: str) -> float:
                 buffer.write(chunk)
         conn.execute("DROP TABLE IF EXISTS bench_floor")
         conn.execute("CREATE TABLE bench_floor (LIKE placement_executionplacement INCLUDING ALL)")
+        # The run's dirty buffers and WAL written out first, so the floor does not pay for our run's checkpoint
+        # (the floor as strong as it can be; its own COPY still checkpoints as its WAL passes max_wal_size).
+        conn.execute("CHECKPOINT")
         data = buffer.getvalue()
         t0 = time.perf_counter()
         with conn.transaction(), conn.cursor().copy(f"COPY bench_floor ({columns}) FROM STDIN") as copy:
@@ -254,19 +257,34 @@ def stop_web(proc) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def workers_cpu(proc) -> list[float]:
-    """CPU seconds each server worker has used (how evenly the batches were spread over them)."""
+def workers_cpu(procs: list) -> list[float]:
+    """CPU seconds each server worker has used (how evenly the batches were spread over them): the spawned
+    workers of a multi-worker server, or the process itself when it serves alone (``--balanced``)."""
     import psutil
 
     seconds = []
-    for child in psutil.Process(proc.pid).children():
-        try:
-            if "spawn_main" in " ".join(child.cmdline()):
-                times = child.cpu_times()
+    for proc in procs:
+        process = psutil.Process(proc.pid)
+        workers = [child for child in process.children() if "spawn_main" in " ".join(child.cmdline())]
+        for worker in workers or [process]:
+            try:
+                times = worker.cpu_times()
                 seconds.append(times.user + times.system)
-        except psutil.Error:
-            continue
+            except psutil.Error:
+                continue
     return sorted(seconds, reverse=True)
+
+
+_SENDER = threading.local()
+_SENDERS = iter(range(1 << 30))
+
+
+def _sender_client(clients: list):
+    """The client this sender thread keeps (``--balanced``: the n-th thread to send, the n-th server)."""
+    client = getattr(_SENDER, "client", None)
+    if client is None:
+        client = _SENDER.client = clients[next(_SENDERS) % len(clients)]
+    return client
 
 
 def ci_token() -> str:
@@ -311,18 +329,31 @@ def run_mode(mode: str, args, size: int) -> dict:
     mix, gpu = requirements()
     mix_json = [requirement.to_json() for requirement in mix]
     gpu_json = gpu.to_json()
-    web, client, worker_cpu = None, None, []
+    webs: list = []
+    clients: list = []
+    worker_cpu: list[float] = []
     if mode == "api":
         import httpx
 
         token = ci_token()
-        web, url = start_web(args.workers)
-        # A connection per batch, as a fleet of CI callers opens them: the workers share one listening socket
-        # and a kept-alive connection stays with the worker that accepted it, so one client's two pooled
-        # connections could both land on the first worker up and leave the other idle (seen: 89% / 1% CPU).
-        # A new connection is accepted by a worker that is not busy; the handshake is ~0.1 ms of a ~1 s batch.
-        client = httpx.Client(base_url=url, headers={"Authorization": f"Token {token}"}, timeout=600,
-                              limits=httpx.Limits(max_keepalive_connections=0))
+        headers = {"Authorization": f"Token {token}"}
+        if args.balanced:
+            # A load balancer with one upstream per worker: one single-worker server per port, and each
+            # sender keeps one connection to its own (every batch in flight has a worker to itself).
+            for _ in range(args.workers):
+                web, url = start_web(1)
+                webs.append(web)
+                clients.append(httpx.Client(base_url=url, headers=headers, timeout=600))
+        else:
+            web, url = start_web(args.workers)
+            webs.append(web)
+            # A connection per batch, as a fleet of CI callers opens them: the workers share one listening
+            # socket and a kept-alive connection stays with the worker that accepted it, so one client's two
+            # pooled connections could both land on the first worker up and leave the other idle (seen: 89% /
+            # 1% CPU). A new connection is accepted by a worker that is not busy (most often); the handshake is
+            # ~0.1 ms of a ~1 s batch.
+            clients.append(httpx.Client(base_url=url, headers=headers, timeout=600,
+                                        limits=httpx.Limits(max_keepalive_connections=0)))
     else:
         snapshot.fleet_refresh(full=True)
     beats = Heartbeats()
@@ -344,6 +375,7 @@ def run_mode(mode: str, args, size: int) -> dict:
             f'{{"subject_type":"compute_step","subject_id":"c1m-{i}","requirement":'
             f'{gpu_text if i % args.gpu_every == args.gpu_every - 1 else mix_text[i % len(mix)]}}}'
             for i in numbers) + "]}").encode()
+        client = clients[0] if len(clients) == 1 else _sender_client(clients)
         response = client.post("/api/forest/v1/placements/batch", content=body,
                                headers={"Content-Type": "application/json"})
         if response.status_code != 200:
@@ -378,10 +410,12 @@ def run_mode(mode: str, args, size: int) -> dict:
         beats.stop.set()
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-        if web is not None:
-            client.close()
-            worker_cpu = workers_cpu(web)
-            stop_web(web)
+        if webs:
+            for client in clients:
+                client.close()
+            worker_cpu = workers_cpu(webs)
+            for web in webs:
+                stop_web(web)
     elapsed = time.perf_counter() - start
     from apps.placement.writes import COLUMNS
 
@@ -425,6 +459,9 @@ def main() -> None:
                         "API (default 2: the Procfile's WEB_CONCURRENCY)")
     parser.add_argument("--in-flight", type=int, default=None, help="batches in flight through the API (default: "
                         "--workers; more keeps a worker deciding one batch while its other one is in PostgreSQL)")
+    parser.add_argument("--balanced", action="store_true", help="one single-worker server per worker on its own "
+                        "port, one kept-alive connection each (a load balancer with an upstream per worker) instead "
+                        "of one server whose workers share a socket")
     common.add_options(parser)
     args = parser.parse_args()
     global TARGET
