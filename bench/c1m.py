@@ -12,6 +12,9 @@ a live fleet would), then places ``--count`` subjects in batches of ``--batch``:
   with a CI user's API token, as many batches in flight as there are workers (one worker decides while
   another's rows go into PostgreSQL; ``--workers 1`` sends one batch at a time), each batch on a connection
   of its own (a kept-alive one stays with the worker that accepted it); each worker's CPU is printed.
+  ``--balanced``: the same server command as ``--workers`` single-worker processes, each on its own port, each
+  sender keeping one connection to its own — a load balancer with an upstream per worker (docs/deploy.md):
+  no two batches share a worker, as they can when the workers share one socket.
   A full batch of 5,000 items is ~1.7 MB of JSON: the endpoint's own body limit
   (``PLACEMENT_BATCH_MAX_BODY_BYTES``, 4 MiB by default) holds it, the rest of the API keeps 1 MiB.
 * ``inprocess`` (the second figure): ``apps.placement.batch.place_batch`` called in this process, on a
