@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import json
 import logging
 import os
@@ -279,7 +280,7 @@ def workers_cpu(procs: list) -> list[float]:
 
 
 _SENDER = threading.local()
-_SENDERS = iter(range(1 << 30))
+_SENDERS = itertools.count()  # next() on it is one bytecode call: safe across the sender threads
 
 
 def _sender_client(clients: list):

@@ -110,32 +110,12 @@ def judged(needs: admission.Needs, facts: rules.GroveFacts, free, claimed, group
     """One sampled Grove as ``decide.rank`` keeps it: [load version (set by the caller), its resource fit, its
     score's total and columns when it has room now (else None and None: the columns and total
     ``scoring.score_of`` would build, by the same functions), and its score and JSON (built when it is
-    shown)]. Work without accelerators is judged from the Grove's unit rows: the unit the policy takes
-    (``admission.unit_for``, ``fit_on``'s answer "now") and the allocatable and free totals (``_sums``) in
-    one more pass; the rest (no room now, accelerators) through ``fit_on``."""
-    rows = facts.unit_free if free is None else free
-    allocatable = facts.unit_allocatable
+    shown)]. The fit is ``fit_on``'s (the policy's unit: ``admission.unit_for``), the totals ``_sums``'s."""
+    fit = fit_on(needs, facts, free=free, claimed=claimed, spread=policy.spreads_units)
+    if not fit.now:
+        return [0, fit, None, None, None]
+    cpu_total, cpu_free, memory_total, memory_free = _sums(facts, free)
     cpu, memory = needs.cpu_milli, needs.memory_bytes
-    fit = None
-    spread = policy.spreads_units
-    cpu_total = memory_total = cpu_free = memory_free = 0
-    if needs.accelerators is None and len(rows) == len(allocatable):
-        unit = admission.unit_for(cpu, memory, allocatable, rows, spread=spread)
-        for (_unit_id, cpu_allocatable, memory_allocatable), row in zip(allocatable, rows):  # noqa: B905 - equal
-            row_cpu, row_memory = row[1], row[2]
-            cpu_total += cpu_allocatable
-            memory_total += memory_allocatable
-            if row_cpu > 0:
-                cpu_free += row_cpu
-            if row_memory > 0:
-                memory_free += row_memory
-        if unit is not None:
-            fit = _NOW.get(unit) or _now_on(unit)
-    if fit is None:
-        fit = fit_on(needs, facts, free=free, claimed=claimed, spread=spread)
-        if not fit.now:
-            return [0, fit, None, None, None]
-        cpu_total, cpu_free, memory_total, memory_free = _sums(facts, free)
     columns = scoring.columns_of(cpu, memory, cpu_total, cpu_free, memory_total, memory_free, group,
                                  facts.preference, platform_rank)
     return [0, fit, scoring.total_from(policy, columns), columns, None]
