@@ -212,7 +212,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": ["apps.core.api.parsers.BoundedJSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"]
+    "DEFAULT_RENDERER_CLASSES": ["apps.core.api.renderers.FastJSONRenderer"]
     + (["rest_framework.renderers.BrowsableAPIRenderer"] if DEBUG else []),
     "DEFAULT_PAGINATION_CLASS": "apps.core.api.pagination.ForestPagination",
     "PAGE_SIZE": 50,

@@ -23,6 +23,7 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
+import orjson
 from django.db import OperationalError, transaction
 from psycopg import errors as pg_errors
 
@@ -178,7 +179,7 @@ class _Round:
             shape = self.shapes[key] = _Shape(requirement=requirement, decision=decision, verdicts_key=verdicts_key,
                                               verdicts_body=body, requirement_json=json.dumps(requirement.to_json()),
                                               counts=dict(counts), shared=shared,
-                                              shared_json=json.dumps(shared)[1:-1])
+                                              shared_json=orjson.dumps(shared)[1:-1].decode())
         return shape
 
     def loads(self, group: str | None) -> Loads:

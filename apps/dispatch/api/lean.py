@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
-import json
 import logging
 import re
 import uuid
@@ -56,9 +55,9 @@ from django.http import HttpRequest
 from django.middleware.security import SecurityMiddleware
 from django.utils import timezone
 from prometheus_client import Counter
-from rest_framework.utils.encoders import JSONEncoder as DRFEncoder
 
 from apps.core import context
+from apps.core.api.renderers import json_bytes
 from apps.core.body import read_json
 from apps.core.db import async_pool, released
 from apps.core.errors import ForestError
@@ -184,15 +183,8 @@ def _bearer(scope) -> str | None:
     return parts[1].decode(errors="replace")
 
 
-def _json_datetime(value) -> str:
-    # As DRF's encoder renders it, so both routes answer the same bytes for a timestamp.
-    text = value.isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-
 async def _send_json(send, scope, status: int, body: dict) -> None:
-    # DRF's encoder and settings (compact, UTF-8): the bytes Django's JSONRenderer would send.
-    payload = json.dumps(body, cls=DRFEncoder, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    payload = json_bytes(body)  # the bytes the DRF routes' renderer sends
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
                (b"x-request-id", context.request_id.get().encode())]
     headers += [(name.lower().encode("latin-1"), value.encode("latin-1"))
@@ -294,7 +286,7 @@ class LeanWire:
             row = _ROWS.row(grove_id, presented, body)
             if row is not None and await self._record(row):
                 LEAN.labels("heartbeat", "served").inc()
-                return await _send_json(send, scope, 200, {"server_time": _json_datetime(timezone.now()),
+                return await _send_json(send, scope, 200, {"server_time": timezone.now(),
                                                     "stale_after_s": settings.GROVE_STALE_AFTER_S})
         LEAN.labels("heartbeat", "django").inc()
         return await self.app(scope, _Replay(messages, receive), send)
