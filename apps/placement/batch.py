@@ -80,7 +80,7 @@ class _Shape:
     requirement: ExecutionRequirement
     decision: Decision
     verdicts_key: str
-    verdicts_body: dict
+    verdicts_json: str  # the verdicts as stored, keys sorted: what ``verdicts_key`` hashes
     requirement_json: str
     counts: dict[str, int]
     shared: dict  # the stored decision's keys every subject of the shape has alike
@@ -101,8 +101,9 @@ def no_capacity(item: BatchItem, summary: str) -> Conflict:
                     f"({summary}); wait for capacity or add Groves.")
 
 
-def _digest(body: dict) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+def _canonical(body: dict) -> bytes:
+    """``body`` as JSON with its keys sorted: the same content, the same bytes (what the verdicts key hashes)."""
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
 
 
 def _top_entry(row, rank: int, platform: str) -> dict:
@@ -171,13 +172,15 @@ class _Round:
             for verdict in decision.candidates:
                 for code in {item["code"] for item in verdict["incompatibilities"]}:
                     counts[code] += 1
-            verdicts_key = _digest(body)
+            canonical = _canonical(body)
+            verdicts_key = hashlib.sha256(canonical).hexdigest()
             # What every subject of this shape stores alike, encoded once (``writes.Plan.shared_json``).
             shared = {"enforced": enforced, "summary": decision.summary, "eligible_total": decision.eligible_total,
                       "ineligible_total": decision.ineligible_total, "counts": dict(counts),
                       "verdicts": verdicts_key}
             shape = self.shapes[key] = _Shape(requirement=requirement, decision=decision, verdicts_key=verdicts_key,
-                                              verdicts_body=body, requirement_json=json.dumps(requirement.to_json()),
+                                              verdicts_json=canonical.decode(),
+                                              requirement_json=json.dumps(requirement.to_json()),
                                               counts=dict(counts), shared=shared,
                                               shared_json=orjson.dumps(shared)[1:-1].decode())
         return shape
@@ -221,7 +224,7 @@ class _Round:
         own = None
         if shape is None:  # an explicit target's decision is one verdict: stored whole, as a single one is
             body = {**decision.to_json(), "unit": unit_id}
-            key, verdicts, requirement_json = "", None, json.dumps(requirement.to_json())
+            key, verdicts, requirement_json = "", "", json.dumps(requirement.to_json())
         else:
             top = [row for row in decision.ranked if row.score is not None][:BATCH_TOP_CANDIDATES]
             own = {
@@ -233,13 +236,13 @@ class _Round:
                 "scores": _compact_scores(decision.scores, top),
             }
             body = {**own, **shape.shared}
-            key, verdicts, requirement_json = shape.verdicts_key, shape.verdicts_body, shape.requirement_json
+            key, verdicts, requirement_json = shape.verdicts_key, shape.verdicts_json, shape.requirement_json
         self._take(facts, unit_id, requirement, decision, item.group)
         return writes.Plan(
             index=index, subject_type=item.subject_type, subject_id=str(item.subject_id).strip(),
             requirement=requirement, requirement_json=requirement_json, facts=facts, unit_id=unit_id, decision=body,
             chooser=decision.chooser, enforced=enforced, would_refuse=decision.would_refuse, team=item.team or "",
-            environment=item.environment or "", group=item.group or "", verdicts_key=key, verdicts_body=verdicts,
+            environment=item.environment or "", group=item.group or "", verdicts_key=key, verdicts_json=verdicts,
             own=own if shape is not None else None, shared_json=shape.shared_json if shape is not None else "")
 
     def _take(self, facts: GroveFacts, unit_id: str | None, requirement: ExecutionRequirement, decision: Decision,

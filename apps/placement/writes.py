@@ -14,7 +14,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from psycopg import errors as pg_errors
 
-from apps.core.db import copy_field, sql_from_meta
+from apps.core.db import copy_field, pg_array, sql_from_meta
 from apps.groves.models import Grove
 from apps.placement import rules, selectors, snapshot, vocabulary
 from apps.placement.choices import Chooser, Outcome
@@ -53,7 +53,7 @@ class Plan:
     environment: str
     group: str
     verdicts_key: str = ""
-    verdicts_body: dict | None = None
+    verdicts_json: str = ""  # the shared verdicts' JSON, encoded once per shape (``PlacementVerdicts.body``)
     # A batch subject's stored decision is ``own`` (its choice) and the keys every subject of its
     # requirement shares, encoded once (``shared_json``, without braces): ``decision`` is both merged.
     own: dict | None = None
@@ -184,7 +184,7 @@ def existing(keys: list[tuple[str, str]]) -> dict[tuple[str, str], ExecutionPlac
                 cursor.execute(sql_from_meta(
                     "SELECT p.{p.subject_id} FROM unnest(%s::text[]) AS wanted(subject_id) JOIN {p} p "
                     "ON p.{p.subject_type} = %s AND p.{p.subject_id} = wanted.subject_id", p=ExecutionPlacement),
-                    [ids, subject_type])
+                    [pg_array(ids), subject_type])
                 ids = [row[0] for row in cursor.fetchall()]
             if not ids:
                 continue
@@ -233,11 +233,21 @@ def placements_write(plans: list[Plan], *, unplaced: dict[tuple[str, str], Execu
 
 
 def verdicts_write(plans: list[Plan], now) -> None:
-    shapes = {plan.verdicts_key: plan.verdicts_body for plan in plans if plan.verdicts_key}
+    """The plans' shared verdicts, each once: their JSON as the batch encoded it for its key (the ORM's
+    ``bulk_create`` encoded each ~10 KB body again, in Python, for every batch)."""
+    shapes = {plan.verdicts_key: plan.verdicts_json for plan in plans if plan.verdicts_key}
+    if not shapes:
+        return
+    body = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
+    stamp = connection.ops.adapt_datetimefield_value(now)
     # In key order, as the placements are in subject order: two batches wait on each other's rows in one
     # order, never in a cycle.
-    PlacementVerdicts.objects.bulk_create([PlacementVerdicts(key=key, body=shapes[key], created_at=now)
-                                           for key in sorted(shapes)], ignore_conflicts=True)
+    keys = sorted(shapes)
+    with connection.cursor() as cursor:
+        cursor.execute(sql_from_meta("INSERT INTO {v} ({v.key}, {v.body}, {v.created_at}) VALUES ", v=PlacementVerdicts)
+                       + ", ".join([f"(%s, {body}, %s)"] * len(keys))
+                       + sql_from_meta(" ON CONFLICT ({v.key}) DO NOTHING", v=PlacementVerdicts),
+                       [value for key in keys for value in (key, shapes[key], stamp)])
 
 
 def _rows(plans: list[Plan], ids: list[int | None], now) -> list[tuple]:

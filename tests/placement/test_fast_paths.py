@@ -6,14 +6,16 @@ connection say it is SQLite."""
 from __future__ import annotations
 
 from datetime import timedelta
+from types import SimpleNamespace
 
+import orjson
 import pytest
 from django.db import connection
 from django.utils import timezone
 
 from apps.groves.models import Grove
 from apps.placement import batch, ledger, snapshot, writes
-from apps.placement.models import ExecutionPlacement, UnitLoad
+from apps.placement.models import ExecutionPlacement, PlacementVerdicts, UnitLoad
 from tests.factories import unit
 from tests.placement.test_batch import items, work
 
@@ -160,8 +162,6 @@ def test_the_verify_read_locks_and_reads_what_the_orm_reads(make_grove, monkeypa
 def test_the_ledger_upsert_writes_what_the_orm_writes(make_grove, monkeypatch):
     """``ledger_write``: one ``INSERT … SELECT FROM unnest … ON CONFLICT`` against the ORM's
     ``bulk_create(update_conflicts=True)``: a new row, an updated row, an untouched entry, a lost plan."""
-    from types import SimpleNamespace
-
     a = make_grove("a", units=[unit("a1", cpu=64000), unit("a2", cpu=64000), unit("a3", cpu=64000)])
     at = a.capacity_reported_at
     resources = SimpleNamespace(resources=SimpleNamespace(cpu_milli=250, memory_bytes=1024))
@@ -183,6 +183,28 @@ def test_the_ledger_upsert_writes_what_the_orm_writes(make_grove, monkeypatch):
     raw = written(orm=False)
     assert raw == [("a1", at, 500, 2048), ("a2", at, 1250, 5120)]  # a3's only plan was lost: no row
     assert written(orm=True) == raw
+
+
+def test_the_verdicts_insert_writes_what_the_orm_writes():
+    """``verdicts_write``: one ``INSERT … ON CONFLICT DO NOTHING`` of the JSON the batch encoded for each key,
+    against the ORM's ``bulk_create(ignore_conflicts=True)`` of the bodies (its ``created_at`` is its own
+    clock's, compared apart); a key stored already keeps its first body; a plan without a key adds none."""
+    now = timezone.now() - timedelta(minutes=5)
+    bodies = {"k1": {"candidates": [{"grove_slug": "a", "score": {"total": 0.25, "spread": 1e-05}}],
+                     "summary": "1/1 fresh Groves eligible", "eligible_total": 1},
+              "k2": {"candidates": [], "summary": 'é \\ "quoted"\ttab', "eligible_total": 0}}
+    plans = [SimpleNamespace(verdicts_key=key, verdicts_json=orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode())
+             for key, body in bodies.items()] + [SimpleNamespace(verdicts_key="", verdicts_json="")]
+    writes.verdicts_write(plans, now)
+    raw = list(PlacementVerdicts.objects.order_by("key").values_list("key", "body", "created_at"))
+    assert [row[2] for row in raw] == [now, now]
+    PlacementVerdicts.objects.all().delete()
+    PlacementVerdicts.objects.bulk_create([PlacementVerdicts(key=key, body=body) for key, body in bodies.items()],
+                                          ignore_conflicts=True)
+    assert [row[:2] for row in raw] == list(PlacementVerdicts.objects.order_by("key").values_list("key", "body"))
+    writes.verdicts_write([SimpleNamespace(verdicts_key="k1", verdicts_json='{"candidates": []}')], now)
+    assert PlacementVerdicts.objects.get(key="k1").body == bodies["k1"]
+    assert PlacementVerdicts.objects.count() == 2
 
 
 def test_analyze_skips_the_stored_json_columns():
