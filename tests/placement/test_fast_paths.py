@@ -13,6 +13,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from apps.core.db import copy_field
 from apps.groves.models import Grove
 from apps.placement import batch, ledger, snapshot, writes
 from apps.placement.models import ExecutionPlacement, PlacementVerdicts, UnitLoad
@@ -62,6 +63,9 @@ def test_copy_insert_and_the_orm_writer_write_the_same_rows(make_grove, monkeypa
     (plans, now), = seen
     copied = _rows()
     assert len(copied) == 5 and {row["outcome"] for row in copied} == {"placed"}
+    ids = list(range(1, 6))  # the COPY text is ``_rows``'s values, each as ``copy_field`` writes it
+    assert writes._copy_lines(plans, ids, now) == "".join("\t".join(map(copy_field, row)) + "\n"
+                                                          for row in writes._rows(plans, ids, now))
 
     def written(*, orm: bool, taken: bool) -> tuple:
         """(the plans that lost their subject, the rows written) by one writer, from no rows, or with the
