@@ -284,7 +284,8 @@ _SENDERS = itertools.count()  # next() on it is one bytecode call: safe across t
 
 
 def _sender_client(clients: list):
-    """The client this sender thread keeps (``--balanced``: the n-th thread to send, the n-th server)."""
+    """The client this sender thread keeps (``--balanced``: the n-th thread to send, the n-th server; else
+    the one client, which opens a connection per batch)."""
     client = getattr(_SENDER, "client", None)
     if client is None:
         client = _SENDER.client = clients[next(_SENDERS) % len(clients)]
@@ -379,7 +380,7 @@ def run_mode(mode: str, args, size: int) -> dict:
             f'{{"subject_type":"compute_step","subject_id":"c1m-{i}","requirement":'
             f'{gpu_text if i % args.gpu_every == args.gpu_every - 1 else mix_text[i % len(mix)]}}}'
             for i in numbers) + "]}").encode()
-        client = clients[0] if len(clients) == 1 else _sender_client(clients)
+        client = _sender_client(clients)
         response = client.post("/api/forest/v1/placements/batch", content=body,
                                headers={"Content-Type": "application/json"})
         if response.status_code != 200:

@@ -234,15 +234,15 @@ def read_json(raw: bytes | str, *, max_bytes: int, max_depth: int = DEFAULT_MAX_
     if _depth_exceeds(text, max_depth):
         raise ValidationFailed("nesting_too_deep", f"The body nests more than {max_depth} levels deep.")
     if "\\" not in text and _plain_safe(raw if isinstance(raw, bytes) else text.encode("utf-8", "surrogatepass")):
-        # The common body (no escape, no number near a limit, no NaN/Infinity) is parsed in C with no hook; a
-        # repeated key is ruled out by counting keys (``_keys_in``), and a body that may hold one (or is not
-        # JSON) takes the checking parse below, which refuses it as before.
-        # orjson (docs/decisions.md "C1M speed, fifth pass"): the same values as ``json.loads`` for such a
-        # body (no integer beyond 18 digits, where orjson would give a float); what it refuses takes the
-        # checking parse. Its compact encoding escapes what ``json.dumps(ensure_ascii=False)`` does.
+        # The common body (no escape, no number near a limit, no NaN/Infinity) is parsed by orjson with no
+        # hook: for such a body the values ``json.loads`` gives (no integer beyond 18 digits, which orjson
+        # would make a float; docs/decisions.md "C1M speed, fifth pass"). A repeated key is ruled out by
+        # counting keys in the body and in the value re-encoded (``_keys_in``; orjson escapes what
+        # ``json.dumps(ensure_ascii=False)`` does); a body that may hold one, or that orjson refuses, takes the
+        # checking parse below, which refuses it as before.
         try:
             value = orjson.loads(text)
-        except (ValueError, RecursionError):
+        except ValueError:
             value = _NOTHING
         if value is not _NOTHING and _keys_in(text) == _keys_in(orjson.dumps(value).decode()):
             if _may_hold_unstorable(text):

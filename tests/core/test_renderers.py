@@ -40,3 +40,10 @@ def test_nothing_renders_as_no_body_and_an_unknown_type_is_refused():
     assert FastJSONRenderer().render(None) == b""
     with pytest.raises(TypeError):
         json_bytes({"x": object()})
+
+
+def test_a_non_finite_float_is_null_where_drf_refused_it():
+    """The one value where the bytes differ in kind (module docstring): valid JSON instead of DRF's error."""
+    assert json_bytes({"x": float("nan"), "y": float("inf")}) == b'{"x":null,"y":null}'
+    with pytest.raises(ValueError):
+        JSONRenderer().render({"x": float("nan")})

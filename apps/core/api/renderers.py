@@ -5,6 +5,9 @@ does not encode the way DRF does (a datetime: DRF writes UTC as ``Z``; a Decimal
 generator) is handed to DRF's own encoder (``default``), so a response reads the same either way. orjson
 encodes ~10x faster: the batch placement answer is 5,000 results (docs/decisions.md "C1M speed, fifth
 pass"). A client asking for indentation (``Accept: application/json; indent=2``) gets DRF's own rendering.
+Two differences from DRF's bytes, both still valid JSON: U+2028/U+2029 are written as they are (DRF escapes
+them for JavaScript ``eval``), and a NaN or infinite float is written ``null`` (DRF's strict encoder raised,
+a 500; no answer of ours holds one: scores are clamped, the body reader refuses them).
 """
 from __future__ import annotations
 

@@ -241,12 +241,9 @@ def parsed(body) -> ExecutionRequirement:
     """``ExecutionRequirement.from_json``, kept per body (an immutable result, a bounded cache): a batch's
     items mostly repeat a few requirements, and parsing each of 5,000 bodies cost more than deciding it.
     The key is the parsed JSON encoded again by orjson (unambiguous for JSON values, an eighth of ``repr``'s
-    time; a reordered body is only a miss), its ``repr`` for a value orjson refuses (an integer beyond 64
-    bits: the parse refuses it next). A body that does not parse is never kept; its error is raised each time."""
-    try:
-        key: bytes | str = orjson.dumps(body)
-    except TypeError:
-        key = repr(body)
+    time; a reordered body is only a miss: the body reader has refused any integer beyond 64 bits, which orjson
+    would not encode). A body that does not parse is never kept; its error is raised each time."""
+    key = orjson.dumps(body)
     found = _PARSED.get(key)
     if found is None:
         found = ExecutionRequirement.from_json(body)
@@ -256,5 +253,5 @@ def parsed(body) -> ExecutionRequirement:
     return found
 
 
-_PARSED: dict[bytes | str, ExecutionRequirement] = {}
+_PARSED: dict[bytes, ExecutionRequirement] = {}
 _PARSED_MAX = 1024
