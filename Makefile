@@ -4,8 +4,14 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-TEST_STAMP := $(VENV)/.test-installed-stamp
 WHEELHOUSE := $(VENV)/wheelhouse
+# Every install comes from this one hash-checked lock (docs/decisions.md "Locked installs"); `make lock`
+# rewrites it. uv compiles it and is fetched at lock time only, into a venv of its own.
+LOCK := requirements.lock
+UV_VERSION := 0.13.9
+LOCK_TOOLS := $(VENV)/lock-tools
+UV := $(LOCK_TOOLS)/bin/uv
+UV_STAMP := $(LOCK_TOOLS)/.uv-$(UV_VERSION)
 
 # Embedded defaults for `make run`: DEBUG on, SQLite and a filesystem broker under var/ unless the
 # caller exports DATABASE_URL / CELERY_BROKER_URL (then PostgreSQL / Redis are used).
@@ -22,29 +28,44 @@ TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:543
 
 PYTEST_ARGS ?= -n 2
 
-.PHONY: run test fuzz lint venv clean help
+.PHONY: run test fuzz lint venv lock upgrade clean help
 
 help:  ## Show the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-# `make run` installs what running needs; `make test` adds the test and benchmark extras (pytest, browsers'
-# driver, S3 and Kubernetes fakes, fuzzers, linters, Helm) on top.
-$(STAMP): pyproject.toml $(wildcard agent/pyproject.toml)
+# `make run` and `make test` install the same environment: exactly requirements.lock (Host, its dev extra, the
+# agent with its kubernetes extra, and the build tools), every file checked against the lock's hashes; then
+# Host and the agent themselves, editable, built with the locked setuptools (no build isolation: no
+# unpinned download). The wheelhouse keeps the controller image's build tools so tests/deploy/test_images.py
+# can replay its install offline.
+$(STAMP): $(LOCK) pyproject.toml agent/pyproject.toml
 	@test -x $(BIN)/python || { echo "==> creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
-	@echo "==> installing Host and the agent (runtime only; the first time takes a few minutes)"
-	$(BIN)/python -m pip install --upgrade pip --progress-bar on
-	$(BIN)/python -m pip install --progress-bar on -e . $(if $(wildcard agent/pyproject.toml),-e ./agent)
+	@echo "==> installing $(LOCK) (hash-checked; the first time takes a few minutes)"
+	$(BIN)/python -m pip install --progress-bar on --require-hashes --requirement $(LOCK)
+	$(BIN)/python -m pip install --progress-bar on --no-deps --no-build-isolation -e . -e ./agent
+	$(BIN)/python scripts/image_requirements.py --build-tools > $(VENV)/build-tools.txt
+	$(BIN)/python -m pip download --quiet --no-deps --require-hashes --dest $(WHEELHOUSE) \
+		--requirement $(VENV)/build-tools.txt
 	@touch $(STAMP)
 
-$(TEST_STAMP): $(STAMP) pyproject.toml $(wildcard agent/pyproject.toml) docker/controller-requirements.txt
-	@echo "==> installing the test and benchmark extras"
-	$(BIN)/python -m pip install --progress-bar on -e '.[dev]' $(if $(wildcard agent/pyproject.toml),-e './agent[kubernetes]')
-	@# The controller image's pinned build tools, so tests/deploy/test_images.py can replay its install offline.
-	$(BIN)/python -m pip download --quiet --no-deps --dest $(WHEELHOUSE) \
-		$$(grep -E '^(setuptools|wheel)==' docker/controller-requirements.txt)
-	@touch $(TEST_STAMP)
+venv: $(STAMP)  ## Create .venv and install requirements.lock, Host and the agent
 
-venv: $(TEST_STAMP)  ## Create .venv and install Host, the agent and the dev tools
+$(UV_STAMP):
+	@test -x $(LOCK_TOOLS)/bin/python || $(PYTHON) -m venv $(LOCK_TOOLS)
+	$(LOCK_TOOLS)/bin/python -m pip install --quiet uv==$(UV_VERSION)
+	@touch $(UV_STAMP)
+
+# One command after a pyproject.toml change: re-resolve (every pin that still fits is kept), install the new
+# lock and regenerate the image pins from it. `make upgrade` does the same with the newest allowed versions.
+lock: $(UV_STAMP)  ## Re-resolve requirements.lock from pyproject.toml, install it, regenerate docker/*-requirements.txt
+	printf '%s\n' pip setuptools wheel | $(UV) pip compile --quiet --universal --python-version 3.11 \
+		--generate-hashes --all-extras --custom-compile-command "make lock" $(UV_COMPILE_ARGS) \
+		--output-file $(LOCK) pyproject.toml agent/pyproject.toml -
+	$(MAKE) venv
+	$(BIN)/python scripts/image_requirements.py
+
+upgrade:  ## `make lock` with every package at its newest allowed version
+	$(MAKE) lock UV_COMPILE_ARGS=--upgrade
 
 run: $(STAMP)  ## Local settings, migrate, load the demo and serve Host (web :8000 + worker + beat); Ctrl-C stops all
 	@mkdir -p var/broker/queue var/broker/processed var/broker/control
@@ -56,19 +77,19 @@ run: $(STAMP)  ## Local settings, migrate, load the demo and serve Host (web :80
 	@echo "Forest Host on http://127.0.0.1:8000/  (admin: /admin/, API schema: /api/schema/)"
 	$(RUN_ENV) $(BIN)/honcho start -f Procfile
 
-test: $(TEST_STAMP)  ## Architecture contracts, types, the image linter, then the whole suite against real PostgreSQL and Redis
+test: $(STAMP)  ## Architecture contracts, types, the image linter, then the whole suite against real PostgreSQL and Redis
 	$(BIN)/lint-imports
 	$(BIN)/python scripts/typecheck.py
 	$(BIN)/hadolint docker/host.Dockerfile docker/controller.Dockerfile
 	@scripts/services-up.sh
 	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
-fuzz: $(TEST_STAMP)  ## The API fuzz and hostile corpus with many more examples (FOREST_FUZZ_EXAMPLES, default 150)
+fuzz: $(STAMP)  ## The API fuzz and hostile corpus with many more examples (FOREST_FUZZ_EXAMPLES, default 150)
 	@scripts/services-up.sh
 	$(TEST_ENV) FOREST_FUZZ_EXAMPLES=$${FOREST_FUZZ_EXAMPLES:-150} $(BIN)/python -m pytest -q \
 		tests/core/test_schemathesis_api.py tests/core/test_hostile.py tests/groves/test_schemathesis.py
 
-lint: $(TEST_STAMP)  ## ruff, the import-linter contracts and mypy (strict modules clean, the rest under mypy-baseline.json)
+lint: $(STAMP)  ## ruff, the import-linter contracts and mypy (strict modules clean, the rest under mypy-baseline.json)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/python scripts/typecheck.py

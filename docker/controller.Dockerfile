@@ -12,11 +12,12 @@ FROM python:3.11.13-slim-bookworm@sha256:86adf8dbadc3d6e82ee5dd2c74bec2e1c2467cd
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 
-# Pinned dependencies and build tools (docker/controller-requirements.txt), then the agent itself without
-# build isolation, so the build uses exactly those pinned tools. Wheels only: no compiler anywhere.
+# Pinned dependencies and build tools (docker/controller-requirements.txt: requirements.lock's entries for
+# this image, each file hash-checked), then the agent itself without build isolation, so the build uses
+# exactly those pinned tools. Wheels only: no compiler anywhere.
 COPY docker/controller-requirements.txt /tmp/controller-requirements.txt
 RUN python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir --requirement /tmp/controller-requirements.txt
+    && /opt/venv/bin/pip install --no-cache-dir --require-hashes --requirement /tmp/controller-requirements.txt
 COPY agent /src/agent
 RUN /opt/venv/bin/pip install --no-cache-dir --no-deps --no-build-isolation /src/agent \
     && /opt/venv/bin/pip uninstall --yes setuptools wheel

@@ -16,10 +16,10 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 WORKDIR /app
 
 # Every dependency is a prebuilt wheel: no compiler in either stage. Pins: docker/host-requirements.txt,
-# the versions `make test` ran against (scripts/image_requirements.py).
+# requirements.lock's entries for this image (scripts/image_requirements.py), each file hash-checked.
 COPY docker/host-requirements.txt /tmp/host-requirements.txt
 RUN python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir --requirement /tmp/host-requirements.txt
+    && /opt/venv/bin/pip install --no-cache-dir --require-hashes --requirement /tmp/host-requirements.txt
 
 COPY manage.py pyproject.toml ./
 COPY forest_host ./forest_host

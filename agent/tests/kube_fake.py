@@ -24,7 +24,9 @@ streaming), configured from a real kubeconfig file. What is real and what is fak
   the init containers first, one after another (the first failure ends the Pod), then the container;
   each volume is one directory shared by the Pod's containers, its `mountPath` rewritten to that
   directory in the command, the environment and the working directory (no mount namespace); an env
-  `secretKeyRef` is read from the fake's Secret (`stringData` or base64 `data`).
+  `secretKeyRef` is read from the fake's Secret (`stringData` or base64 `data`). The "image" is this
+  machine: this interpreter, its environment and the checkout (`IMAGE_PATHS`) are the image's own files,
+  which no volume hides, so a checkout under `/tmp` is not mistaken for the Pod's `/tmp` volume.
 * Create (POST, 409 `AlreadyExists`) and replace (PUT) with **optimistic concurrency**: a replace whose
   `metadata.resourceVersion` is not the stored one gets 409 `Conflict`, as leader election relies on.
 * No admission (Pod Security, RuntimeClass existence, resource quotas) and no authentication.
@@ -40,6 +42,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -720,6 +723,31 @@ def _terminated_status(container: Obj, code: int, message: str) -> Obj:
     }
 
 
+# The image's own files: what a Pod's command may name by its host path (the interpreter, its packages, the
+# checkout the agent is imported from). The longest prefix wins, as with real mounts: a volume mounted at
+# `/tmp` hides the image's `/tmp`, not a checkout at `/tmp/forest` the image "contains".
+IMAGE_PATHS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        path
+        for root in (sys.prefix, sys.exec_prefix, sys.base_prefix, str(Path(__file__).resolve().parents[2]))
+        for path in (root, os.path.realpath(root))
+    )
+)
+
+
+def local_path(value: str, mounts: dict[str, Path], image_paths: tuple[str, ...] = IMAGE_PATHS) -> str:
+    """`value` as this machine sees it: under the deepest mount or image path that contains it."""
+
+    def under(prefix: str) -> bool:
+        return value == prefix or value.startswith(prefix.rstrip("/") + "/")
+
+    mount = max((m for m in mounts if under(m)), key=len, default=None)
+    image = max((p for p in image_paths if under(p)), key=len, default="")
+    if mount is None or len(image) > len(mount):
+        return value
+    return str(mounts[mount]) + value[len(mount) :]
+
+
 class Kubelet:
     """Moves Pods through their phases the way a kubelet reports them. Manual steps for scenario tests;
     `auto()` starts a thread that schedules every new Pod on a node and runs its command locally."""
@@ -732,6 +760,7 @@ class Kubelet:
         self.ran: list[dict[str, Any]] = []  # what auto mode ran: pod, argv, env, exit code
         # Extra environment for a pod run in auto mode (e.g. a recorded `nvidia-smi` first on PATH).
         self.extra_env: Callable[[Obj], dict[str, str]] = lambda pod: {}
+        self.image_paths = IMAGE_PATHS
 
     def pods(self, selector: str | None = None) -> list[Obj]:
         return self.fake.list("Pod", selector)
@@ -953,10 +982,7 @@ class Kubelet:
         mounts = {m["mountPath"]: volumes[m["name"]] for m in container.get("volumeMounts") or []}
 
         def local(value: str) -> str:
-            for mount, directory in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
-                if value == mount or value.startswith(mount + "/"):
-                    return str(directory) + value[len(mount) :]
-            return value
+            return local_path(value, mounts, self.image_paths)
 
         # The container's termination message file, as the kubelet would mount it.
         termination_log = Path(tempfile.mkdtemp(dir=scratch)) / "termination-log"

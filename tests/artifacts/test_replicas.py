@@ -16,6 +16,7 @@ from django.contrib.auth.models import Permission
 
 from apps.artifacts.models import Artifact
 from tests.artifacts.conftest import free_port, sha, stop, wait_until_up
+from tests.console import console_script
 from tests.factories import UserFactory, api_token_for
 from tests.pipelines.conftest import _test_database_url
 
@@ -44,7 +45,7 @@ def _start_hosts(count: int, tmp_path: Path, extra_env: dict) -> list[Host]:
         port = free_port()
         log = tmp_path / f"web-{index}.log"
         with open(log, "ab") as out:
-            proc = Host([str(ROOT / ".venv/bin/uvicorn"), "forest_host.asgi:application", "--host",
+            proc = Host([console_script("uvicorn"), "forest_host.asgi:application", "--host",
                                      "127.0.0.1", "--port", str(port), "--no-access-log"],
                                     cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         proc.url = f"http://127.0.0.1:{port}"

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from tests.console import console_script
 from tests.factories import api_token_for
 from tests.pipelines.graphs import IMAGE
 
 pytestmark = pytest.mark.django_db(transaction=True)
-FOREST = str(Path(__file__).resolve().parents[2] / ".venv/bin/forest")
+FOREST = console_script("forest")
 
 
 def _payload(result) -> object:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import anyio
 import pytest
@@ -19,12 +18,13 @@ from apps.pipelines.models import PipelineNode
 from apps.placement.models import ExecutionPlacement
 from forest_cli.main import app
 from forest_cli.mcp_server import server_version
+from tests.console import console_script
 from tests.factories import api_token_for
 from tests.pipelines.graphs import IMAGE
 
 pytestmark = pytest.mark.django_db(transaction=True)
 runner = CliRunner()
-FOREST = str(Path(__file__).resolve().parents[2] / ".venv/bin/forest")
+FOREST = console_script("forest")
 STAFF_FLAG = "host.staff.execution_observability"
 
 

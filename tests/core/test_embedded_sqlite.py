@@ -21,13 +21,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.console import console_script
 from tests.pipelines.conftest import kill_leftovers, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[2]
-PYTHON = str(ROOT / ".venv/bin/python")
-AGENT = str(ROOT / ".venv/bin/forest-agent")
+PYTHON = sys.executable
+AGENT = console_script("forest-agent")
 JOBS, STEPS = 6, 2
 
 SETUP = """
@@ -117,7 +118,7 @@ def test_web_and_worker_on_sqlite_take_concurrent_submissions_without_database_i
 
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    procs.start("web", [str(ROOT / ".venv/bin/uvicorn"), "forest_host.asgi:application", "--host", "127.0.0.1",
+    procs.start("web", [console_script("uvicorn"), "forest_host.asgi:application", "--host", "127.0.0.1",
                         "--port", str(port), "--log-level", "info"])
     workers = {name: line for name, line in procfile_commands().items() if name in {"worker", "runner"}}
     assert set(workers) == {"worker", "runner"}, "the Procfile starts no worker or no runner pool"

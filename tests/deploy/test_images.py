@@ -13,6 +13,8 @@ pinned build tools (from the wheelhouse `make venv` fills), and then runs from t
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import os
 import re
 import shlex
@@ -22,6 +24,7 @@ import sys
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -132,9 +135,84 @@ def test_the_dockerignore_keeps_local_state_and_secrets_out():
 
 
 def test_the_pinned_requirements_are_the_tested_versions():
+    """The lock covers both pyproject.toml files, this environment is the lock's, and each image file is the
+    lock's part for its image (scripts/image_requirements.py --check)."""
     result = subprocess.run([sys.executable, str(REPO / "scripts" / "image_requirements.py"), "--check"],
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
+
+
+# -- the lock ------------------------------------------------------------------------------------------------
+def _image_requirements() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("image_requirements", REPO / "scripts" / "image_requirements.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+ir = _image_requirements()
+LOCK = ir.lock_parse((REPO / "requirements.lock").read_text())
+
+
+def _pip_installs(text: str) -> list[str]:
+    joined = re.sub(r"\\\n", " ", text)
+    return [m.group(0) for m in re.finditer(r"pip install[^&;\n]*", joined)]
+
+
+def test_every_install_of_requirements_is_hash_checked_from_the_lock():
+    makefile = (REPO / "Makefile").read_text()
+    from_files = [c for c in _pip_installs(makefile) if "--requirement" in c or " -r " in c]
+    assert any("$(LOCK)" in c for c in from_files), from_files
+    assert from_files and all("--require-hashes" in c for c in from_files), from_files
+    assert re.search(r"^LOCK := requirements\.lock$", makefile, re.MULTILINE)
+    # Everything else pip installs in the Makefile is this checkout, built without fetching anything.
+    for command in _pip_installs(makefile):
+        if command not in from_files and "uv==" not in command:
+            assert "--no-deps" in command and "--no-build-isolation" in command, command
+    for image, dockerfile in DOCKERFILES.items():
+        installs = [c for c in _pip_installs(dockerfile.read_text()) if "--requirement" in c]
+        assert installs and all("--require-hashes" in c and f"{image}-requirements.txt" in c for c in installs)
+
+
+def test_the_image_pins_are_the_locks_own_entries():
+    """Version, markers and every hash as the lock has them: an image installs nothing the tests did not."""
+    for image in DOCKERFILES:
+        pinned = ir.lock_parse((DOCKER / f"{image}-requirements.txt").read_text())
+        assert pinned, image
+        for name, entries in pinned.items():
+            for entry in entries:
+                assert entry in LOCK.get(name, []), (image, entry)
+    controller = ir.lock_parse((DOCKER / "controller-requirements.txt").read_text())
+    assert {"setuptools", "wheel", "kubernetes", "kubernetes-validate"} <= controller.keys()
+    host = ir.lock_parse((DOCKER / "host-requirements.txt").read_text())
+    assert "django" in host and not {"pytest", "moto", "mypy", "setuptools"} & host.keys()  # runtime only
+
+
+def test_the_lock_is_hashed_for_every_platform_the_images_build():
+    environments = ir.image_environments()
+    assert sorted(env["platform_machine"] for env in environments) == ["aarch64", "x86_64"]
+    base = re.search(r"FROM python:(\d+\.\d+\.\d+)-", DOCKERFILES["host"].read_text()).group(1)
+    assert {env["python_full_version"] for env in environments} == {base}
+    # uv's universal resolution: all files of each version are hashed, arm64 wheels too.
+    (cryptography,) = [e for e in LOCK["cryptography"] if e.applies(environments[0])]
+    assert len(cryptography.hashes) > 4
+
+
+def test_a_lock_older_than_a_pyproject_or_an_environment_not_the_locks_is_refused():
+    environment = ir.image_environments()[0]
+    with pytest.raises(ir.LockError, match=r"kombu>=99.*make lock"):  # a constraint raised, not re-locked
+        ir.closure(LOCK, ["celery", "kombu>=99"], [environment])
+    without = {name: entries for name, entries in LOCK.items() if name != "vine"}
+    with pytest.raises(ir.LockError, match=r"no vine.*make lock"):  # a dependency the lock lacks
+        ir.closure(without, ["celery"], [environment])
+    (boto3,) = LOCK["boto3"]
+    elsewhere = {**LOCK, "boto3": [dataclasses.replace(boto3, version="1.0.0")]}
+    with pytest.raises(ir.LockError, match=r"boto3 .* installed but requirements\.lock pins 1\.0\.0.*make venv"):
+        ir.closure(elsewhere, ["boto3"], [environment])
+    assert [e.name for e in ir.closure(LOCK, ["boto3"], [environment])] == [
+        "boto3", "botocore", "jmespath", "python-dateutil", "s3transfer", "six", "urllib3"]
 
 
 # -- the builder stage's install steps, replayed -------------------------------------------------------------

@@ -16,10 +16,11 @@ import pytest
 
 from apps.groves.models import Grove
 from apps.groves.services import enrollment_token_create
+from tests.console import console_script
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[2]
-AGENT = ROOT / ".venv/bin/forest-agent"
+AGENT = console_script("forest-agent")
 
 
 @pytest.fixture

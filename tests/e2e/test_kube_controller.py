@@ -25,10 +25,11 @@ from apps.groves.models import Grove
 from apps.groves.services import enrollment_token_create
 from apps.pipelines.models import PipelineNode, PipelineRun
 from apps.pipelines.services import pipeline_run_create
+from tests.console import console_script
 from tests.pipelines.conftest import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTROLLER = ROOT / ".venv/bin/forest-controller"
+CONTROLLER = console_script("forest-controller")
 # The fake API server lives with the agent's own tests (they run without Django); import it from there.
 sys.path.insert(0, str(ROOT / "agent" / "tests"))
 from kube_fake import FakeKube, Kubelet  # noqa: E402

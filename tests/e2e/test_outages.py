@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from bench.ha import Proc, free_port
+from tests.console import console_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -121,7 +122,7 @@ def own_stack(tmp_path_factory):
                           text=True)
     secrets = json.loads(made.stdout.strip().splitlines()[-1])
     port = free_port()
-    web = Proc("web", [str(ROOT / ".venv/bin/uvicorn"), "forest_host.asgi:application", "--host", "127.0.0.1",
+    web = Proc("web", [console_script("uvicorn"), "forest_host.asgi:application", "--host", "127.0.0.1",
                        "--port", str(port), "--log-level", "warning", "--no-access-log"], env, tmp_path).start()
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):

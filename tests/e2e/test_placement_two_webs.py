@@ -15,6 +15,7 @@ import pytest
 from apps.groves.models import PlacementUnit
 from apps.placement.models import ExecutionPlacement
 from bench.ha import Cluster, Proc, free_port
+from tests.console import console_script
 from tests.factories import GIB, UserFactory, api_token_for, unit
 from tests.pipelines.conftest import _test_database_url
 from tests.placement.conftest import grove_make
@@ -36,11 +37,10 @@ def test_two_webs_never_overcommit_nor_place_a_subject_twice(tmp_path):
            "PLACEMENT_FLEET_REFRESH_S": "60", "FLAGS_CACHE_TTL_S": "0", "LOG_LEVEL": "WARNING",
            "FOREST_VAR_DIR": str(tmp_path), "DATABASE_POOL_MAX_SIZE": "3", "DATABASE_POOL_ASYNC_SIZE": "2"}
     cluster = Cluster(env=env, log_dir=tmp_path)
-    venv = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), ".venv", "bin")
     for i in range(2):
         port = free_port()
         cluster.urls.append(f"http://127.0.0.1:{port}")
-        cluster.webs.append(Proc(f"web{i}", [os.path.join(venv, "uvicorn"), "forest_host.asgi:application",
+        cluster.webs.append(Proc(f"web{i}", [console_script("uvicorn"), "forest_host.asgi:application",
                                              "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
                                              "--no-access-log"], env, tmp_path).start())
     headers = {"Authorization": f"Token {token}"}

@@ -7,6 +7,7 @@ import ctypes
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -18,6 +19,7 @@ from django.conf import settings as django_settings
 from apps.flags import services as flag_services
 from apps.pipelines import services
 from apps.pipelines.models import PipelineNode
+from tests.console import console_script
 
 ROOT = Path(__file__).resolve().parents[2]
 V1 = "/api/forest/v1"
@@ -124,10 +126,10 @@ class Worker:
                "PIPELINE_RUNNER_SLOTS": str(self.runner_slots)}
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         commands = [
-            [str(ROOT / ".venv/bin/celery"), "-A", "forest_host", "worker", "-Q", self.queue, "-c",
+            [console_script("celery"), "-A", "forest_host", "worker", "-Q", self.queue, "-c",
              str(self.concurrency), "--without-heartbeat", "--without-gossip", "--without-mingle",
              "-n", f"{self.queue}@%h"],
-            [str(ROOT / ".venv/bin/python"), "manage.py", "pipeline_runner", "--loglevel", "WARNING",
+            [sys.executable, "manage.py", "pipeline_runner", "--loglevel", "WARNING",
              "--hostname", f"{self.queue}.runner@%h"],
         ]
         self.procs = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
