@@ -43,6 +43,8 @@ $(STAMP): $(LOCK) pyproject.toml agent/pyproject.toml
 	@echo "==> installing $(LOCK) (hash-checked; the first time takes a few minutes)"
 	$(BIN)/python -m pip install --progress-bar on --require-hashes --requirement $(LOCK)
 	$(BIN)/python -m pip install --progress-bar on --no-deps --no-build-isolation -e . -e ./agent
+	@# A pyproject.toml edited without `make lock` stops here, saying so, rather than as an ImportError later.
+	$(BIN)/python scripts/image_requirements.py --check-lock
 	$(BIN)/python scripts/image_requirements.py --build-tools > $(VENV)/build-tools.txt
 	$(BIN)/python -m pip download --quiet --no-deps --require-hashes --dest $(WHEELHOUSE) \
 		--requirement $(VENV)/build-tools.txt

@@ -12,6 +12,7 @@ platforms (Linux, the base image's CPython, amd64 and arm64).
     .venv/bin/python scripts/image_requirements.py                # rewrite both files
     .venv/bin/python scripts/image_requirements.py --check        # exit 1 when the lock, the environment or
                                                                   # a file is out of date
+    .venv/bin/python scripts/image_requirements.py --check-lock   # only the lock and the environment (make venv)
     .venv/bin/python scripts/image_requirements.py --build-tools  # print the build tools' locked entries
 
 tests/deploy/test_images.py runs the check.
@@ -185,10 +186,15 @@ def files(lock: Mapping[str, list[Locked]]) -> dict[Path, str]:
     }
 
 
+def lock_check(lock: Mapping[str, list[Locked]]) -> None:
+    """Raise LockError when the lock is older than a pyproject.toml or this environment is not the lock's."""
+    closure(lock, roots()["every"], [default_environment()])
+
+
 def check(lock: Mapping[str, list[Locked]]) -> list[str]:
     """Problems, each with what to run: a lock older than a pyproject.toml, an environment that is not the
-    lock's, an image file that is not the lock's part for its image."""
-    closure(lock, roots()["every"], [default_environment()])
+    lock's (both raised), an image file that is not the lock's part for its image (listed)."""
+    lock_check(lock)
     return [f"{path.relative_to(REPO)} is out of date; run scripts/image_requirements.py (`make lock` does)"
             for path, text in files(lock).items() if not path.is_file() or path.read_text() != text]
 
@@ -197,12 +203,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="fail when something is out of date instead of writing")
+    mode.add_argument("--check-lock", action="store_true",
+                      help="fail only when the lock is older than a pyproject.toml or the environment is not it")
     mode.add_argument("--build-tools", action="store_true", help="print the build tools' locked entries")
     args = parser.parse_args()
     try:
         lock = lock_parse(LOCK.read_text())
         if args.build_tools:
             print("\n".join(entry.render() for name in BUILD_TOOLS for entry in lock[name]))
+            return 0
+        if args.check_lock:
+            lock_check(lock)
             return 0
         if args.check:
             problems = check(lock)
