@@ -24,9 +24,9 @@ import sysconfig
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from django.conf import settings
 
 REPO = Path(__file__).resolve().parents[2]
 # The tests that failed from a checkout under /tmp, one of each kind (Kubernetes steps, step data through the
@@ -62,14 +62,15 @@ def _venv(copy: Path) -> Path:
     purelib = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})["purelib"])
     tested = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
     (purelib / "_forest_tested.pth").write_text("".join(f"{path}\n" for path in tested))
-    ours = Path(sys.executable)
-    for script in ours.parent.iterdir():
+    ours = Path(sys.executable).parent
+    for script in ours.iterdir():
         target = venv / "bin" / script.name
         if target.exists() or target.is_symlink() or script.name.startswith(("python", "activate")):
             continue
-        head = script.read_bytes()[:256] if script.is_file() else b""
-        if head.startswith(b"#!") and str(ours).encode() in head:
-            target.write_bytes(script.read_bytes().replace(str(ours).encode(), str(python).encode(), 1))
+        first, _, rest = script.read_bytes().partition(b"\n") if script.is_file() else (b"", b"", b"")
+        interpreter = (first[2:].split() or [b""])[0].decode(errors="replace") if first.startswith(b"#!") else ""
+        if interpreter and Path(interpreter).parent == ours:  # a console script of this environment
+            target.write_bytes(b"#!" + str(python).encode() + b"\n" + rest)
             target.chmod(0o755)
         else:
             target.symlink_to(script.resolve())
@@ -79,9 +80,8 @@ def _venv(copy: Path) -> Path:
 def _environment(copy: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}  # not an xdist worker
     env["PYTHONPATH"] = os.pathsep.join([str(copy), str(copy / "agent" / "src")])
-    # A test database of its own: this run's (test_<name>[_gwN]) is in use by the run starting this one.
-    url = urlsplit(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/forest"))
-    env["DATABASE_URL"] = urlunsplit(url._replace(path=f"{url.path.rstrip('/')}_anywhere"))
+    # A test database of its own: this run's may be in use by the run starting this one.
+    env["DATABASE_TEST_NAME"] = f"{settings.DATABASES['default']['TEST']['NAME']}_anywhere"
     return env
 
 
