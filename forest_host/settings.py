@@ -257,6 +257,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    if CELERY_BROKER_URL.startswith("redis://"):
+        # kombu's Redis transport with its broker-loss teardown fault closed (forest_host/broker.py).
+        CELERY_BROKER_TRANSPORT = "forest_host.broker:Transport"
     # Every broker key under a prefix: Hosts (or bench runs, bench/_common.py) sharing one Redis database
     # keep apart, and one can delete its own keys without flushing the others'.
     if _key_prefix := os.environ.get("CELERY_BROKER_KEY_PREFIX", ""):
