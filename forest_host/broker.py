@@ -27,6 +27,7 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+
 class Channel(kombu_redis.Channel):
     def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
         if self.connection is None or self.connection.client is None:
