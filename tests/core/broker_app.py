@@ -8,6 +8,8 @@ import time
 import redis
 from celery import Celery
 
+from forest_host.liveness import HeartbeatStep
+
 app = Celery("broker_loss", broker=os.environ["FOREST_TEST_BROKER_URL"])
 app.conf.update(
     broker_transport=os.environ.get("FOREST_TEST_BROKER_TRANSPORT") or None,
@@ -17,6 +19,8 @@ app.conf.update(
     # the state the worker is in on a busy Host, and the one the teardown fault needs.
     worker_prefetch_multiplier=4, broker_connection_retry_on_startup=True,
 )
+
+app.steps["consumer"].add(HeartbeatStep)  # as forest_host.celery does
 
 
 @app.task(name="broker_loss.hold")

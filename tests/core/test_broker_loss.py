@@ -78,13 +78,14 @@ def test_celery_teardown_after_broker_loss_raises_no_attribute_error(own_redis):
     ignore_errors(connection, connection.close)  # stock kombu: AttributeError ... 'hostname'
 
 
-def _worker(broker_url: str, transport: str, log: Path) -> subprocess.Popen:
+def _worker(broker_url: str, transport: str, log: Path, node: str) -> subprocess.Popen:
     # Celery prefers CELERY_BROKER_URL from the environment (the suite's shared Redis) to the app's own.
     env = {**os.environ, "CELERY_BROKER_URL": broker_url, "FOREST_TEST_BROKER_URL": broker_url,
-           "FOREST_TEST_BROKER_TRANSPORT": transport, "PYTHONPATH": str(ROOT)}
+           "FOREST_TEST_BROKER_TRANSPORT": transport, "PYTHONPATH": str(ROOT),
+           "FOREST_VAR_DIR": str(log.parent)}
     return subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "tests.core.broker_app", "worker", "-c", "2", "--loglevel", "INFO",
-         "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"loss-{uuid.uuid4().hex[:6]}@%h"],
+         "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", node],
         cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
         preexec_fn=_die_with_parent)
 
@@ -111,8 +112,9 @@ def test_worker_survives_redis_killed_while_it_holds_unacknowledged_messages(own
         with sender.connection_for_write(url=own_redis.url) as connection:
             sender.send_task(name, args=list(args), connection=connection)
 
-    log = tmp_path / "worker.log"
-    worker = _worker(own_redis.url, settings.CELERY_BROKER_TRANSPORT, log)
+    log, node = tmp_path / "worker.log", f"loss-{uuid.uuid4().hex[:6]}@box"
+    worker = _worker(own_redis.url, settings.CELERY_BROKER_TRANSPORT, log, node)
+    heartbeat = tmp_path / "liveness" / node
     client = redis.Redis.from_url(own_redis.url)
     try:
         for round_no in range(ROUNDS):
@@ -122,12 +124,16 @@ def test_worker_survives_redis_killed_while_it_holds_unacknowledged_messages(own
                   what=f"round {round_no}: the worker to consume")
             send("broker_loss.hold", 30)
             _wait(lambda: client.hlen("unacked"), timeout=30, what="the worker to hold a message unacknowledged")
+            touched = _wait(lambda: heartbeat.exists() and heartbeat.stat().st_mtime_ns, timeout=30,
+                            what="the worker's heartbeat file")
             own_redis.stop()
             own_redis.start()  # the same port, empty; the client reconnects on its next command
         token = uuid.uuid4().hex
         send("broker_loss.pong", token)
         _wait(lambda: _alive(worker, log) and client.exists(f"pong:{token}"), timeout=60,
               what="the worker to consume after the last kill")
+        # the heartbeat step started again after the reconnect (it stops while the consumer reconnects)
+        _wait(lambda: heartbeat.stat().st_mtime_ns > touched, timeout=30, what="a touch after the last reconnect")
         assert worker.poll() is None
         assert "Unrecoverable error" not in log.read_text(errors="replace")
     finally:
