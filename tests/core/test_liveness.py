@@ -115,3 +115,25 @@ def test_heartbeat_files_age_and_beat_touches_only_after_a_publish_that_reached_
     with pytest.raises(SchedulingError):
         scheduler.apply_async(entry, advance=False)
     assert liveness.age_s(beat.beat_node()) is None
+
+
+@pytest.mark.parametrize(("role", "node"), [("worker", "celery"), ("runner", "runner"), ("beat", "beat")])
+def test_the_container_health_check_reads_each_roles_heartbeat_file(tmp_path, monkeypatch, role, node):
+    import importlib.util
+
+    from forest_host import liveness
+
+    spec = importlib.util.spec_from_file_location("host_healthcheck", liveness.liveness_dir().parents[1] /
+                                                  "docker" / "host-healthcheck.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    monkeypatch.setenv("FOREST_VAR_DIR", str(tmp_path))
+    monkeypatch.setattr(check, "role", lambda: role)
+    assert check.main() == 1  # never touched: unhealthy
+    liveness.touch(f"{node}@{socket.gethostname()}")
+    assert check.main() == 0
+    old = time.time() - liveness.STALE_AFTER_S - 5
+    import os
+
+    os.utime(liveness.liveness_dir() / f"{node}@{socket.gethostname()}", (old, old))
+    assert check.main() == 1  # stopped touching: unhealthy
