@@ -81,6 +81,7 @@ class Stack:
                                                "PIPELINE_DETACHED_WAIT_ENVIRONMENT_IDS", "DATABASE_POOL_MAX_SIZE",
                                                "FOREST_LIVENESS_WITHIN_S")})
         os.environ.pop("DATABASE_TEST_NAME", None)
+        os.environ["LOG_LEVEL"] = "WARNING"  # this process's Django: the per-run INFO lines drown the figures
         import subprocess
 
         subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env,
