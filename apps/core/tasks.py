@@ -10,6 +10,7 @@ from apps.core.liveness import ProcessRole
 from apps.core.services import process_heartbeat_record
 
 
+# acks_late off: a probe that died with its worker is not worth redelivering; the next one comes in seconds.
 @shared_task(name="core.liveness_probe", bind=True, ignore_result=True, acks_late=False)
 def liveness_probe(self, role: str, sent_at: float | None = None) -> None:
     """Consumed from ``role``'s queue: that node consumed now; beat sent this at ``sent_at``."""
