@@ -1,9 +1,11 @@
 """Docker HEALTHCHECK of the Forest Host image: what "healthy" means depends on the process.
 
 web     GET /healthz on this container (200 also means the database answered)
-worker  a Celery ping answered by this node (the broker and the worker's pool are alive)
-runner  the same, for the runner pool's node
-other   (beat, migrate, manage, edge) healthy while the process runs: nothing to ask
+worker  its heartbeat file (FOREST_VAR_DIR/liveness/celery@<host>) is younger than FOREST_LIVENESS_STALE_S:
+        the worker touches it only while connected to the broker and consuming (forest_host/liveness.py)
+runner  the same, for the runner pool's node (runner@<host>)
+beat    the same (beat@<host>): touched after each publish that reached the broker
+other   (migrate, manage, edge) healthy while the process runs: nothing to ask
 The process is read from PID 1's command line; exit 0 healthy, 1 unhealthy.
 """
 
@@ -11,9 +13,12 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # /app: forest_host.liveness, no Django
+from forest_host.liveness import is_live
 
 
 def role() -> str:
@@ -29,6 +34,8 @@ def role() -> str:
         return "runner"
     if "celery" in text and " worker" in text:
         return "worker"
+    if "celery" in text and " beat" in text:
+        return "beat"
     return "other"
 
 
@@ -41,11 +48,10 @@ def main() -> int:
                 return 0 if answer.status == 200 else 1
         except OSError:
             return 1
-    if which in ("worker", "runner"):
-        node = f"{'celery' if which == 'worker' else 'runner'}@{socket.gethostname()}"  # pipeline_runner's -n
-        command = ["celery", "-A", "forest_host", "inspect", "ping", "--timeout", "5", "--destination", node]
-        done = subprocess.run(command, capture_output=True, timeout=20, check=False)
-        return 0 if done.returncode == 0 else 1
+    if which in ("worker", "runner", "beat"):
+        # the node names Celery and pipeline_runner use by default (-n celery@%h, runner@%h), and beat's
+        node = f"{ {'worker': 'celery'}.get(which, which)}@{socket.gethostname()}"
+        return 0 if is_live(node) else 1
     return 0
 
 

@@ -6,10 +6,12 @@ under ``var/``) so ``make run`` needs no server; with them set it uses PostgreSQ
 from __future__ import annotations
 
 import os
+import time
 from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from celery.beat import BeatLazyFunc
 
 from apps.core import localenv
 
@@ -257,6 +259,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    if CELERY_BROKER_URL.startswith("redis://"):
+        # kombu's Redis transport with its broker-loss teardown fault closed (forest_host/broker.py).
+        CELERY_BROKER_TRANSPORT = "forest_host.broker:Transport"
     # Every broker key under a prefix: Hosts (or bench runs, bench/_common.py) sharing one Redis database
     # keep apart, and one can delete its own keys without flushing the others'.
     if _key_prefix := os.environ.get("CELERY_BROKER_KEY_PREFIX", ""):
@@ -279,6 +284,12 @@ CELERY_BEAT_SCHEDULE = {
                              "schedule": timedelta(seconds=float(os.environ.get("STAFF_REFUSAL_ROLLUP_INTERVAL_S",
                                                                                 "60")))},
 }
+# Liveness (docs/decisions.md "Host survives its broker"): beat sends core.liveness_probe to the worker queue
+# and to the runner queue every FOREST_LIVENESS_PROBE_S; a role none of whose processes consumed one (beat: sent
+# one) within FOREST_LIVENESS_WITHIN_S is stale on /healthz, /metrics and the staff status page.
+FOREST_LIVENESS_PROBE_S = float(os.environ.get("FOREST_LIVENESS_PROBE_S", "10"))
+FOREST_LIVENESS_WITHIN_S = float(os.environ.get("FOREST_LIVENESS_WITHIN_S", "60"))
+CELERY_BEAT_SCHEDULER = "forest_host.beat:Scheduler"
 # The refusal rollup re-reads placements changed this long before its last run too: a placement write
 # stamps its row before it commits, so one that committed just after a run is still found by the next.
 STAFF_REFUSAL_ROLLUP_SETTLE_S = float(os.environ.get("STAFF_REFUSAL_ROLLUP_SETTLE_S", "300"))
@@ -407,6 +418,12 @@ DJANGO_TABLES2_TEMPLATE = "staff/_table.html"
 # Celery worker on PIPELINE_RUNNER_QUEUE with this many processes), never a worker that dispatches or
 # resumes. More in-place steps than slots: the extra waits queue; their jobs still run and finish.
 PIPELINE_RUNNER_QUEUE = os.environ.get("PIPELINE_RUNNER_QUEUE", "forest.runner")
+# sent_at is evaluated by beat when it sends; a probe nobody consumed in time expires unrun.
+for _role, _queue in (("worker", None), ("runner", PIPELINE_RUNNER_QUEUE)):
+    CELERY_BEAT_SCHEDULE[f"core.liveness.{_role}"] = {
+        "task": "core.liveness_probe", "schedule": timedelta(seconds=FOREST_LIVENESS_PROBE_S),
+        "kwargs": {"role": _role, "sent_at": BeatLazyFunc(time.time)},
+        "options": {"expires": FOREST_LIVENESS_WITHIN_S, **({"queue": _queue} if _queue else {})}}
 PIPELINE_RUNNER_SLOTS = int(os.environ.get("PIPELINE_RUNNER_SLOTS", "4"))
 
 # --- logging: structlog renders JSON in production, console lines in DEBUG --------------------

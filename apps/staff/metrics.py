@@ -15,6 +15,7 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from apps.core.selectors import process_liveness
 from apps.dispatch.models import GroveJob
 from apps.dispatch.selectors import unclaimed_count
 from apps.groves.models import Grove
@@ -35,6 +36,7 @@ class ForestCollector(Collector):
         yield from self._queue(now)
         yield from self._jobs(now)
         yield from self._outbox(now)
+        yield from self._processes(now)
 
     def _groves(self, now):
         cutoff = now - timedelta(seconds=settings.GROVE_STALE_AFTER_S)
@@ -117,6 +119,19 @@ class ForestCollector(Collector):
         yield GaugeMetricFamily("forest_resume_lag_seconds",
                                 "Age of the oldest unconsumed resume: how far resumes lag behind job reports.",
                                 value=(now - oldest).total_seconds() if oldest else 0)
+
+    def _processes(self, now):
+        rows = process_liveness(now=now)
+        live = GaugeMetricFamily("forest_process_live",
+                                 "1 when some worker / runner consumed the liveness probe from its queue (beat: sent "
+                                 "one) within FOREST_LIVENESS_WITHIN_S, else 0.", labels=["role"])
+        age = GaugeMetricFamily("forest_process_last_seen_age_seconds",
+                                "Seconds since the role's newest sign of life (-1: never).", labels=["role"])
+        for row in rows:
+            live.add_metric([row.role], 1 if row.verdict == "live" else 0)
+            age.add_metric([row.role], -1 if row.age_s is None else row.age_s)
+        yield live
+        yield age
 
 
 def forest_registry() -> CollectorRegistry:

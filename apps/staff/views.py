@@ -38,6 +38,7 @@ from apps.core.counting import MAX_OFFSET_ROWS, capped_count
 from apps.core.csvsafe import csv_row
 from apps.core.errors import ForestError
 from apps.core.permissions import StaffAccess, is_staff_user, staff_access
+from apps.core.selectors import process_liveness
 from apps.dispatch.selectors import job_signal
 from apps.flags.registry import FLAGS
 from apps.flags.selectors import is_enabled
@@ -371,7 +372,9 @@ def status_view(request: HttpRequest) -> HttpResponse:
     defaults = {name: flag.default for name, flag in FLAGS.items()}
     rows = [(c, capabilities.state_label(c, defaults).replace("`", ""), is_enabled(c.flag) if c.flag else None)
             for c in capabilities.CAPABILITIES]
-    return render(request, "staff/status.html", {"rows": rows, "states": capabilities.STATES})
+    return render(request, "staff/status.html", {"rows": rows, "states": capabilities.STATES,
+                                                 "processes": process_liveness(),
+                                                 "within_s": settings.FOREST_LIVENESS_WITHIN_S})
 
 
 # --- /metrics -----------------------------------------------------------------------------------------

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
@@ -20,14 +18,12 @@ import httpx
 import pytest
 
 from bench.ha import Proc, free_port
+from bench.own_servers import PG_BIN, REDIS, OwnPostgres, OwnRedis
 from tests.console import console_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[2]
-PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"))), None) if Path("/usr/lib/postgresql").exists() \
-    else None
-REDIS = shutil.which("redis-server")
 
 SETUP = """
 import json
@@ -46,61 +42,6 @@ print(json.dumps({"token": token, "enroll": enroll}))
 """
 
 
-def _as_postgres(args: list[str]) -> list[str]:
-    # initdb and the server refuse to run as root; CI runs the suite as root.
-    return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
-
-
-class OwnPostgres:
-    def __init__(self) -> None:
-        # Outside pytest's tmp_path: that is private to root, and the server runs as postgres.
-        self.data, self.port = Path(tempfile.mkdtemp(prefix="forest-outage-pg-")), free_port()
-        if os.geteuid() == 0:
-            shutil.chown(self.data, "postgres")
-        subprocess.run(_as_postgres([str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres",
-                                     "--no-sync"]), check=True, capture_output=True)
-        self.url = f"postgres://postgres@127.0.0.1:{self.port}/forest"
-
-    def start(self) -> None:
-        options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off"
-        subprocess.run(_as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", options, "-w", "-l",
-                                     str(self.data / "server.log"), "start"]), check=True, capture_output=True)
-
-    def stop(self) -> None:
-        # immediate: connections are cut as in a crash, not drained
-        subprocess.run(_as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"]),
-                       check=False, capture_output=True)
-
-    def remove(self) -> None:
-        self.stop()
-        shutil.rmtree(self.data, ignore_errors=True)
-
-
-class OwnRedis:
-    def __init__(self) -> None:
-        self.port, self.proc = free_port(), None
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen([REDIS, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-                                      "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        import redis
-
-        client = redis.Redis.from_url(self.url)
-        for _ in range(200):
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                threading.Event().wait(0.05)
-        raise RuntimeError("own redis did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def own_stack(tmp_path_factory):
     """One stack for the module (migrating costs seconds); the broker test runs last since it stops Redis."""
@@ -110,8 +51,7 @@ def own_stack(tmp_path_factory):
     pg, rd = OwnPostgres(), OwnRedis()
     pg.start()
     rd.start()
-    subprocess.run(_as_postgres([str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres",
-                                 "forest"]), check=True, capture_output=True)
+    pg.createdb()
     env = {**os.environ, "DATABASE_URL": pg.url, "CELERY_BROKER_URL": rd.url, "REDIS_URL": rd.url,
            "DJANGO_SETTINGS_MODULE": "tests.settings", "FLAGS_CACHE_TTL_S": "0", "LOG_LEVEL": "WARNING",
            "FOREST_VAR_DIR": str(tmp_path), "DATABASE_POOL_MAX_SIZE": "4", "DATABASE_POOL_TIMEOUT_S": "3",
@@ -195,7 +135,7 @@ def test_lost_database_answers_503_with_retry_after_on_every_door_and_clients_re
         patient = ForestClient(url, own_stack["token"], on_retry=restart_on_first_retry, sleep=lambda s: None)
         job = patient.compute_submit(HELLO)
     finally:
-        if not _accepting(pg):
+        if not pg.accepting():
             pg.start()
     assert job["id"] and retries and set(retries) == {"database_unavailable"}
     grove.heartbeat(beat)  # the agent's next beat goes through on the same web process
@@ -214,7 +154,3 @@ def test_lost_broker_loses_nothing_and_never_answers_500(own_stack):
     assert job["id"]
     assert cli.compute_get(job["id"])["id"] == job["id"]
     assert "unhandled error in API view" not in own_stack["log"].read_text(errors="replace")
-
-
-def _accepting(pg: OwnPostgres) -> bool:
-    return subprocess.run([str(PG_BIN / "pg_isready"), "-h", "127.0.0.1", "-p", str(pg.port), "-q"]).returncode == 0
