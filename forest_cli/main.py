@@ -121,8 +121,9 @@ def _notes(view: JSON, *, item: str) -> list[Text]:
             name = entry.get("name") or entry.get("id")
             lines.append(Text("retry ", style="blue") + Text(f"{item} {name}: {entry.get('detail') or ''}"))
     for warning in view.get("warnings", []):
+        where = f" on {warning['grove']}" if warning.get("grove") else ""
         lines.append(Text("warning ", style="yellow") + Text(
-            f"{item} {warning.get(item, '?')}: [{warning['code']}] {warning['detail']} "
+            f"{item} {warning.get(item, '?')}{where}: [{warning['code']}] {warning['detail']} "
             f"(would be refused with {warning['flag']} on)"))
     runner = view.get("runner")
     if runner:
@@ -484,6 +485,17 @@ def _gib(value: float | None) -> str:
     return f"{value / 1024**3:.1f}".removesuffix(".0") + " GiB"  # 23.5 GiB, not 23.5401 GiB
 
 
+def _grove_state(grove: dict) -> str:
+    """A Grove's state as the pages show it: stale or fresh, not ready (live, not polling: placement passes it
+    over), simulated (a demo Grove: nothing runs its jobs)."""
+    words = ["[red]stale[/red]" if grove["stale"] else "[green]fresh[/green]"]
+    if not grove["stale"] and not grove.get("ready", True):
+        words.append("[red]not ready[/red]")
+    if grove.get("simulated"):
+        words.append("[yellow]simulated[/yellow]")
+    return " ".join(words)
+
+
 @app.command("groves")
 def groves_list(
     ctx: typer.Context,
@@ -509,9 +521,8 @@ def groves_list(
                f"{_gib(sum(u['memory_bytes']['allocatable'] for u in units))}")
         accelerators = ", ".join(sorted({f"{a['model']} ({','.join(a['apis'])})"
                                          for a in grove["capacity"]["accelerators"]})) or "-"
-        state = "[red]stale[/red]" if grove["stale"] else "[green]fresh[/green]"
         table.add_row(grove["slug"], grove["substrate"], ",".join(grove["roles"]), ",".join(grove["platforms"]),
-                      cpu, mem, accelerators, f"{state} {_age(grove['last_heartbeat_at'])}")
+                      cpu, mem, accelerators, f"{_grove_state(grove)} {_age(grove['last_heartbeat_at'])}")
     out.print(table)
 
 
@@ -545,9 +556,11 @@ def inventory(ctx: typer.Context) -> None:
         return
     table = Table("api", "vendor", "model", "memory", "sharing", "groves", "items", "devices free/alloc",
                   title="Accelerators", title_justify="left")
-    for g in body["accelerators"]:
-        table.add_row(g["api"], g["vendor"], g["model"], f"{_gib(g['memory_bytes'])} {g['memory_kind']}",
-                      g["share_mode"], str(g["groves"]), str(g["items"]), f"{g['free']}/{g['allocatable']}")
+    for g in [*body["accelerators"], *body.get("simulated", [])]:
+        groves = str(g["groves"]) + (f" ({g['groves_not_ready']} not ready)" if g.get("groves_not_ready") else "")
+        model = g["model"] + (" [yellow](simulated: not inventory)[/yellow]" if g.get("simulated") else "")
+        table.add_row(g["api"], g["vendor"], model, f"{_gib(g['memory_bytes'])} {g['memory_kind']}",
+                      g["share_mode"], groves, str(g["items"]), f"{g['free']}/{g['allocatable']}")
     out.print(table)
     teams = Table("team", "api/vendor", "in use/max", "used/budget (accelerator-s)", "period", "refusals",
                   title="Teams", title_justify="left")
@@ -632,8 +645,11 @@ def refusals(
     if ctx.obj["json"]:
         _print_json(body)
         return
-    out.print(f"[bold]{body['total']}[/bold] placements would be refused between {body['since']} and "
-              f"{body['until']}", highlight=False)
+    out.print(f"[bold]{body['total']}[/bold] placements refused or would be refused between {body['since']} and "
+              f"{body['until']}: {body.get('refused', 0)} refused, {body.get('would_refuse', 0)} would refuse; "
+              f"{body.get('groves', 0)} Groves involved"
+              + (f" (and {body['no_grove']} refused onto no Grove)" if body.get("no_grove") else ""),
+              highlight=False)
     for title, key, name in (("by code", "by_code", "code"), ("by Grove", "by_grove", "grove"),
                              ("by team", "by_team", "team"), ("nodes refused at dispatch", "node_refusals",
                                                               "reason")):

@@ -209,7 +209,9 @@ def inventory_view(request: HttpRequest) -> HttpResponse:
     groups = selectors.inventory_groups()
     teams = selectors.team_usage(request.user)
     rows = [(use, mark_safe(charts.bar_fraction_svg(use.budget_fraction))) for use in teams]
-    return render(request, "staff/inventory.html", {"groups": groups, "teams": rows})
+    return render(request, "staff/inventory.html", {"groups": [g for g in groups if not g.simulated],
+                                                    "simulated": [g for g in groups if g.simulated],
+                                                    "teams": rows})
 
 
 # --- placements -------------------------------------------------------------------------------------
@@ -356,7 +358,7 @@ def refusal_report_view(request: HttpRequest) -> HttpResponse:
     table = PlacementTable(listing.none() if page_error else listing, orderable=False)
     _paginate(request, table)
     _describe_placements(table, [row.record for row in table.page.object_list])
-    chart = mark_safe(charts.trend_svg(report.trend, title="Would-refuse placements per day"))
+    chart = mark_safe(charts.trend_svg(report.trend, title="Refused and would-refuse placements per day"))
     return render(request, "staff/refusals.html", {
         "report": report, "chart": chart, "table": table, "since": since.date().isoformat(),
         "until": (until - timedelta(days=1)).date().isoformat(),

@@ -116,6 +116,20 @@ def test_placements_filter_sort_and_why_not(live_server, browser_page, django_us
     assert all(item["code"] in text for item in shadow.decision["incompatibilities"])
     assert "would refuse" in text and "Why not the other Groves" in text
     page.screenshot(path=str(shots / "placement-detail.png"), full_page=True)
+    # "Why not" is read where the page shows it: each reason wholly inside the window at common widths.
+    detail = page.url
+    for width in (1280, 1920):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(detail)
+        reasons = page.locator("#candidates .why-not-reasons")
+        assert reasons.count() >= 1
+        for index in range(reasons.count()):
+            reason = reasons.nth(index)
+            box = reason.bounding_box()
+            assert reason.is_visible() and "<code>" not in reason.inner_text()
+            assert box and box["x"] >= 0 and box["x"] + box["width"] <= width, (width, box)
+        codes = page.locator("#candidates .why-not-reasons code").all_inner_texts()
+        assert set(codes) >= {item["code"] for item in shadow.decision["candidates"][0]["incompatibilities"]}
     page.goto(f"{live_server.url}/staff/refusals/")
     assert page.locator("#refusal-total").inner_text() == "2" and page.locator("svg.trend rect.bar").count() == 14
     page.screenshot(path=str(shots / "would-refuse.png"), full_page=True)

@@ -205,6 +205,19 @@ def test_inventory_groups_devices_and_shows_team_use(staff_browser, observabilit
     assert 'id="teams-table"' in page and "0 / 4" in page and "0% used" in page
 
 
+def test_inventory_does_not_count_devices_only_simulated_groves_report(staff_browser, observability_on, fresh_grove):
+    from apps.groves.models import Grove
+
+    demo, _ = fresh_grove(name="demo", gpus=2, polled=False)
+    Grove.objects.filter(pk=demo.pk).update(simulated=True)
+    page = staff_browser.get("/staff/inventory/").content.decode()
+    real, _sep, simulated = page.partition('id="simulated-inventory-table"')
+    assert "No real Grove reports an accelerator." in real and "NVIDIA" not in real.split('id="inventory-table"')[1]
+    assert "NVIDIA H100 80GB HBM3" in simulated and "simulated" in simulated
+    body = staff_browser.get("/api/forest/v1/staff/inventory").json()
+    assert body["accelerators"] == [] and [g["groves_not_ready"] for g in body["simulated"]] == [1]
+
+
 def test_status_page_lists_every_capability(staff_browser, observability_on):
     from apps.staff.capabilities import CAPABILITIES
 
