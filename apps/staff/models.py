@@ -3,13 +3,14 @@
 One table, a small data cube over refused / would-refuse placements per UTC day, in grains:
 
 - ``detail``: (day, code, Grove, team, outcome) → count (``outcome``: ``refused`` or ``would_refuse``, the
-  keys of apps/placement/outcome.py; a Grove of "" is no Grove: a refusal placed nowhere). The row with ``code = ""`` (``ALL_CODES``) counts the
-  placements themselves, once each whatever their codes; the others count the placements carrying that
-  incompatibility code.
+  keys of apps/placement/outcome.py; a Grove of "" is no Grove: a refusal placed nowhere). The row with
+  ``code = ""`` (``ALL_CODES``) counts the placements themselves, once each whatever their codes; the
+  others count the placements carrying that incompatibility code.
 - the margins the report sums, derived from the detail rows in the same run: ``day`` (placements per day:
-  the total and the trend), ``grove`` and ``team`` (placements per day and Grove, per day and team), and
-  ``code`` (per day and code), ``outcome`` (placements per day and outcome). Columns a grain does not group by hold "". Summing a window then reads a
-  few rows per day and dimension instead of every (Grove, team) pair of every day.
+  the total and the trend), ``grove`` and ``team`` (placements per day and Grove, per day and team),
+  ``code`` (per day and code) and ``outcome`` (placements per day and outcome). Columns a grain does not
+  group by hold "". Summing a window then reads a few rows per day and dimension instead of every
+  (Grove, team) pair of every day.
 
 Derived data only: ``services.refusal_rollup_update`` rewrites whole days from the placement table, and
 the report reads raw rows for any part of a window the rollup does not cover yet.
