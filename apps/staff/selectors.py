@@ -33,6 +33,7 @@ from apps.accelerators.choices import ClaimState
 from apps.accelerators.models import AcceleratorClaim, AcceleratorEntitlement, AcceleratorUsage
 from apps.accounts.selectors import acts_for_any_team, team_authorize, team_label, user_team_slugs, visible
 from apps.compute.models import ComputeJob
+from apps.compute.selectors import compute_jobs_visible
 from apps.core.db import sql_from_meta
 from apps.core.errors import NotFound
 from apps.dispatch.models import GroveJob
@@ -378,6 +379,15 @@ def run_detail(user, *, run_id) -> tuple[PipelineRun, list[PipelineNode], dict[s
     return run, nodes, placements
 
 
+# --- compute jobs ------------------------------------------------------------------------------------------
+
+def compute_job_rows(user) -> QuerySet[ComputeJob]:
+    """The compute jobs ``user`` may see, newest first: the API list's selector
+    (``apps.compute.selectors.compute_jobs_visible``), with the list's columns."""
+    return compute_jobs_visible(user).only("id", "name", "environment", "team", "grove_pin", "created_at", "run_id",
+                                           "run__status", "run__reason", "run__finished_at")
+
+
 # --- a compute job ---------------------------------------------------------------------------------------
 
 def compute_job_detail(user, *, job_id) -> ComputeJob:
@@ -590,7 +600,5 @@ def compute_job_page(user, *, job_id) -> ComputeJobPage:
 
 def compute_jobs_by_run(run_ids) -> dict:
     """run id → (compute job id, name) for the compute runs among ``run_ids``: one query."""
-    from apps.compute.models import ComputeJob
-
     return {run_id: (job_id, name) for job_id, name, run_id in
             ComputeJob.objects.filter(run_id__in=list(run_ids)).values_list("id", "name", "run_id")}

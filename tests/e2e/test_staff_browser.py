@@ -138,7 +138,7 @@ def test_placements_filter_sort_and_why_not(live_server, browser_page, django_us
         page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
     # Legible in a narrow window: the page itself never scrolls sideways (wide tables scroll in their box).
     page.set_viewport_size({"width": 420, "height": 900})
-    for url in ("/staff/placements/", "/staff/groves/", "/staff/refusals/", "/staff/runs/"):
+    for url in ("/staff/placements/", "/staff/groves/", "/staff/refusals/", "/staff/runs/", "/staff/compute/"):
         page.goto(f"{live_server.url}{url}")
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), url
 
