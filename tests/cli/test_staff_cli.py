@@ -41,6 +41,7 @@ def cli(live_server, token, flag_on):
     def _run(*args):
         return runner.invoke(app, ["--host", live_server.url, "--token", token, *args], catch_exceptions=False)
 
+    _run.host, _run.token = live_server.url, token
     return _run
 
 
@@ -82,8 +83,8 @@ def test_groves_and_inventory_mark_simulated_and_not_ready_groves(cli, fresh_gro
     rows = {g["slug"]: g for g in json.loads(cli("--json", "groves").output)}
     assert (rows["demo"]["simulated"], rows["demo"]["ready"]) == (True, False)
     assert (rows["idle"]["simulated"], rows["idle"]["ready"]) == (False, False)
-    table = {line.split()[1]: line for line in cli("groves").output.splitlines()
-             if line.split()[1:2] and line.split()[1] in rows}
+    listed = runner.invoke(app, ["--host", cli.host, "--token", cli.token, "groves"], env={"COLUMNS": "200"})
+    table = {line.split()[0]: line for line in listed.output.splitlines() if line.split()[:1] in (["demo"], ["idle"])}
     assert "simulated" in table["demo"] and "not ready" in table["demo"]
     assert "not ready" in table["idle"] and "simulated" not in table["idle"]
     inventory = json.loads(cli("--json", "inventory").output)
