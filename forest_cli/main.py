@@ -477,7 +477,7 @@ def _gib(value: float | None) -> str:
     return f"{value / 1024**3:.1f}".removesuffix(".0") + " GiB"  # 23.5 GiB, not 23.5401 GiB
 
 
-def _grove_state(grove: dict) -> str:
+def _grove_state(grove: JSON) -> str:
     """A Grove's state as the pages show it: stale or fresh, not ready (live, not polling: placement passes it
     over), simulated (a demo Grove: nothing runs its jobs)."""
     words = ["[red]stale[/red]" if grove["stale"] else "[green]fresh[/green]"]

@@ -8,8 +8,9 @@ from django.db.models import QuerySet
 from apps.core.errors import NotFound
 from apps.pipelines.models import PipelineNode, PipelineNodeWait, PipelineNodeWaitGrove, PipelineRun
 from apps.pipelines.vocabulary import NodeStatus, WaitMode
-from apps.placement.choices import COMPATIBILITY_FLAG, Outcome, SubjectType
+from apps.placement.choices import COMPATIBILITY_FLAG, SubjectType
 from apps.placement.models import ExecutionPlacement
+from apps.placement.outcome import REFUSED, WOULD_REFUSE, outcome_key
 
 
 def run_list() -> QuerySet[PipelineRun]:
@@ -53,18 +54,20 @@ def run_warnings(nodes: list[PipelineNode]) -> list[dict]:
     plan-time never-placeable reasons (``grove`` null). A refused node has its refusal and no warning: it
     was refused, not "would be". One query for all the nodes (and a failed node's job, select it related)."""
     ids = [str(node.pk) for node in nodes]
-    decisions = {subject_id: (outcome, decision) for subject_id, outcome, decision in
+    decisions = {subject_id: (outcome_key(outcome=outcome, would_refuse=would_refuse), decision)
+                 for subject_id, outcome, would_refuse, decision in
                  ExecutionPlacement.objects.filter(subject_type=SubjectType.PIPELINE_NODE, subject_id__in=ids)
-                 .values_list("subject_id", "outcome", "decision")} if ids else {}
+                 .values_list("subject_id", "outcome", "would_refuse", "decision")} if ids else {}
     out: list[dict] = []
     for node in nodes:
         stored = decisions.get(str(node.pk))
-        if node_refusal(node) is not None or (stored and stored[0] == Outcome.REFUSED):
+        key = stored[0] if stored else None
+        if node_refusal(node) is not None or key == REFUSED:
             continue
         if stored is not None:
-            outcome, decision = stored
-            if outcome != Outcome.PLACED or not decision.get("would_refuse"):
+            if key != WOULD_REFUSE:
                 continue
+            decision = stored[1]
             grove = decision.get("grove_slug")
             items = [item for item in decision.get("incompatibilities", [])
                      if not item.get("grove") or item["grove"] == grove]

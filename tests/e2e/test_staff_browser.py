@@ -132,7 +132,7 @@ def test_placements_filter_sort_and_why_not(live_server, browser_page, django_us
                     shown: text.width > 0 && text.height > 0};
         })""")
         for extent in extents:
-            assert extent["shown"] and 0 <= extent["left"] and extent["right"] <= width, (width, extent)
+            assert extent["shown"] and extent["left"] >= 0 and extent["right"] <= width, (width, extent)
             assert extent["boxLeft"] <= extent["left"] and extent["right"] <= extent["boxRight"], (width, extent)
         codes = page.locator("#candidates .why-not-reasons code").all_inner_texts()
         assert set(codes) >= {item["code"] for item in shadow.decision["candidates"][0]["incompatibilities"]}
