@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from django_filters.utils import translate_validation
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -23,7 +23,9 @@ class ComputeJobListView(APIView):
     permission_classes = [requires(GET="compute.view_computejob", POST="compute.add_computejob")]
 
     @extend_schema(responses={200: s.ComputeJobSerializer(many=True), **ERRORS}, tags=["compute"],
-                   summary="List compute jobs (newest first, at most 100)")
+                   summary="List compute jobs (newest first, at most 100)",
+                   parameters=[OpenApiParameter(name, str, required=False, description=str(f.label or name))
+                               for name, f in ComputeJobFilterSet.base_filters.items()])
     def get(self, request):
         selectors.compute_enabled_or_refuse()
         found = ComputeJobFilterSet(request.query_params, queryset=selectors.compute_jobs_visible(request.user))
