@@ -269,9 +269,14 @@ def compute_cancel(ctx: typer.Context, job_id: str) -> None:
 
 
 @compute.command("list")
-def compute_list(ctx: typer.Context) -> None:
-    """Recent compute jobs."""
-    jobs = _call(ctx, lambda c: c.compute_list())
+def compute_list(ctx: typer.Context,
+                 name: Annotated[str | None, typer.Option(help="Name contains")] = None,
+                 status: Annotated[str | None, typer.Option(help="pending | running | succeeded | failed | "
+                                                                 "cancelled")] = None,
+                 environment: Annotated[str | None, typer.Option("--environment", "-e")] = None,
+                 team: Annotated[str | None, typer.Option()] = None) -> None:
+    """Recent compute jobs (yours, or your teams')."""
+    jobs = _call(ctx, lambda c: c.compute_list(name=name, status=status, environment=environment, team=team))
     if ctx.obj["json"]:
         _print_json(jobs)
         return

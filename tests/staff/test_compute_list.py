@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 
 import pytest
 
@@ -82,3 +83,20 @@ def test_the_runs_list_names_each_compute_run_s_job(client, jobs, ml_member):
     rows = list(csv.reader(io.StringIO(b"".join(client.get("/staff/runs/", {"_export": "csv"})
                                                 .streaming_content).decode())))
     assert rows[0][1] == "Job" and sorted(row[1] for row in rows[1:]) == ["eval-resnet", "train-resnet"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_cli_lists_with_the_same_filters(live_server, fresh_grove, observability_on):
+    from typer.testing import CliRunner
+
+    from forest_cli.main import app
+
+    fresh_grove(name="local-box")
+    flag_override_set(name="host.deploy.forest_compute_jobs", enabled=True, reason="test")
+    _submit("train-resnet", "ml")
+    _submit("render-site", "web")
+    member = grant(UserFactory(username="ana"), "viewer", teams=("ml",))
+    result = CliRunner().invoke(app, ["--host", live_server.url, "--token", api_token_for(member), "--json",
+                                      "compute", "list", "--name", "resnet"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert [job["name"] for job in json.loads(result.output)] == ["train-resnet"]
