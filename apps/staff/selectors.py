@@ -4,8 +4,10 @@ The "would have refused" report counts refused placements: today a refusal is st
 placement (``would_refuse``: incompatible, placed anyway because enforcement was off); a placement
 stored as *refused* (enforced, with incompatibilities) is picked up by the same filter the day such rows
 exist. Its counts read the daily rollup (``models.RefusalRollup``) for the whole days it covers and the
-placements for the rest of the window; its list of subjects pages over the placements themselves. Nodes
-that failed at dispatch with a refusal code are the other record of refusals today.
+placements for the rest of the window; its list of subjects pages over the placements themselves. It gives
+refused and would-refuse apart (``OUTCOME_SQL``), and counts only real Groves as Groves (a refusal placed on
+no Grove is ``no_grove``). Nodes that failed at dispatch with a refusal code are the other record of
+refusals today.
 
 Every read of team-owned work here takes the acting user first (``user``) and narrows by the user's teams
 unless the role spans all teams (``apps.accounts.selectors.visible``): runs, nodes, placements, compute
