@@ -120,8 +120,10 @@ class ForestClient:
         """A full run id, or the one run whose id starts with ``given``."""
         return _resolve(given, lambda: [run["id"] for run in self.runs_list()], "run")
 
-    def compute_list(self) -> list[JSON]:
-        return self._rows("GET", "/compute/jobs")
+    def compute_list(self, **filters: Any) -> list[JSON]:
+        """Recent compute jobs; ``filters`` are the list's (name, status, environment, team, grove, created_after,
+        created_before), the staff page's too."""
+        return self._rows("GET", "/compute/jobs", params={k: v for k, v in filters.items() if v})
 
     def compute_cancel(self, job_id: str) -> JSON:
         return self._object("POST", f"/compute/jobs/{self.compute_id(job_id)}/cancel")

@@ -23,6 +23,7 @@ from apps.compute.bodies import ComputeJobRequest, ComputeStep
 from apps.core import bodies, localenv
 from apps.placement import scoring
 from forest_cli.client import JSON, TERMINAL, ForestClient, ForestClientError
+from forest_cli.tables import Col, table
 
 app = typer.Typer(help="Forest: place work on Groves and explain why.", no_args_is_help=True)
 compute = typer.Typer(help="Compute jobs: steps run one after another on Groves.", no_args_is_help=True)
@@ -81,20 +82,19 @@ def _print_json(data: object) -> None:
 
 
 def _steps_table(job: JSON) -> Table:
-    table = Table(title=f"{job['name']}  {job['id']}  [bold]{job['status']}[/bold]  "
-                        f"environment {job.get('environment') or '(none)'}", title_justify="left")
-    for column in ("step", "status", "try", "wait", "grove", "exit", "job", "reason"):
-        table.add_column(column)
     colours = {"succeeded": "green", "failed": "red", "timed_out": "red", "cancelled": "yellow",
                "awaiting": "cyan", "queued": "blue"}
+    rows = []
     for step in job["steps"]:
         colour = colours.get(step["status"], "white")
         attempts = f"{step.get('attempt', 1)}/{1 + step.get('retries', 0)}"
-        table.add_row(step["name"], f"[{colour}]{step['status']}[/{colour}]", attempts,
-                      (step.get("wait_mode") or "-").replace("_", " "), step["grove"] or "-",
-                      "-" if step["exit_code"] is None else str(step["exit_code"]), step["job_id"] or "-",
-                      step.get("reason") or "")
-    return table
+        rows.append([escape(step["name"]), f"[{colour}]{step['status']}[/{colour}]", attempts,
+                     (step.get("wait_mode") or "-").replace("_", " "), step["grove"] or "-",
+                     "-" if step["exit_code"] is None else str(step["exit_code"]), step["job_id"] or "-",
+                     escape(step.get("reason") or "")])
+    return table(["step", "status", "try", "wait", "grove", "exit", Col("job", drop=1, whole=True), "reason"],
+                 rows, width=out.width, title=f"{escape(job['name'])}  {job['id']}  [bold]{job['status']}[/bold]  "
+                                              f"environment {job.get('environment') or '(none)'}")
 
 
 def _notes(view: JSON, *, item: str) -> list[Text]:
@@ -121,8 +121,9 @@ def _notes(view: JSON, *, item: str) -> list[Text]:
             name = entry.get("name") or entry.get("id")
             lines.append(Text("retry ", style="blue") + Text(f"{item} {name}: {entry.get('detail') or ''}"))
     for warning in view.get("warnings", []):
+        where = f" on {warning['grove']}" if warning.get("grove") else ""
         lines.append(Text("warning ", style="yellow") + Text(
-            f"{item} {warning.get(item, '?')}: [{warning['code']}] {warning['detail']} "
+            f"{item} {warning.get(item, '?')}{where}: [{warning['code']}] {warning['detail']} "
             f"(would be refused with {warning['flag']} on)"))
     runner = view.get("runner")
     if runner:
@@ -268,27 +269,28 @@ def compute_cancel(ctx: typer.Context, job_id: str) -> None:
 
 
 @compute.command("list")
-def compute_list(ctx: typer.Context) -> None:
-    """Recent compute jobs."""
-    jobs = _call(ctx, lambda c: c.compute_list())
+def compute_list(ctx: typer.Context,
+                 name: Annotated[str | None, typer.Option(help="Name contains")] = None,
+                 status: Annotated[str | None, typer.Option(help="pending | running | succeeded | failed | "
+                                                                 "cancelled")] = None,
+                 environment: Annotated[str | None, typer.Option("--environment", "-e")] = None,
+                 team: Annotated[str | None, typer.Option()] = None) -> None:
+    """Recent compute jobs (yours, or your teams')."""
+    jobs = _call(ctx, lambda c: c.compute_list(name=name, status=status, environment=environment, team=team))
     if ctx.obj["json"]:
         _print_json(jobs)
         return
-    table = Table("name", "status", "environment", "steps")
-    table.add_column("id", no_wrap=True, min_width=36)
-    for job in jobs:
-        table.add_row(job["name"], job["status"], job["environment"] or "(none)", str(len(job["steps"])), job["id"])
-    out.print(table)
+    out.print(table(["name", "status", "environment", "steps", Col("id", whole=True)],
+                    [[escape(job["name"]), job["status"], job["environment"] or "(none)", str(len(job["steps"])),
+                      job["id"]] for job in jobs], width=out.width))
 
 
 def _run_table(run: JSON) -> Table:
-    table = Table(title=f"run {run['id']}  {run['kind']}  [bold]{run['status']}[/bold]", title_justify="left")
-    for column in ("node", "kind", "status", "wait", "grove", "exit", "reason"):
-        table.add_column(column)
-    for node in run["nodes"]:
-        table.add_row(node["id"], node["kind"], node["status"], node["wait_mode"] or "-", node["grove"] or "-",
-                      "-" if node["exit_code"] is None else str(node["exit_code"]), node["reason"])
-    return table
+    return table(["node", "kind", "status", "wait", "grove", "exit", "reason"],
+                 [[escape(node["id"]), node["kind"], node["status"], node["wait_mode"] or "-", node["grove"] or "-",
+                   "-" if node["exit_code"] is None else str(node["exit_code"]), escape(node["reason"])]
+                  for node in run["nodes"]],
+                 width=out.width, title=f"run {run['id']}  {run['kind']}  [bold]{run['status']}[/bold]")
 
 
 @runs.command("list")
@@ -300,11 +302,9 @@ def runs_list(ctx: typer.Context, status: Annotated[str | None, typer.Option()] 
     if ctx.obj["json"]:
         _print_json(items)
         return
-    table = Table("kind", "status", "environment")
-    table.add_column("id", no_wrap=True, min_width=36)
-    for run in items:
-        table.add_row(run["kind"], run["status"], run["environment"] or "(none)", run["id"])
-    out.print(table)
+    out.print(table(["kind", "status", "environment", Col("id", whole=True)],
+                    [[run["kind"], run["status"], run["environment"] or "(none)", run["id"]] for run in items],
+                    width=out.width))
 
 
 def _show_run(ctx: typer.Context, run: JSON) -> None:
@@ -344,12 +344,9 @@ def _artifact_line(artifact: JSON) -> str:
 
 
 def _uses_table(title: str, uses: list[JSON]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for column in ("run", "node", "name", "artifact"):
-        table.add_column(column, overflow="fold")
-    for use in uses:
-        table.add_row(use["run_id"], use["node"], use["name"], _artifact_line(use["artifact"]))
-    return table
+    return table(["run", "node", "name", "artifact"],
+                 [[use["run_id"], escape(use["node"]), escape(use["name"]), escape(_artifact_line(use["artifact"]))]
+                  for use in uses], width=out.width, title=title)
 
 
 def _lineage_tree(body: JSON) -> list[Text]:
@@ -440,15 +437,16 @@ def _score_cell(stored: JSON | None) -> str:
 def _candidates_table(decision: JSON) -> None:
     """Each candidate Grove's verdict: compatible or not and why, its resource fit (now/later/never), and its
     score per plugin and total (every column, zeros shown; "—" for a candidate that was not scored)."""
-    table = Table("grove", "eligible", "fit", "score: total = weighted plugins", "why not")
+    rows = []
     for candidate in decision.get("candidates", []):
         fit = candidate.get("fit") or {}
         reasons = [i.get("code", "") for i in candidate.get("incompatibilities", [])]
         if fit.get("code"):
             reasons.append(f"{fit['code']}: {fit.get('message', '')}")
-        table.add_row(candidate.get("grove_slug", "?"), str(candidate.get("eligible")), fit.get("state", "-"),
-                      _score_cell(candidate.get("score")), "; ".join(reasons))
-    out.print(table)
+        rows.append([candidate.get("grove_slug", "?"), str(candidate.get("eligible")), fit.get("state", "-"),
+                     _score_cell(candidate.get("score")), escape("; ".join(reasons))])
+    out.print(table(["grove", "eligible", "fit", "score: total = weighted plugins", "why not"], rows,
+                    width=out.width))
 
 
 @compute.command("logs")
@@ -484,6 +482,17 @@ def _gib(value: float | None) -> str:
     return f"{value / 1024**3:.1f}".removesuffix(".0") + " GiB"  # 23.5 GiB, not 23.5401 GiB
 
 
+def _grove_state(grove: JSON) -> str:
+    """A Grove's state as the pages show it: stale or fresh, not ready (live, not polling: placement passes it
+    over), simulated (a demo Grove: nothing runs its jobs)."""
+    words = ["[red]stale[/red]" if grove["stale"] else "[green]fresh[/green]"]
+    if not grove["stale"] and not grove.get("ready", True):
+        words.append("[red]not ready[/red]")
+    if grove.get("simulated"):
+        words.append("[yellow]simulated[/yellow]")
+    return " ".join(words)
+
+
 @app.command("groves")
 def groves_list(
     ctx: typer.Context,
@@ -499,8 +508,7 @@ def groves_list(
     if ctx.obj["json"]:
         _print_json(rows)
         return
-    table = Table("grove", "substrate", "roles", "platforms", "cpu free/alloc", "memory free/alloc",
-                  "accelerators", "report")
+    cells = []
     for grove in rows:
         units = grove["capacity"]["placement_units"]
         cpu = (f"{sum(u['cpu_milli']['free'] for u in units) / 1000:g}/"
@@ -509,10 +517,10 @@ def groves_list(
                f"{_gib(sum(u['memory_bytes']['allocatable'] for u in units))}")
         accelerators = ", ".join(sorted({f"{a['model']} ({','.join(a['apis'])})"
                                          for a in grove["capacity"]["accelerators"]})) or "-"
-        state = "[red]stale[/red]" if grove["stale"] else "[green]fresh[/green]"
-        table.add_row(grove["slug"], grove["substrate"], ",".join(grove["roles"]), ",".join(grove["platforms"]),
-                      cpu, mem, accelerators, f"{state} {_age(grove['last_heartbeat_at'])}")
-    out.print(table)
+        cells.append([grove["slug"], grove["substrate"], ", ".join(grove["roles"]), ", ".join(grove["platforms"]),
+                      cpu, mem, escape(accelerators), f"{_grove_state(grove)} {_age(grove['last_heartbeat_at'])}"])
+    out.print(table(["grove", "substrate", "roles", Col("platforms", drop=1),
+                     "cpu free/alloc", "memory free/alloc", "accelerators", "report"], cells, width=out.width))
 
 
 @app.command("ingress")
@@ -525,15 +533,16 @@ def ingress(ctx: typer.Context,
         return
     if not body["enabled"]:
         out.print(f"[yellow]{body['reason']}[/yellow]")
-    table = Table("host name", "workload", "grove", "mesh upstream", "state", "since", "last error")
     colours = {"serving": "green", "failed": "red"}
+    rows = []
     for route in body["results"]:
         colour = colours.get(route["state"], "yellow")
-        table.add_row(f"{route['hostname']}{route['path_prefix'] if route['path_prefix'] != '/' else ''}",
-                      route["workload"], route["grove"] or "-", route["upstream"],
-                      f"[{colour}]{route['state']}[/{colour}]", _age(route["state_changed_at"]),
-                      route["last_error"] or "-")
-    out.print(table)
+        rows.append([f"{route['hostname']}{route['path_prefix'] if route['path_prefix'] != '/' else ''}",
+                     route["workload"], route["grove"] or "-", route["upstream"],
+                     f"[{colour}]{route['state']}[/{colour}]", _age(route["state_changed_at"]),
+                     escape(route["last_error"] or "-")])
+    out.print(table(["host name", "workload", "grove", Col("mesh upstream", drop=1), "state", "since", "last error"],
+                    rows, width=out.width))
 
 
 @app.command("inventory")
@@ -543,20 +552,20 @@ def inventory(ctx: typer.Context) -> None:
     if ctx.obj["json"]:
         _print_json(body)
         return
-    table = Table("api", "vendor", "model", "memory", "sharing", "groves", "items", "devices free/alloc",
-                  title="Accelerators", title_justify="left")
-    for g in body["accelerators"]:
-        table.add_row(g["api"], g["vendor"], g["model"], f"{_gib(g['memory_bytes'])} {g['memory_kind']}",
-                      g["share_mode"], str(g["groves"]), str(g["items"]), f"{g['free']}/{g['allocatable']}")
-    out.print(table)
-    teams = Table("team", "api/vendor", "in use/max", "used/budget (accelerator-s)", "period", "refusals",
-                  title="Teams", title_justify="left")
-    for t in body["teams"]:
-        teams.add_row(t["team"], f"{t['api'] or 'any'}/{t['vendor'] or 'any'}",
-                      f"{t['concurrent']}/{t['max_concurrent'] if t['max_concurrent'] is not None else '-'}",
-                      f"{t['used_accelerator_seconds']:g}/{t['budget_accelerator_seconds'] or '-'}", t["period"],
-                      str(t["refusals"]))
-    out.print(teams)
+    rows = []
+    for g in [*body["accelerators"], *body.get("simulated", [])]:
+        groves = str(g["groves"]) + (f" ({g['groves_not_ready']} not ready)" if g.get("groves_not_ready") else "")
+        model = escape(g["model"]) + (" [yellow](simulated: not inventory)[/yellow]" if g.get("simulated") else "")
+        rows.append([g["api"], escape(g["vendor"]), model, f"{_gib(g['memory_bytes'])} {g['memory_kind']}",
+                     g["share_mode"], groves, str(g["items"]), f"{g['free']}/{g['allocatable']}"])
+    out.print(table(["api", "vendor", "model", "memory", "sharing", "groves", "items", "devices free/alloc"], rows,
+                    width=out.width, title="Accelerators"))
+    teams = [[escape(t["team"]), f"{t['api'] or 'any'}/{t['vendor'] or 'any'}",
+              f"{t['concurrent']}/{t['max_concurrent'] if t['max_concurrent'] is not None else '-'}",
+              f"{t['used_accelerator_seconds']:g}/{t['budget_accelerator_seconds'] or '-'}", t["period"],
+              str(t["refusals"])] for t in body["teams"]]
+    out.print(table(["team", "api/vendor", "in use/max", "used/budget (accelerator-s)", "period", "refusals"], teams,
+                    width=out.width, title="Teams"))
 
 
 @placements.callback(invoke_without_command=True)
@@ -582,25 +591,13 @@ def placements_list(
     if ctx.obj["json"]:
         _print_json(rows)
         return
-    # Readable at 80 columns: the id, the verdict and the age never wrap; platform and chooser only when wide.
-    wide = out.width >= 120
-    table = Table(show_lines=False)
-    table.add_column("id", no_wrap=True)
-    table.add_column("subject", overflow="fold", min_width=10)
-    table.add_column("status")
-    table.add_column("grove", overflow="fold")
-    if wide:
-        table.add_column("platform")
-        table.add_column("chooser")
-    table.add_column("verdict", no_wrap=True)
-    table.add_column("placed", no_wrap=True)
-    for row in rows:
-        cells = [str(row["id"]), row["subject"].get("label") or f"{row['subject_type']}:{row['subject_id']}",
-                 row["subject"].get("status") or "-", row["grove_slug"] or "-"]
-        if wide:
-            cells += [row["selected_platform"] or "-", row["chooser"]]
-        table.add_row(*cells, _verdict(row, first_code_only=True), _age(row["created_at"]))
-    out.print(table)
+    # The id, the verdict and the age never wrap; platform and chooser are left out first when narrow.
+    cells = [[str(row["id"]), escape(row["subject"].get("label") or f"{row['subject_type']}:{row['subject_id']}"),
+              row["subject"].get("status") or "-", row["grove_slug"] or "-", row["selected_platform"] or "-",
+              row["chooser"], _verdict(row, first_code_only=True), _age(row["created_at"])] for row in rows]
+    out.print(table([Col("id", whole=True), "subject", "status", "grove", Col("platform", drop=2),
+                     Col("chooser", drop=1), Col("verdict", whole=True), Col("placed", whole=True)], cells,
+                    width=out.width))
 
 
 _VERDICT_STYLE = {"placed": "green", "would_refuse": "yellow", "refused": "red", "waiting": "yellow"}
@@ -632,15 +629,16 @@ def refusals(
     if ctx.obj["json"]:
         _print_json(body)
         return
-    out.print(f"[bold]{body['total']}[/bold] placements would be refused between {body['since']} and "
-              f"{body['until']}", highlight=False)
+    out.print(f"[bold]{body['total']}[/bold] placements refused or would be refused between {body['since']} and "
+              f"{body['until']}: {body.get('refused', 0)} refused, {body.get('would_refuse', 0)} would refuse; "
+              f"{body.get('groves', 0)} Groves involved"
+              + (f" (and {body['no_grove']} refused onto no Grove)" if body.get("no_grove") else ""),
+              highlight=False)
     for title, key, name in (("by code", "by_code", "code"), ("by Grove", "by_grove", "grove"),
                              ("by team", "by_team", "team"), ("nodes refused at dispatch", "node_refusals",
                                                               "reason")):
-        table = Table(name, "count", title=title, title_justify="left")
-        for item in body[key]:
-            table.add_row(str(item[name]), str(item["count"]))
-        out.print(table)
+        out.print(table([name, "count"], [[escape(str(item[name])), str(item["count"])] for item in body[key]],
+                        width=out.width, title=title))
     peak = max((day["count"] for day in body["trend"]), default=0) or 1
     for day in body["trend"]:
         out.print(f"{day['day']}  {'#' * round(30 * day['count'] / peak):<30} {day['count']}", highlight=False)
@@ -668,7 +666,7 @@ def plan(
     else:
         enforced = "on" if result["enforced"] else "off (shadow: incompatibilities are recorded, not refused)"
         out.print(f"{result['kind']} plan, compatibility enforcement {enforced}", highlight=False)
-        table = Table("node", "needs", "grove", "platform", "chooser", "verdict")
+        rows = []
         for node in result["nodes"]:
             if node["refusal"]:
                 verdict = f"[red]refused[/red] {node['refusal']['code']}: {node['refusal']['detail']}"
@@ -677,9 +675,10 @@ def plan(
                     f"{i['code']}: {i['message']}" for i in node["incompatibilities"])
             else:
                 verdict = "[green]ok[/green] " + (node["summary"] or "")
-            table.add_row(node["node"], ",".join(node["needs"]) or "-", node["grove"] or "-", node["platform"] or "-",
-                          node["chooser"], verdict)
-        out.print(table)
+            rows.append([escape(node["node"]), ", ".join(node["needs"]) or "-", node["grove"] or "-",
+                         node["platform"] or "-", node["chooser"], verdict])
+        out.print(table(["node", "needs", "grove", "platform", Col("chooser", drop=1), "verdict"], rows,
+                        width=out.width))
     if not result["placeable"]:
         raise typer.Exit(1)
 

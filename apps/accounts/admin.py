@@ -5,7 +5,8 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
-from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from apps.accounts import services
@@ -15,7 +16,32 @@ from apps.accounts.selectors import team_authorize, visible
 from apps.core.errors import Forbidden
 
 
-class TeamScopedAdmin(admin.ModelAdmin):
+class AuditedAdmin(admin.ModelAdmin):
+    """Records each save and delete made in the admin as an ``AuditEvent`` (with the request id). Every admin
+    page that lets anyone add, change or delete is one (or says ``audited_by_service``: its every write goes
+    through a service that audits); tests/accounts/test_audit_everywhere.py walks the admin site to hold it."""
+
+    def _audit(self, request, obj, action: str, changed: list[str] | None = None) -> None:
+        meta = obj._meta
+        services.audit_record(actor=request.user, via=AuditVia.ADMIN, action=f"{meta.model_name}.{action}",
+                              target_type=meta.label_lower, target_id=obj.pk, team=str(getattr(obj, "team", "")),
+                              detail={"object": str(obj)[:200], "changed": changed or []})
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        self._audit(request, obj, "change" if change else "add", list(form.changed_data))
+
+    def delete_model(self, request, obj):
+        self._audit(request, obj, "delete")
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            self._audit(request, obj, "delete")
+        super().delete_queryset(request, queryset)
+
+
+class TeamScopedAdmin(AuditedAdmin):
     """An admin of team-owned work: the change list, search and every object page hold only what the
     user may see (``visible``, the API's rule); opening another team's object by its URL is 403
     ``team_forbidden``, as the API and the staff pages answer it. ``team_field`` is the lookup of the
@@ -44,30 +70,6 @@ class TeamScopedAdmin(admin.ModelAdmin):
         return None
 
 
-class AuditedAdmin(admin.ModelAdmin):
-    """Records each save and delete made in the admin as an ``AuditEvent`` (with the request id).
-    Other apps' admins mix it in for their staff-editable models (entitlements)."""
-
-    def _audit(self, request, obj, action: str, changed: list[str] | None = None) -> None:
-        meta = obj._meta
-        services.audit_record(actor=request.user, via=AuditVia.ADMIN, action=f"{meta.model_name}.{action}",
-                              target_type=meta.label_lower, target_id=obj.pk, team=str(getattr(obj, "team", "")),
-                              detail={"object": str(obj)[:200], "changed": changed or []})
-
-    def save_model(self, request, obj, form, change):
-        super().save_model(request, obj, form, change)
-        self._audit(request, obj, "change" if change else "add", list(form.changed_data))
-
-    def delete_model(self, request, obj):
-        self._audit(request, obj, "delete")
-        super().delete_model(request, obj)
-
-    def delete_queryset(self, request, queryset):
-        for obj in queryset:
-            self._audit(request, obj, "delete")
-        super().delete_queryset(request, queryset)
-
-
 @admin.register(Team)
 class TeamAdmin(AuditedAdmin):
     list_display = ("slug", "name", "member_count", "created_at")
@@ -93,7 +95,7 @@ class ApiTokenCreateForm(forms.ModelForm):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(AuditedAdmin):
     list_display = ("name", "user", "key_id", "created_at", "expires_at", "revoked_at")
     list_filter = ("revoked_at",)
     search_fields = ("name", "key_id", "user__username")
@@ -158,7 +160,7 @@ class AuditEventAdmin(admin.ModelAdmin):
 User = get_user_model()
 
 
-class RoleGrantingUserAdmin(UserAdmin):
+class RoleGrantingUserAdmin(AuditedAdmin, UserAdmin):
     """Django's user admin; a user's *groups* are their roles. Changes to groups and flags are audited."""
 
     list_display = (*UserAdmin.list_display, "roles")
@@ -170,6 +172,13 @@ class RoleGrantingUserAdmin(UserAdmin):
         if request.user.is_superuser:
             return fields
         return (*fields, "is_superuser", "user_permissions")
+
+    def user_change_password(self, request, id, form_url=""):
+        response = super().user_change_password(request, id, form_url)
+        if request.method == "POST" and response.status_code == 302:  # set (Django's form validated it)
+            services.audit_record(actor=request.user, via=AuditVia.ADMIN, action="user.password_set",
+                                  target_type="auth.user", target_id=id)
+        return response
 
     @admin.display(description="roles")
     def roles(self, obj) -> str:
@@ -189,3 +198,12 @@ class RoleGrantingUserAdmin(UserAdmin):
 if admin.site.is_registered(User):
     admin.site.unregister(User)
 admin.site.register(User, RoleGrantingUserAdmin)
+
+
+class AuditedGroupAdmin(AuditedAdmin, GroupAdmin):
+    """Django's group admin: a group is a role, so its permissions are a staff write like any other."""
+
+
+if admin.site.is_registered(Group):
+    admin.site.unregister(Group)
+admin.site.register(Group, AuditedGroupAdmin)

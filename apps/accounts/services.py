@@ -8,7 +8,9 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.password_validation import validate_password
 from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -187,16 +189,30 @@ def roles_sync(*, permission_model=Permission, group_model=Group, content_type_m
     return list(roles.ROLES)
 
 
+def password_check(*, password: str, user) -> None:
+    """Django's ``AUTH_PASSWORD_VALIDATORS`` for a password about to be set on ``user`` (saved or not): every
+    path that sets one calls this (Django's own forms and ``changepassword``/``createsuperuser`` run the
+    same validators). 400 ``password_invalid`` with the validators' sentences."""
+    try:
+        validate_password(password, user=user)
+    except DjangoValidationError as exc:
+        raise ValidationFailed("password_invalid", "Choose another password: " + " ".join(exc.messages),
+                               field="password") from None
+
+
 def user_create(*, username: str, email: str = "", password: str | None = None, actor=None,
                 via: str = AuditVia.COMMAND, actor_label: str = ""):
     """A person who can log in (roles and teams are granted apart: ``role_grant``, ``team_member_set``).
-    Without a password the account cannot log in with one until ``changepassword`` sets it. Audited."""
+    Without a password the account cannot log in with one until ``changepassword`` sets it; a password
+    given must pass the validators (``password_check``). Audited."""
     username = (username or "").strip()
     model = get_user_model()
     if not username:
         raise ValidationFailed("field_blank", "Give a username.", field="username")
     if model.objects.filter(username=username).exists():
         raise Conflict("user_exists", f"A user '{username}' already exists.", field="username")
+    if password is not None:
+        password_check(password=password, user=model(username=username, email=email))
     with transaction.atomic():
         user = model.objects.create_user(username=username, email=email, password=password)
         audit_record(actor=actor, via=via, action="user.create", target_type="auth.user", target_id=user.pk,

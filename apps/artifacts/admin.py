@@ -1,9 +1,10 @@
 from django.contrib import admin
 
+from apps.accounts.admin import AuditedAdmin
 from apps.artifacts.models import Artifact, ArtifactPlatformCheck
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(AuditedAdmin):
     """Artifacts and their checks are written by Host (uploads, builds, imports), never by hand."""
 
     def get_readonly_fields(self, request, obj=None):

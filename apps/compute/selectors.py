@@ -4,6 +4,7 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
+from apps.accounts.selectors import visible
 from apps.artifacts.selectors import run_lineage
 from apps.compute.models import ComputeJob
 from apps.core.errors import Forbidden, NotFound
@@ -24,6 +25,12 @@ def compute_enabled_or_refuse(*, environment: str | None = None) -> None:
 
 def compute_job_list() -> QuerySet[ComputeJob]:
     return ComputeJob.objects.select_related("run").order_by("-created_at")
+
+
+def compute_jobs_visible(user) -> QuerySet[ComputeJob]:
+    """The compute jobs ``user`` may see (their teams' unless the role spans every team), newest first: the
+    API list and the staff page read this one."""
+    return visible(compute_job_list(), user)
 
 
 def compute_job_get(*, job_id) -> ComputeJob:

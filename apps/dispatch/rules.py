@@ -51,6 +51,30 @@ def unclaimed_signal(*, status: str, created_at: datetime, grove_slug: str, grov
     age = None if grove_last_polled_at is None else max(0, int((now - grove_last_polled_at).total_seconds()))
     polled = "has never polled for work" if age is None else f"last polled for work {age} s ago"
     return {"code": UNCLAIMED, "grove": grove_slug, "assigned_for_s": int((now - created_at).total_seconds()),
-            "grove_last_poll_age_s": age,
+            "grove_last_poll_age_s": age, "ended_at": None,
             "detail": f"Assigned to Grove {grove_slug} {int((now - created_at).total_seconds())} s ago and not "
                       f"claimed; the Grove {polled}."}
+
+
+def unclaimed_ended_signal(*, status: str, reason: str, created_at: datetime, finished_at: datetime | None,
+                           grove_slug: str, grove_last_polled_at: datetime | None,
+                           ready_within_s: float) -> dict[str, Any] | None:
+    """The same signal for a job the unclaimed policy ended (``timed_out``, reason ``unclaimed``), told as of
+    its end, so the explanation outlives the job; None for any other job. The Grove's poll age is the one it
+    had when the job ended (a Grove that has polled since says only that it had not polled within
+    ``GROVE_READY_WITHIN_S``: the policy's own condition)."""
+    if status != "timed_out" or reason != UNCLAIMED or finished_at is None:
+        return None
+    waited = max(0, int((finished_at - created_at).total_seconds()))
+    if grove_last_polled_at is None:
+        age, polled = None, "had never polled for work"
+    elif grove_last_polled_at <= finished_at:
+        age = int((finished_at - grove_last_polled_at).total_seconds())
+        polled = f"had last polled for work {age} s before"
+    else:
+        age, polled = None, f"had not polled for work within {int(ready_within_s)} s"
+    return {"code": UNCLAIMED, "grove": grove_slug, "assigned_for_s": waited, "grove_last_poll_age_s": age,
+            "ended_at": finished_at.isoformat(),
+            "detail": f"Assigned to Grove {grove_slug} and not claimed for {waited} s; Host ended it at "
+                      f"{finished_at:%Y-%m-%d %H:%M:%S} UTC because the Grove {polled} (not ready: nothing there "
+                      "would run it)."}

@@ -38,8 +38,13 @@ def grove_changes(*, grove: Grove) -> tuple[dict, bool]:
 
 def job_signal(job: GroveJob | None, *, now=None) -> dict | None:
     """The job's coded signal (``rules.unclaimed_signal``: assigned, not claimed within
-    ``GROVE_JOB_UNCLAIMED_AFTER_S``, with its Grove's last poll age), or None. Reads ``job.grove`` (select
-    it related)."""
+    ``GROVE_JOB_UNCLAIMED_AFTER_S``, with its Grove's last poll age; or, once the unclaimed policy ended it,
+    ``rules.unclaimed_ended_signal``), or None. Reads ``job.grove`` (select it related)."""
+    if job is not None and job.status == JobStatus.TIMED_OUT:
+        return rules.unclaimed_ended_signal(status=job.status, reason=job.reason, created_at=job.created_at,
+                                            finished_at=job.finished_at, grove_slug=job.grove.slug,
+                                            grove_last_polled_at=job.grove.last_polled_at,
+                                            ready_within_s=settings.GROVE_READY_WITHIN_S)
     if job is None or job.status != JobStatus.ASSIGNED:
         return None
     return rules.unclaimed_signal(status=job.status, created_at=job.created_at, grove_slug=job.grove.slug,

@@ -15,6 +15,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from apps.accounts.choices import AuditVia
 from apps.core.errors import ForestError
 from apps.flags import services
 from apps.flags.choices import FlagScope
@@ -36,9 +37,10 @@ def _toggle(modeladmin, request, queryset, enabled: bool | None) -> None:
         return
     for flag in queryset:
         if enabled is None:
-            services.flag_override_clear(name=flag.name, reason=reason, actor=request.user)
+            services.flag_override_clear(name=flag.name, reason=reason, actor=request.user, via=AuditVia.ADMIN)
         else:
-            services.flag_override_set(name=flag.name, enabled=enabled, reason=reason, actor=request.user)
+            services.flag_override_set(name=flag.name, enabled=enabled, reason=reason, actor=request.user,
+                                       via=AuditVia.ADMIN)
     modeladmin.message_user(request, f"Updated {queryset.count()} flag(s); the change is audited.")
 
 
@@ -115,6 +117,7 @@ class FlagAdmin(admin.ModelAdmin):
     action_form = FlagActionForm
     inlines = [FlagOverrideInline, FlagAuditInline]
     search_fields = ("name", "description")
+    audited_by_service = True  # the toggle is its only write: ``services`` records it in Audit events
     change_form_template = "admin/flags/flag/change_form.html"
 
     def get_queryset(self, request):
@@ -170,10 +173,12 @@ class FlagAdmin(admin.ModelAdmin):
         try:
             if data["value"] == "default":
                 services.flag_override_clear(name=flag.name, reason=data["reason"], scope=data["scope"],
-                                             scope_value=data["scope_value"], actor=request.user)
+                                             scope_value=data["scope_value"], actor=request.user,
+                                             via=AuditVia.ADMIN)
             else:
                 services.flag_override_set(name=flag.name, enabled=data["value"] == "on", reason=data["reason"],
-                                           scope=data["scope"], scope_value=data["scope_value"], actor=request.user)
+                                           scope=data["scope"], scope_value=data["scope_value"], actor=request.user,
+                                           via=AuditVia.ADMIN)
         except ForestError as exc:
             messages.error(request, f"Nothing changed: {exc.detail}")
         else:
@@ -211,6 +216,7 @@ class FlagOverrideForm(forms.ModelForm):
 class FlagOverrideAdmin(admin.ModelAdmin):
     form = FlagOverrideForm
     list_display = ("flag", "scope", "scope_value", "enabled", "default_display", "updated_at", "updated_by")
+    audited_by_service = True  # saves and deletes go through ``services``, which records them in Audit events
     list_filter = ("scope", "enabled", "flag")
 
     @admin.display(description="default")
@@ -224,7 +230,7 @@ class FlagOverrideAdmin(admin.ModelAdmin):
         try:
             saved = services.flag_override_set(
                 name=obj.flag_id, enabled=obj.enabled, reason=form.cleaned_data["reason"],
-                scope=obj.scope, scope_value=obj.scope_value, actor=request.user,
+                scope=obj.scope, scope_value=obj.scope_value, actor=request.user, via=AuditVia.ADMIN,
             )
         except ForestError as exc:
             messages.error(request, exc.detail)
@@ -233,7 +239,7 @@ class FlagOverrideAdmin(admin.ModelAdmin):
 
     def delete_model(self, request, obj):
         services.flag_override_clear(
-            name=obj.flag_id, scope=obj.scope, scope_value=obj.scope_value, actor=request.user,
+            name=obj.flag_id, scope=obj.scope, scope_value=obj.scope_value, actor=request.user, via=AuditVia.ADMIN,
             reason=f"override deleted in Django admin by {request.user.get_username()}",
         )
 

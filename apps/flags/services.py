@@ -5,6 +5,8 @@ import logging
 
 from django.db import transaction
 
+from apps.accounts.choices import AuditVia
+from apps.accounts.services import audit_record
 from apps.core.errors import ValidationFailed
 from apps.flags.choices import FlagScope
 from apps.flags.models import Flag, FlagAudit, FlagOverride
@@ -46,7 +48,7 @@ def _flag_row(name: str) -> Flag:
 
 
 def _audit(*, flag: Flag, scope: str, scope_value: str, old: bool | None, new: bool | None,
-           actor, actor_label: str, reason: str) -> FlagAudit:
+           actor, actor_label: str, reason: str, via: str) -> FlagAudit:
     if not reason or not reason.strip():
         raise ValidationFailed("reason_required", "Say why the flag changes (--reason / the reason field).")
     entry = FlagAudit.objects.create(
@@ -55,6 +57,12 @@ def _audit(*, flag: Flag, scope: str, scope_value: str, old: bool | None, new: b
         actor_label=actor_label or (actor.get_username() if getattr(actor, "pk", None) else "system"),
         reason=reason.strip(),
     )
+    # The flag's own history (its admin page) and the one trail of every staff write (*Audit events*).
+    audit_record(actor=actor, via=via, action="flag.override_clear" if new is None else "flag.override_set",
+                 target_type="flags.flag", target_id=flag.name, actor_label=entry.actor_label,
+                 team=scope_value if scope == FlagScope.TEAM else "",
+                 detail={"scope": scope, "scope_value": scope_value, "old": old, "new": new,
+                         "reason": entry.reason})
     log.info("flag changed", extra={"flag": flag.name, "scope": scope, "scope_value": scope_value,
                                     "old": old, "new": new, "actor": entry.actor_label})
     return entry
@@ -62,7 +70,8 @@ def _audit(*, flag: Flag, scope: str, scope_value: str, old: bool | None, new: b
 
 @transaction.atomic
 def flag_override_set(*, name: str, enabled: bool, reason: str, scope: str = FlagScope.GLOBAL,
-                      scope_value: str = "", actor=None, actor_label: str = "") -> FlagOverride:
+                      scope_value: str = "", actor=None, actor_label: str = "",
+                      via: str = AuditVia.COMMAND) -> FlagOverride:
     """Turn a flag on or off for a scope, writing an audit row (even when the value is unchanged)."""
     scope, scope_value = _check_scope(scope, scope_value)
     flag = _flag_row(name)
@@ -79,14 +88,14 @@ def flag_override_set(*, name: str, enabled: bool, reason: str, scope: str = Fla
             updated_by=actor if getattr(actor, "pk", None) else None,
         )
     _audit(flag=flag, scope=scope, scope_value=scope_value, old=old, new=enabled,
-           actor=actor, actor_label=actor_label, reason=reason)
+           actor=actor, actor_label=actor_label, reason=reason, via=via)
     transaction.on_commit(invalidate)
     return override
 
 
 @transaction.atomic
 def flag_override_clear(*, name: str, reason: str, scope: str = FlagScope.GLOBAL, scope_value: str = "",
-                        actor=None, actor_label: str = "") -> bool:
+                        actor=None, actor_label: str = "", via: str = AuditVia.COMMAND) -> bool:
     """Remove an override so the scope falls back to the next one (or the default). True if one existed."""
     scope, scope_value = _check_scope(scope, scope_value)
     flag = _flag_row(name)
@@ -96,6 +105,6 @@ def flag_override_clear(*, name: str, reason: str, scope: str = FlagScope.GLOBAL
     old = existing.enabled
     existing.delete()
     _audit(flag=flag, scope=scope, scope_value=scope_value, old=old, new=None,
-           actor=actor, actor_label=actor_label, reason=reason)
+           actor=actor, actor_label=actor_label, reason=reason, via=via)
     transaction.on_commit(invalidate)
     return True

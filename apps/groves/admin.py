@@ -102,7 +102,7 @@ class GroveAdmin(AuditedAdmin):
 
 
 @admin.register(EnrollmentToken)
-class EnrollmentTokenAdmin(admin.ModelAdmin):
+class EnrollmentTokenAdmin(AuditedAdmin):
     list_display = ("key_id", "substrate", "roles", "note", "created_at", "expires_at", "used_at", "grove")
     list_filter = ("substrate",)
     fields = ("roles_text", "substrate", "note", "expires_in_s")
@@ -138,6 +138,7 @@ class EnrollmentTokenAdmin(admin.ModelAdmin):
             created_by=request.user,
         )
         obj.pk = token.pk
+        self._audit(request, token, "add", ["roles", "substrate", "note", "expires_in_s"])  # never the secret
         messages.warning(request, f"Enrollment token (shown once, copy it now): {presented}")
 
     def has_change_permission(self, request, obj=None):
@@ -157,7 +158,7 @@ def revoke(modeladmin, request, queryset):
 
 
 @admin.register(GroveCredential)
-class GroveCredentialAdmin(admin.ModelAdmin):
+class GroveCredentialAdmin(AuditedAdmin):
     list_display = ("key_id", "grove", "created_at", "revoked_at", "revoked_reason")
     list_filter = ("grove",)
     readonly_fields = ("key_id", "grove", "created_at", "revoked_at", "revoked_reason")
@@ -169,7 +170,7 @@ class GroveCredentialAdmin(admin.ModelAdmin):
 
 
 @admin.register(CapacityReport)
-class CapacityReportAdmin(admin.ModelAdmin):
+class CapacityReportAdmin(AuditedAdmin):
     list_display = ("grove", "received_at", "version", "digest")
     list_filter = ("grove",)
     readonly_fields = ("grove", "received_at", "version", "digest", "capacity")

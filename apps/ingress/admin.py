@@ -1,10 +1,11 @@
 from django.contrib import admin
 
+from apps.accounts.admin import AuditedAdmin
 from apps.ingress.models import IngressRoute
 
 
 @admin.register(IngressRoute)
-class IngressRouteAdmin(admin.ModelAdmin):
+class IngressRouteAdmin(AuditedAdmin):
     """Read-only: the edge owns these rows (manage.py forest_edge)."""
 
     list_display = ["hostname", "workload_slug", "grove", "upstream", "state", "rendered_at"]

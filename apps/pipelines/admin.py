@@ -1,7 +1,7 @@
 """Pipelines in admin: read-mostly views of runs, nodes and the outbox (services make every change)."""
 from django.contrib import admin
 
-from apps.accounts.admin import TeamScopedAdmin
+from apps.accounts.admin import AuditedAdmin, TeamScopedAdmin
 from apps.pipelines.models import PipelineNode, PipelineNodeEvent, PipelineOutbox, PipelineRun
 
 
@@ -27,13 +27,13 @@ class PipelineRunAdmin(TeamScopedAdmin):
 
 
 @admin.register(PipelineNodeEvent)
-class PipelineNodeEventAdmin(admin.ModelAdmin):
+class PipelineNodeEventAdmin(AuditedAdmin):
     list_display = ("node", "from_status", "to_status", "reason", "at")
     readonly_fields = ("node", "from_status", "to_status", "reason", "at")
 
 
 @admin.register(PipelineOutbox)
-class PipelineOutboxAdmin(admin.ModelAdmin):
+class PipelineOutboxAdmin(AuditedAdmin):
     list_display = ("kind", "node", "job", "created_at", "next_send_at", "sends", "done_at")
     list_filter = ("kind",)
     readonly_fields = [f.name for f in PipelineOutbox._meta.fields]

@@ -10,6 +10,7 @@ from apps.pipelines.models import PipelineNode, PipelineNodeWait, PipelineNodeWa
 from apps.pipelines.vocabulary import NodeStatus, WaitMode
 from apps.placement.choices import COMPATIBILITY_FLAG, SubjectType
 from apps.placement.models import ExecutionPlacement
+from apps.placement.outcome import REFUSED, WOULD_REFUSE, outcome_key
 
 
 def run_list() -> QuerySet[PipelineRun]:
@@ -47,22 +48,38 @@ def node_refusal(node: PipelineNode) -> dict | None:
 
 def run_warnings(nodes: list[PipelineNode]) -> list[dict]:
     """Shadow mode says so: for each node that would have been refused with enforcement on, its reasons
-    as ``{"node", "code", "detail", "flag"}`` — the plan-time never-placeable reasons kept on the node and
-    the incompatibilities of its stored would-refuse placement decision. One query for all the nodes."""
+    as ``{"node", "code", "detail", "flag", "grove"}``. A node placed by a stored decision has that decision's
+    own would-refuse codes only, each naming the Grove the work was placed on (``grove``): the plan-time
+    reasons were about the Groves the plan looked at, not the one it ran on. A node not placed yet has its
+    plan-time never-placeable reasons (``grove`` null). A refused node has its refusal and no warning: it
+    was refused, not "would be". One query for all the nodes (and a failed node's job, select it related)."""
     ids = [str(node.pk) for node in nodes]
-    decisions = dict(ExecutionPlacement.objects.filter(
-        subject_type=SubjectType.PIPELINE_NODE, subject_id__in=ids, would_refuse=True,
-    ).values_list("subject_id", "decision")) if ids else {}
+    decisions = {subject_id: (outcome_key(outcome=outcome, would_refuse=would_refuse), decision)
+                 for subject_id, outcome, would_refuse, decision in
+                 ExecutionPlacement.objects.filter(subject_type=SubjectType.PIPELINE_NODE, subject_id__in=ids)
+                 .values_list("subject_id", "outcome", "would_refuse", "decision")} if ids else {}
     out: list[dict] = []
     for node in nodes:
-        stored = decisions.get(str(node.pk)) or {}
+        stored = decisions.get(str(node.pk))
+        key = stored[0] if stored else None
+        if node_refusal(node) is not None or key == REFUSED:
+            continue
+        if stored is not None:
+            if key != WOULD_REFUSE:
+                continue
+            decision = stored[1]
+            grove = decision.get("grove_slug")
+            items = [item for item in decision.get("incompatibilities", [])
+                     if not item.get("grove") or item["grove"] == grove]
+        else:
+            grove, items = None, node.plan_warnings
         seen: set[str] = set()
-        for item in [*node.plan_warnings, *stored.get("incompatibilities", [])]:
+        for item in items:
             if item["code"] in seen:
                 continue
             seen.add(item["code"])
             out.append({"node": node.node_id, "code": item["code"], "detail": item["message"],
-                        "flag": COMPATIBILITY_FLAG})
+                        "flag": COMPATIBILITY_FLAG, "grove": grove})
     return out
 
 

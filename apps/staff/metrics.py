@@ -40,23 +40,28 @@ class ForestCollector(Collector):
 
     def _groves(self, now):
         cutoff = now - timedelta(seconds=settings.GROVE_STALE_AFTER_S)
-        family = GaugeMetricFamily("forest_groves", "Groves by substrate and state (fresh, stale, disabled).",
-                                   labels=["substrate", "state"])
-        rows = Grove.objects.values("substrate").annotate(
+        ready_cutoff = now - timedelta(seconds=settings.GROVE_READY_WITHIN_S)
+        family = GaugeMetricFamily("forest_groves", "Groves by substrate, state (fresh, stale, disabled) and "
+                                   "whether they are simulated (the demo's: nothing runs their jobs).",
+                                   labels=["substrate", "state", "simulated"])
+        rows = Grove.objects.values("substrate", "simulated").annotate(
             fresh=Count("id", filter=Q(enabled=True, last_heartbeat_at__gte=cutoff)),
             stale=Count("id", filter=Q(enabled=True) & (Q(last_heartbeat_at__lt=cutoff)
                                                          | Q(last_heartbeat_at__isnull=True))),
-            disabled=Count("id", filter=Q(enabled=False)))
+            disabled=Count("id", filter=Q(enabled=False)),
+            unready=Count("id", filter=Q(enabled=True, last_heartbeat_at__gte=cutoff) & (
+                Q(last_polled_at__isnull=True) | Q(last_polled_at__lt=ready_cutoff))))
+        unready = GaugeMetricFamily("forest_groves_unready",
+                                    "Live Groves (fresh heartbeats) that are not ready: no poll or claim within "
+                                    "GROVE_READY_WITHIN_S, so placement does not choose them.",
+                                    labels=["substrate", "simulated"])
         for row in rows:
+            simulated = "true" if row["simulated"] else "false"
             for state in ("fresh", "stale", "disabled"):
-                family.add_metric([row["substrate"], state], row[state])
+                family.add_metric([row["substrate"], state, simulated], row[state])
+            unready.add_metric([row["substrate"], simulated], row["unready"])
         yield family
-        ready_cutoff = now - timedelta(seconds=settings.GROVE_READY_WITHIN_S)
-        unready = Grove.objects.filter(enabled=True, last_heartbeat_at__gte=cutoff).filter(
-            Q(last_polled_at__isnull=True) | Q(last_polled_at__lt=ready_cutoff)).count()
-        yield GaugeMetricFamily("forest_groves_unready",
-                                "Live Groves (fresh heartbeats) that are not ready: no poll or claim within "
-                                "GROVE_READY_WITHIN_S, so placement does not choose them.", value=unready)
+        yield unready
         oldest = Grove.objects.filter(enabled=True).aggregate(oldest=Min("last_heartbeat_at"))["oldest"]
         yield GaugeMetricFamily("forest_grove_oldest_report_age_seconds",
                                 "Age of the oldest last report among enabled Groves.",

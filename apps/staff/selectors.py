@@ -4,8 +4,10 @@ The "would have refused" report counts refused placements: today a refusal is st
 placement (``would_refuse``: incompatible, placed anyway because enforcement was off); a placement
 stored as *refused* (enforced, with incompatibilities) is picked up by the same filter the day such rows
 exist. Its counts read the daily rollup (``models.RefusalRollup``) for the whole days it covers and the
-placements for the rest of the window; its list of subjects pages over the placements themselves. Nodes
-that failed at dispatch with a refusal code are the other record of refusals today.
+placements for the rest of the window; its list of subjects pages over the placements themselves. It gives
+refused and would-refuse apart (``OUTCOME_SQL``), and counts only real Groves as Groves (a refusal placed on
+no Grove is ``no_grove``). Nodes that failed at dispatch with a refusal code are the other record of
+refusals today.
 
 Every read of team-owned work here takes the acting user first (``user``) and narrows by the user's teams
 unless the role spans all teams (``apps.accounts.selectors.visible``): runs, nodes, placements, compute
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import NamedTuple
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Prefetch, Q, QuerySet, Sum
 from django.db.models.fields.json import KeyTransform
@@ -32,6 +35,7 @@ from apps.accelerators.choices import ClaimState
 from apps.accelerators.models import AcceleratorClaim, AcceleratorEntitlement, AcceleratorUsage
 from apps.accounts.selectors import acts_for_any_team, team_authorize, team_label, user_team_slugs, visible
 from apps.compute.models import ComputeJob
+from apps.compute.selectors import compute_jobs_visible
 from apps.core.db import sql_from_meta
 from apps.core.errors import NotFound
 from apps.dispatch.models import GroveJob
@@ -169,6 +173,11 @@ class InventoryGroup:
     groves: int = 0
     allocatable: int = 0
     free: int = 0
+    # Reported by the demo's simulated Groves (nothing runs there): shown apart, never counted as inventory.
+    simulated: bool = False
+    # Of ``groves``, those not ready now (no poll or claim within GROVE_READY_WITHIN_S): placement passes
+    # them over, so their devices are reported but not usable now.
+    groves_not_ready: int = 0
 
     @property
     def used(self) -> int:
@@ -185,15 +194,18 @@ def _json_sql() -> tuple:
             (lambda column: f"json_array_length({column}) > 0"))
 
 
-def inventory_groups() -> list[InventoryGroup]:
+def inventory_groups(*, now: datetime | None = None) -> list[InventoryGroup]:
     """Reported accelerators across Groves grouped by api/vendor/model: how many inventory items, and the
     devices they stand for (an item may stand for several allocatable slots, e.g. a shared chip; the slot
-    figures are those of the placement units that reference the item). One statement: the fleet's units
-    and items are aggregated where they are, not read into Python (10,000 Groves at the quality bar)."""
+    figures are those of the placement units that reference the item). Real Groves' groups first; what
+    simulated Groves report is grouped apart (``simulated``), so a device that exists only on a demo Grove
+    is never counted as inventory. One statement: the fleet's units and items are aggregated where they
+    are, not read into Python (10,000 Groves at the quality bar)."""
+    ready_after = (now or timezone.now()) - timedelta(seconds=settings.GROVE_READY_WITHIN_S)
     elements, key, nonempty = _json_sql()
-    names = {"u": PlacementUnit, "i": AcceleratorInventoryItem}
-    group = sql_from_meta("i.{i.apis}, i.{i.vendor}, i.{i.model}, i.{i.memory_bytes}, i.{i.memory_kind}, "
-                          "i.{i.share_mode}", **names)
+    names = {"u": PlacementUnit, "i": AcceleratorInventoryItem, "g": Grove}
+    group = sql_from_meta("g.{g.simulated}, i.{i.apis}, i.{i.vendor}, i.{i.model}, i.{i.memory_bytes}, "
+                          "i.{i.memory_kind}, i.{i.share_mode}", **names)
     accelerators = sql_from_meta("u.{u.accelerators}", **names)
     sql = sql_from_meta(
         "WITH slots AS (SELECT u.{u.grove} AS grove_id, " + key("inventory_id") + " AS inventory_id, "
@@ -202,17 +214,21 @@ def inventory_groups() -> list[InventoryGroup]:
         "FROM {u} u, " + elements(accelerators) + " WHERE " + nonempty(accelerators) + " "
         "GROUP BY u.{u.grove}, " + key("inventory_id") + ") "
         "SELECT " + group + ", COUNT(*), COUNT(DISTINCT i.{i.grove}), COALESCE(SUM(slots.allocatable), 0), "
-        "COALESCE(SUM(slots.free), 0) FROM {i} i LEFT JOIN slots ON slots.grove_id = i.{i.grove} "
+        "COALESCE(SUM(slots.free), 0), COUNT(DISTINCT CASE WHEN g.{g.last_polled_at} IS NULL OR "
+        "g.{g.last_polled_at} < %s THEN i.{i.grove} END) "
+        "FROM {i} i JOIN {g} g ON g.{g.id} = i.{i.grove} LEFT JOIN slots ON slots.grove_id = i.{i.grove} "
         "AND slots.inventory_id = i.{i.inventory_id} GROUP BY " + group, **names)
     with connection.cursor() as cursor:
-        cursor.execute(sql)
+        cursor.execute(sql, [ready_after])
         rows = cursor.fetchall()
     groups = []
-    for apis, vendor, model, memory, memory_kind, share_mode, count, groves, allocatable, free in rows:
+    for simulated, apis, vendor, model, memory, memory_kind, share_mode, count, groves, allocatable, free, \
+            not_ready in rows:
         apis = json.loads(apis) if isinstance(apis, str) else apis
         groups.append(InventoryGroup(",".join(apis or []) or "—", vendor, model, memory, memory_kind, share_mode,
-                                     items=count, groves=groves, allocatable=int(allocatable), free=int(free)))
-    return sorted(groups, key=lambda g: (g.api, g.vendor, g.model))
+                                     items=count, groves=groves, allocatable=int(allocatable), free=int(free),
+                                     simulated=bool(simulated), groves_not_ready=not_ready))
+    return sorted(groups, key=lambda g: (g.simulated, g.api, g.vendor, g.model))
 
 
 @dataclass
@@ -365,6 +381,15 @@ def run_detail(user, *, run_id) -> tuple[PipelineRun, list[PipelineNode], dict[s
     return run, nodes, placements
 
 
+# --- compute jobs ------------------------------------------------------------------------------------------
+
+def compute_job_rows(user) -> QuerySet[ComputeJob]:
+    """The compute jobs ``user`` may see, newest first: the API list's selector
+    (``apps.compute.selectors.compute_jobs_visible``), with the list's columns."""
+    return compute_jobs_visible(user).only("id", "name", "environment", "team", "grove_pin", "created_at", "run_id",
+                                           "run__status", "run__reason", "run__finished_at")
+
+
 # --- a compute job ---------------------------------------------------------------------------------------
 
 def compute_job_detail(user, *, job_id) -> ComputeJob:
@@ -384,20 +409,32 @@ class RefusalReport:
     until: datetime
     total: int
     by_code: list[tuple[str, int]]
-    by_grove: list[tuple[str, int]]
+    by_grove: list[tuple[str, int]]  # real Groves only (largest first, at most ``limit``)
     by_team: list[tuple[str, int]]
     trend: list[tuple[date, int]]
     node_refusals: list[tuple[str, int]]
+    # Refused and would-refuse apart (the outcome keys of apps/placement/outcome.py): never one figure.
+    refused: int = 0
+    would_refuse: int = 0
+    no_grove: int = 0  # placements refused onto no Grove: not a Grove of their own
+    groves: int = 0  # how many Groves are involved (every one, not only the ``by_grove`` listed)
 
 
 class RefusedSql(NamedTuple):
     """SQL fragments over ``placement_executionplacement p`` for this database: the refused predicate, the
-    decision's incompatibilities as rows ``e``, an element's code, and the row's UTC day."""
+    decision's incompatibilities as rows ``e``, an element's code, the row's UTC day, and its outcome key."""
     refused: str
     elements: str
     code: str
     day: str
     window: str  # p's creation time in [%s, %s)
+    outcome: str  # 'refused' or 'would_refuse' (apps/placement/outcome.py's keys) of a row ``refused`` holds
+
+
+# The outcome key of a refused / would-refuse row: a stored refusal (or an enforced row with incompatibilities,
+# which ``REFUSED`` counts too) is refused; a shadow placement is would-refuse. Never one number for both.
+OUTCOME_SQL = ("CASE WHEN p.{p.outcome} = 'refused' OR NOT p.{p.would_refuse} THEN 'refused' "
+               "ELSE 'would_refuse' END")
 
 
 def refused_sql() -> RefusedSql:
@@ -410,7 +447,7 @@ def refused_sql() -> RefusedSql:
                  "(json_array_length(p.{p.decision}, '$.incompatibilities') > 0 AND p.{p.enforced}))",
                  "json_each(p.{p.decision}, '$.incompatibilities') AS e",
                  "json_extract(e.value, '$.code')", "date(p.{p.created_at})")
-    parts += ("p.{p.created_at} >= %s AND p.{p.created_at} < %s",)
+    parts += ("p.{p.created_at} >= %s AND p.{p.created_at} < %s", OUTCOME_SQL)
     return RefusedSql(*(sql_from_meta(part, p=ExecutionPlacement) for part in parts))
 
 
@@ -452,18 +489,19 @@ def _midnight(day: date) -> datetime:
 # Which rollup grain answers each key, and the column it is read from (``sql_from_meta`` templates over ``r``).
 _GRAINS = {"total": (Grain.DAY, "''"), "day": (Grain.DAY, "r.{r.day}"),
            "grove_slug": (Grain.GROVE, "r.{r.grove_slug}"), "team": (Grain.TEAM, "r.{r.team}"),
-           "code": (Grain.CODE, "r.{r.code}")}
+           "code": (Grain.CODE, "r.{r.code}"), "outcome": (Grain.OUTCOME, "r.{r.outcome}")}
 
 
-def _counts(window: _Window, *, key: str, limit: int | None = None) -> list[tuple]:
+def _counts(window: _Window, *, key: str, limit: int | None = None, blank: bool | None = None) -> list[tuple]:
     """(key, count) over the window, largest first: the rollup's margin for its days plus the placements'
     aggregate for the rest, summed in one statement. ``key`` is ``grove_slug``, ``team``, ``day``, ``code``
-    (which counts (placement, code) pairs) or ``total``."""
+    (which counts (placement, code) pairs), ``outcome`` or ``total``. ``blank``: only the "" key (True), or
+    every key but "" (False) — a refusal's Grove of "" is no Grove, not a Grove called nothing."""
     sql = refused_sql()
     per_code = key == "code"
     grain, rollup_key = _GRAINS[key]
-    raw_key = {"total": "''", "code": sql.code, "day": sql.day}.get(key) or sql_from_meta(f"p.{{p.{key}}}",
-                                                                                         p=ExecutionPlacement)
+    raw_key = ({"total": "''", "code": sql.code, "day": sql.day, "outcome": sql.outcome}.get(key)
+               or sql_from_meta(f"p.{{p.{key}}}", p=ExecutionPlacement))
     parts, params = [], []
     if window.first is not None:
         parts.append(sql_from_meta(f"SELECT {rollup_key} AS k, r.{{r.count}} AS n FROM {{r}} r WHERE "
@@ -477,7 +515,9 @@ def _counts(window: _Window, *, key: str, limit: int | None = None) -> list[tupl
                      + ("" if key == "total" else f" GROUP BY {raw_key}"))
         params += [start, end]
     order = "k" if key == "day" else "n DESC, k"
-    statement = f"SELECT k, SUM(n) AS n FROM ({' UNION ALL '.join(parts)}) AS t GROUP BY k ORDER BY {order}"
+    having = "" if blank is None else (" HAVING k = ''" if blank else " HAVING k <> ''")
+    statement = (f"SELECT k, SUM(n) AS n FROM ({' UNION ALL '.join(parts)}) AS t GROUP BY k{having} "
+                 f"ORDER BY {order}")
     if limit is not None:
         statement += f" LIMIT {int(limit)}"
     with connection.cursor() as cursor:
@@ -492,7 +532,9 @@ def refusal_report(user, *, since: datetime, until: datetime, limit: int = 20) -
     ``OTHER_TEAMS``, never named."""
     window = _split(since, until)
     total = sum(n for _k, n in _counts(window, key="total"))
-    by_grove = _counts(window, key="grove_slug", limit=limit)
+    outcomes = dict(_counts(window, key="outcome"))
+    groves = _counts(window, key="grove_slug", blank=False)
+    by_grove = groves[:limit]
     by_team = _by_label(user, _counts(window, key="team"))[:limit]
     counts = {(d if isinstance(d, date) else date.fromisoformat(str(d)[:10])): n
               for d, n in _counts(window, key="day")}
@@ -505,7 +547,10 @@ def refusal_report(user, *, since: datetime, until: datetime, limit: int = 20) -
                  .values("reason").annotate(n=Count("id")).order_by("-n").values_list("reason", "n"))
     return RefusalReport(since=since, until=until, total=total,
                          by_code=_counts(window, key="code", limit=limit),
-                         by_grove=by_grove, by_team=by_team, trend=trend, node_refusals=nodes)
+                         by_grove=by_grove, by_team=by_team, trend=trend, node_refusals=nodes,
+                         refused=outcomes.get("refused", 0), would_refuse=outcomes.get("would_refuse", 0),
+                         no_grove=sum(n for _k, n in _counts(window, key="grove_slug", blank=True)),
+                         groves=len(groves))
 
 
 def _by_label(user, counts: list[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -557,7 +602,5 @@ def compute_job_page(user, *, job_id) -> ComputeJobPage:
 
 def compute_jobs_by_run(run_ids) -> dict:
     """run id → (compute job id, name) for the compute runs among ``run_ids``: one query."""
-    from apps.compute.models import ComputeJob
-
     return {run_id: (job_id, name) for job_id, name, run_id in
             ComputeJob.objects.filter(run_id__in=list(run_ids)).values_list("id", "name", "run_id")}

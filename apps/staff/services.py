@@ -70,13 +70,14 @@ def _ranges(days: list[date]) -> list[tuple[date, date]]:
 
 
 # Each margin from the detail rows of the same days: (grain, its code column, its Grove column, its team
-# column, which detail rows it sums). Columns a grain does not group by hold "".
+# column, its outcome column, which detail rows it sums). Columns a grain does not group by hold "".
 # ``sql_from_meta`` templates over ``r``, the rollup table.
 MARGINS = (
-    (Grain.DAY, "''", "''", "''", "r.{r.code} = ''"),
-    (Grain.GROVE, "''", "r.{r.grove_slug}", "''", "r.{r.code} = ''"),
-    (Grain.TEAM, "''", "''", "r.{r.team}", "r.{r.code} = ''"),
-    (Grain.CODE, "r.{r.code}", "''", "''", "r.{r.code} <> ''"),
+    (Grain.DAY, "''", "''", "''", "''", "r.{r.code} = ''"),
+    (Grain.GROVE, "''", "r.{r.grove_slug}", "''", "''", "r.{r.code} = ''"),
+    (Grain.TEAM, "''", "''", "r.{r.team}", "''", "r.{r.code} = ''"),
+    (Grain.CODE, "r.{r.code}", "''", "''", "''", "r.{r.code} <> ''"),
+    (Grain.OUTCOME, "''", "''", "''", "r.{r.outcome}", "r.{r.code} = ''"),
 )
 
 
@@ -89,9 +90,9 @@ def _aggregate(first: date, last: date) -> int:
     until = datetime.combine(last + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
     window = f"{sql.refused} AND {sql.window}"
     names = {"p": ExecutionPlacement, "r": RefusalRollup}
-    columns = sql_from_meta("INSERT INTO {r} ({r.grain}, {r.day}, {r.code}, {r.grove_slug}, {r.team}, {r.count})",
-                            **names)
-    subject = sql_from_meta("p.{p.grove_slug}, p.{p.team}", **names)
+    columns = sql_from_meta("INSERT INTO {r} ({r.grain}, {r.day}, {r.code}, {r.grove_slug}, {r.team}, {r.outcome}, "
+                            "{r.count})", **names)
+    subject = sql_from_meta("p.{p.grove_slug}, p.{p.team}", **names) + f", {sql.outcome}"
     inserted = 0
     with connection.cursor() as cursor:
         cursor.execute(
@@ -103,12 +104,12 @@ def _aggregate(first: date, last: date) -> int:
             f"FROM {table} p, {sql.elements} WHERE {window} AND {sql.code} IS NOT NULL AND {sql.code} <> '' "
             f"GROUP BY {sql.day}, {sql.code}, {subject}", [Grain.DETAIL, since, until])
         inserted += cursor.rowcount
-        for grain, code, grove, team, rows in MARGINS:
-            kept = [column for column in (code, grove, team) if column != "''"]
+        for grain, code, grove, team, outcome, rows in MARGINS:
+            kept = [column for column in (code, grove, team, outcome) if column != "''"]
             cursor.execute(sql_from_meta(
-                f"{columns} SELECT %s, r.{{r.day}}, {code}, {grove}, {team}, SUM(r.{{r.count}}) FROM {{r}} r "
-                f"WHERE r.{{r.grain}} = %s AND {rows} AND r.{{r.day}} >= %s AND r.{{r.day}} <= %s GROUP BY "
-                + ", ".join(["r.{r.day}", *kept]), **names),
+                f"{columns} SELECT %s, r.{{r.day}}, {code}, {grove}, {team}, {outcome}, SUM(r.{{r.count}}) "
+                f"FROM {{r}} r WHERE r.{{r.grain}} = %s AND {rows} AND r.{{r.day}} >= %s AND r.{{r.day}} <= %s "
+                "GROUP BY " + ", ".join(["r.{r.day}", *kept]), **names),
                 [grain, Grain.DETAIL, first, last])
             inserted += cursor.rowcount
     return inserted

@@ -24,6 +24,7 @@ from django.urls import get_script_prefix, reverse
 from django.utils.formats import localize
 from django.utils.safestring import SafeData, SafeString, mark_safe
 
+from apps.compute.models import ComputeJob
 from apps.core import formatting
 from apps.groves.models import Grove
 from apps.ingress.models import IngressRoute
@@ -289,6 +290,7 @@ def _time(value) -> SafeString:
 
 class RunTable(StaffTable):
     id = tables.Column(verbose_name="Run")
+    job = tables.Column(verbose_name="Job", empty_values=(), orderable=False)
     kind = tables.Column()
     status = tables.Column()
     nodes = tables.Column(verbose_name="Nodes (done / failed / all)", empty_values=(), orderable=False)
@@ -304,12 +306,23 @@ class RunTable(StaffTable):
         attrs = {"id": "runs-table"}
         empty_text = "No run matches these filters."
 
-    def __init__(self, *args, counts=None, **kwargs):
+    def __init__(self, *args, counts=None, jobs=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.counts = counts if counts is not None else {}
+        self.jobs = jobs if jobs is not None else {}  # run id → (compute job id, name), per page
 
     def _counts(self, record) -> dict:
         return self.counts.get(record.pk) or {"total": 0, "done": 0, "failed": 0}
+
+    def render_job(self, record):
+        job = self.jobs.get(record.pk)
+        if job is None:
+            return mark_safe('<span class="muted">—</span>')
+        return mark_safe(_link(url_for("staff:compute-job", "uuid", job[0]), job[1]))
+
+    def value_job(self, record):
+        job = self.jobs.get(record.pk)
+        return job[1] if job else ""
 
     def render_id(self, value):
         return mark_safe(_link(url_for("staff:run-detail", "uuid", value), str(value)[:8]))
@@ -337,6 +350,70 @@ class RunTable(StaffTable):
 
     def value_created_at(self, value):
         return value.isoformat()
+
+    def value_finished_at(self, value):
+        return value.isoformat() if value else ""
+
+
+class ComputeJobTable(StaffTable):
+    """Compute jobs (rows from ``selectors.compute_job_rows``, the API's selector); ``counts`` (per page,
+    ``selectors.run_node_counts``) are their runs' step counts."""
+
+    name = tables.Column(verbose_name="Job")
+    status = tables.Column(accessor="run__status", verbose_name="Status", order_by=("run__status",))
+    steps = tables.Column(verbose_name="Steps (done / failed / all)", empty_values=(), orderable=False)
+    environment = tables.Column()
+    team = tables.Column()
+    grove_pin = tables.Column(verbose_name="Pinned Grove", orderable=False)
+    reason = tables.Column(accessor="run__reason", verbose_name="Reason", orderable=False)
+    created_at = tables.Column(verbose_name="Submitted")
+    finished_at = tables.Column(accessor="run__finished_at", verbose_name="Finished", orderable=False)
+    run = tables.Column(accessor="run_id", verbose_name="Run", orderable=False)
+
+    class Meta:
+        model = ComputeJob
+        fields = ()
+        attrs = {"id": "compute-jobs-table"}
+        empty_text = "No compute job matches these filters."
+
+    def __init__(self, *args, counts=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.counts = counts if counts is not None else {}
+
+    def render_name(self, record):
+        return mark_safe(_link(url_for("staff:compute-job", "uuid", record.pk), record.name))
+
+    def value_name(self, record):
+        return record.name
+
+    def render_status(self, record):
+        return RunTable.render_status(self, record.run.status)
+
+    def value_status(self, record):
+        return record.run.status
+
+    def render_steps(self, record):
+        counts = self.counts.get(record.run_id) or {"total": 0, "done": 0, "failed": 0}
+        return f"{counts['done']} / {counts['failed']} / {counts['total']}"
+
+    def value_steps(self, record):
+        counts = self.counts.get(record.run_id) or {"total": 0, "done": 0, "failed": 0}
+        return f"{counts['done']}/{counts['failed']}/{counts['total']}"
+
+    def render_run(self, value):
+        return mark_safe(_link(url_for("staff:run-detail", "uuid", value), str(value)[:8]))
+
+    def value_run(self, value):
+        return str(value)
+
+    def render_created_at(self, value):
+        return _time(value)
+
+    def value_created_at(self, value):
+        return value.isoformat()
+
+    def render_finished_at(self, value):
+        return formatting.age(value)
 
     def value_finished_at(self, value):
         return value.isoformat() if value else ""

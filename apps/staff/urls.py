@@ -15,6 +15,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/", views.run_detail_view, name="run-detail"),
     path("runs/<uuid:run_id>/cancel/", views.run_cancel_view, name="run-cancel"),
     path("artifacts/<int:pk>/", views.artifact_detail_view, name="artifact-detail"),
+    path("compute/", views.compute_job_list_view, name="compute-job-list"),
     path("compute/<uuid:job_id>/", views.compute_job_view, name="compute-job"),
     path("refusals/", views.refusal_report_view, name="refusals"),
     path("ingress/", views.ingress_route_list_view, name="ingress-route-list"),

@@ -34,6 +34,7 @@ from apps.accounts.choices import AuditVia
 from apps.accounts.selectors import authorize, may
 from apps.accounts.services import audit_record
 from apps.artifacts.selectors import artifact_get, artifact_lineage, run_lineage
+from apps.compute.filtersets import ComputeJobFilterSet
 from apps.core.counting import MAX_OFFSET_ROWS, capped_count
 from apps.core.csvsafe import csv_row
 from apps.core.errors import ForestError
@@ -52,7 +53,7 @@ from apps.placement.filtersets import ExecutionPlacementFilterSet
 from apps.placement.selectors import placement_decision, placement_outcome
 from apps.staff import capabilities, charts, selectors
 from apps.staff.metrics import forest_registry
-from apps.staff.tables import GroveTable, IngressRouteTable, PlacementTable, RunTable
+from apps.staff.tables import ComputeJobTable, GroveTable, IngressRouteTable, PlacementTable, RunTable
 
 FLAG = "host.staff.execution_observability"
 PER_PAGE_CHOICES = (25, 50, 100, 250)
@@ -171,6 +172,11 @@ def _describe_placements(table, records) -> None:
 
 def _describe_runs(table, records) -> None:
     table.counts = selectors.run_node_counts(record.pk for record in records)
+    table.jobs = selectors.compute_jobs_by_run(record.pk for record in records)
+
+
+def _describe_compute_jobs(table, records) -> None:
+    table.counts = selectors.run_node_counts(record.run_id for record in records)
 
 
 # --- Groves ---------------------------------------------------------------------------------------
@@ -210,7 +216,9 @@ def inventory_view(request: HttpRequest) -> HttpResponse:
     groups = selectors.inventory_groups()
     teams = selectors.team_usage(request.user)
     rows = [(use, mark_safe(charts.bar_fraction_svg(use.budget_fraction))) for use in teams]
-    return render(request, "staff/inventory.html", {"groups": groups, "teams": rows})
+    return render(request, "staff/inventory.html", {"groups": [g for g in groups if not g.simulated],
+                                                    "simulated": [g for g in groups if g.simulated],
+                                                    "teams": rows})
 
 
 # --- placements -------------------------------------------------------------------------------------
@@ -251,6 +259,14 @@ def placement_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
 def run_list_view(request: HttpRequest) -> HttpResponse:
     return _table_page(request, queryset=selectors.run_rows(request.user), filterset_class=RunFilterSet,
                        table_class=RunTable, template="staff/runs.html", describe=_describe_runs, export_name="runs")
+
+
+@observability_page
+def compute_job_list_view(request: HttpRequest) -> HttpResponse:
+    return _table_page(request, queryset=selectors.compute_job_rows(request.user),
+                       filterset_class=ComputeJobFilterSet, table_class=ComputeJobTable,
+                       template="staff/compute_jobs.html", describe=_describe_compute_jobs,
+                       export_name="compute-jobs")
 
 
 @observability_page
@@ -357,7 +373,7 @@ def refusal_report_view(request: HttpRequest) -> HttpResponse:
     table = PlacementTable(listing.none() if page_error else listing, orderable=False)
     _paginate(request, table)
     _describe_placements(table, [row.record for row in table.page.object_list])
-    chart = mark_safe(charts.trend_svg(report.trend, title="Would-refuse placements per day"))
+    chart = mark_safe(charts.trend_svg(report.trend, title="Refused and would-refuse placements per day"))
     return render(request, "staff/refusals.html", {
         "report": report, "chart": chart, "table": table, "since": since.date().isoformat(),
         "until": (until - timedelta(days=1)).date().isoformat(),

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from apps.accounts.admin import TeamScopedAdmin
+from apps.accounts.admin import AuditedAdmin, TeamScopedAdmin
 from apps.workloads.models import NativeWorkload, WorkloadGeneration, WorkloadSecret
 
 
@@ -38,7 +38,7 @@ class WorkloadGenerationAdmin(TeamScopedAdmin):
 
 
 @admin.register(WorkloadSecret)
-class WorkloadSecretAdmin(admin.ModelAdmin):
+class WorkloadSecretAdmin(AuditedAdmin):
     list_display = ("environment", "name", "updated_at")
     exclude = ("ciphertext",)
     readonly_fields = ("environment", "name", "updated_at")

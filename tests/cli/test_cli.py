@@ -121,7 +121,7 @@ def test_status_prints_refusals_warnings_attempts_and_runner_slots(cli, k8s_grov
     spec.write_text(json.dumps(body))
     response = cli("compute", "submit", str(spec))
     assert response.exit_code == 0, response.output
-    assert "warning step a: [" in response.output
+    assert "warning step a on kube: [" in response.output  # the Grove the step was placed on (pinned)
     assert "(would be refused with host.deploy.forest_compatibility on)" in response.output
     assert "1/3" in response.output  # attempt 1 of 1 + 2 retries
     assert "runner slots: " in response.output

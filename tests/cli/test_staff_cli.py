@@ -41,6 +41,7 @@ def cli(live_server, token, flag_on):
     def _run(*args):
         return runner.invoke(app, ["--host", live_server.url, "--token", token, *args], catch_exceptions=False)
 
+    _run.host, _run.token = live_server.url, token
     return _run
 
 
@@ -73,6 +74,24 @@ def test_groves_and_inventory(cli, k8s_grove, native_grove, fresh_grove):
     assert inventory.exit_code == 0 and "H100" in inventory.output and "2/2" in inventory.output
 
 
+def test_groves_and_inventory_mark_simulated_and_not_ready_groves(cli, fresh_grove):
+    from apps.groves.models import Grove
+
+    demo, _ = fresh_grove(name="demo", gpus=2, polled=False)
+    Grove.objects.filter(pk=demo.pk).update(simulated=True)
+    fresh_grove(name="idle", polled=False)
+    rows = {g["slug"]: g for g in json.loads(cli("--json", "groves").output)}
+    assert (rows["demo"]["simulated"], rows["demo"]["ready"]) == (True, False)
+    assert (rows["idle"]["simulated"], rows["idle"]["ready"]) == (False, False)
+    listed = runner.invoke(app, ["--host", cli.host, "--token", cli.token, "groves"], env={"COLUMNS": "200"})
+    table = {line.split()[0]: line for line in listed.output.splitlines() if line.split()[:1] in (["demo"], ["idle"])}
+    assert "simulated" in table["demo"] and "not ready" in table["demo"]
+    assert "not ready" in table["idle"] and "simulated" not in table["idle"]
+    inventory = json.loads(cli("--json", "inventory").output)
+    assert inventory["accelerators"] == [] and inventory["simulated"][0]["simulated"] is True
+    assert "simulated" in cli("inventory").output
+
+
 def test_staff_commands_need_the_flag_and_staff(live_server, token, k8s_grove, django_user_model):
     off = runner.invoke(app, ["--host", live_server.url, "--token", token, "groves"])
     assert off.exit_code == 1 and "feature_disabled" in off.output
@@ -91,7 +110,8 @@ def test_placements_refused_and_refusals(cli, k8s_grove, native_grove, tmp_path)
     assert len(refused) == 1 and refused[0]["would_refuse"] is True
     codes = {i["code"] for i in ExecutionPlacement.objects.get().decision["incompatibilities"]}
     report = cli("refusals", "--since", "7d")
-    assert report.exit_code == 0 and "1 placements would be refused" in report.output
+    assert report.exit_code == 0 and "1 placements refused or would be refused" in report.output
+    assert "0 refused, 1 would refuse; 1 Groves involved" in report.output
     assert all(code in report.output for code in codes)
     body = json.loads(cli("--json", "refusals", "--since", "1d").output)
     assert body["total"] == 1 and body["by_grove"][0]["grove"] == "mac"

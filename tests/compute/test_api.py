@@ -204,6 +204,35 @@ def test_shadow_mode_says_so_with_warnings_in_the_submit_and_status_responses(st
     assert staff_client.post(URL, plain, format="json").json()["warnings"] == []
 
 
+def test_shadow_warnings_name_the_grove_the_step_ran_on_and_only_its_decisions_codes(staff_client, compute_on,
+                                                                                       k8s_grove, fresh_grove):
+    """An unpinned riscv64 step with another Grove in the fleet (not ready, so it has a code of its own at plan
+    time): once placed, its warnings are the placed Grove's would-refuse codes, each naming that Grove."""
+    fresh_grove(name="pi", substrate="kubernetes", platforms=("linux/arm64",), polled=False)
+    created = staff_client.post(URL, RISCV, format="json").json()
+    job = ComputeJob.objects.get(pk=created["id"])
+    assert "grove_not_polling" in {w["code"] for w in created["warnings"]}, "plan time saw the other Grove"
+    assert all(w["grove"] is None for w in created["warnings"]), "not placed yet: no Grove to name"
+    _dispatch(job)
+    placement = ExecutionPlacement.objects.get(subject_id=str(PipelineNode.objects.get(run=job.run).pk))
+    assert placement.would_refuse and placement.grove_slug == "kube"
+    warnings = staff_client.get(f"{URL}/{job.id}").json()["warnings"]
+    assert {w["code"] for w in warnings} == {i["code"] for i in placement.decision["incompatibilities"]}
+    assert warnings and all(w["grove"] == "kube" and "kube" in w["detail"] and "pi" not in w["detail"]
+                            for w in warnings), warnings
+
+
+def test_a_refused_step_has_its_refusal_and_no_would_be_refused_warning(staff_client, compute_on, k8s_grove):
+    created = staff_client.post(URL, {**RISCV, "grove": "kube"}, format="json").json()
+    assert created["warnings"], "shadow mode warns at plan time"
+    job = ComputeJob.objects.get(pk=created["id"])
+    Grove.objects.filter(slug="kube").update(enabled=False)  # the pinned Grove goes away: refused at dispatch
+    _dispatch(job)
+    status = staff_client.get(f"{URL}/{job.id}").json()
+    assert status["steps"][0]["refusal"]["code"] == "placed_grove_gone"
+    assert status["warnings"] == []
+
+
 def test_with_enforcement_on_the_same_request_is_refused_and_nothing_is_created(staff_client, compute_on,
                                                                                  k8s_grove, flag_on):
     flag_on("host.deploy.forest_compatibility")

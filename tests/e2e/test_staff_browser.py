@@ -116,6 +116,26 @@ def test_placements_filter_sort_and_why_not(live_server, browser_page, django_us
     assert all(item["code"] in text for item in shadow.decision["incompatibilities"])
     assert "would refuse" in text and "Why not the other Groves" in text
     page.screenshot(path=str(shots / "placement-detail.png"), full_page=True)
+    # "Why not" is read where the page shows it: each reason wholly inside the window at common widths.
+    detail = page.url
+    for width in (1280, 1920):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(detail)
+        assert page.locator("#candidates .why-not-reasons").count() >= 1
+        # The text itself (a Range over it, not its box: text can overflow a box), inside the window and inside
+        # the table's scroll box as first shown (a cell past its right edge is scrolled out of sight).
+        extents = page.evaluate("""() => [...document.querySelectorAll('#candidates .why-not-reasons')].map(el => {
+            const range = document.createRange(); range.selectNodeContents(el);
+            const text = range.getBoundingClientRect();
+            const box = el.closest('.table-container').getBoundingClientRect();
+            return {left: text.left, right: text.right, boxLeft: box.left, boxRight: box.right,
+                    shown: text.width > 0 && text.height > 0};
+        })""")
+        for extent in extents:
+            assert extent["shown"] and extent["left"] >= 0 and extent["right"] <= width, (width, extent)
+            assert extent["boxLeft"] <= extent["left"] and extent["right"] <= extent["boxRight"], (width, extent)
+        codes = page.locator("#candidates .why-not-reasons code").all_inner_texts()
+        assert set(codes) >= {item["code"] for item in shadow.decision["candidates"][0]["incompatibilities"]}
     page.goto(f"{live_server.url}/staff/refusals/")
     assert page.locator("#refusal-total").inner_text() == "2" and page.locator("svg.trend rect.bar").count() == 14
     page.screenshot(path=str(shots / "would-refuse.png"), full_page=True)
@@ -124,7 +144,7 @@ def test_placements_filter_sort_and_why_not(live_server, browser_page, django_us
         page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
     # Legible in a narrow window: the page itself never scrolls sideways (wide tables scroll in their box).
     page.set_viewport_size({"width": 420, "height": 900})
-    for url in ("/staff/placements/", "/staff/groves/", "/staff/refusals/", "/staff/runs/"):
+    for url in ("/staff/placements/", "/staff/groves/", "/staff/refusals/", "/staff/runs/", "/staff/compute/"):
         page.goto(f"{live_server.url}{url}")
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), url
 

@@ -5,6 +5,7 @@ by job id (+ step) and by placement id."""
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 from typer.testing import CliRunner
 
 from apps.compute.services import compute_job_submit
@@ -109,6 +110,32 @@ def test_an_unclaimed_step_is_signalled_on_the_run_job_pages_and_status(client, 
     assert ">unclaimed</span>" in client.get(f"/staff/runs/{job.run_id}/").content.decode()
     step = staff_client.get(f"/api/forest/v1/compute/jobs/{job.id}").json()["steps"][0]
     assert step["signal"]["code"] == "unclaimed" and step["signal"]["grove_last_poll_age_s"] is None
+
+
+@pytest.mark.django_db
+def test_an_unclaimed_step_keeps_its_explanation_after_the_policy_ends_it(client, staff_client, staff_user,
+                                                                         settings, fresh_grove, observability_on):
+    from apps.dispatch.services import grove_jobs_end_unclaimed
+
+    fresh_grove(name="sim", polled=False)
+    flag_override_set(name="host.deploy.forest_compute_jobs", enabled=True, reason="test")
+    job = compute_job_submit(body={"name": "stuck", "grove": "sim", "steps": [
+        {"name": "hi", "kind": "native", "command": ["/bin/echo", "hello"], "timeout_s": 30}]})
+    for node in PipelineNode.objects.filter(run=job.run, status="queued"):
+        pipelines.pipeline_node_execute(node_id=node.pk)
+    settings.GROVE_JOB_UNCLAIMED_AFTER_S = 0
+    assert grove_jobs_end_unclaimed(now=timezone.now(), limit=10) == 1
+    node = PipelineNode.objects.get(run=job.run)
+    pipelines.pipeline_node_resume(node_id=node.pk)
+    step = staff_client.get(f"/api/forest/v1/compute/jobs/{job.id}").json()["steps"][0]
+    assert step["status"] == "timed_out" and step["reason"] == "unclaimed"
+    signal = step["signal"]
+    assert signal["code"] == "unclaimed" and signal["ended_at"] and signal["grove"] == "sim"
+    assert "never polled" in signal["detail"] and "ended it" in signal["detail"]
+    client.force_login(staff_user)
+    for url in (f"/staff/compute/{job.id}/", f"/staff/runs/{job.run_id}/"):
+        page = client.get(url).content.decode()
+        assert ">unclaimed</span>" in page and "ended it" in page, url
 
 
 @pytest.mark.django_db(transaction=True)

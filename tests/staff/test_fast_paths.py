@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from apps.groves.models import AcceleratorInventoryItem, PlacementUnit
+from apps.groves.models import AcceleratorInventoryItem, Grove, PlacementUnit
 from apps.staff import selectors
 from tests.factories import apple_gpu, nvidia_gpu, unit
 from tests.placement.conftest import grove_make
@@ -24,17 +24,19 @@ def _orm_groups() -> list[selectors.InventoryGroup]:
             entry[1] += int(slot.get("free") or 0)
     groups: dict = {}
     groves: dict = defaultdict(set)
-    for item in AcceleratorInventoryItem.objects.all():
+    for item in AcceleratorInventoryItem.objects.select_related("grove"):
         key = (",".join(item.apis) or "—", item.vendor, item.model, item.memory_bytes, item.memory_kind,
                item.share_mode)
-        group = groups.setdefault(key, selectors.InventoryGroup(*key))
+        group = groups.setdefault((*key, item.grove.simulated),
+                                  selectors.InventoryGroup(*key, simulated=item.grove.simulated))
         group.items += 1
-        groves[key].add(item.grove_id)
-        group.groves = len(groves[key])
+        groves[(*key, item.grove.simulated)].add(item.grove)
+        group.groves = len(groves[(*key, item.grove.simulated)])
+        group.groves_not_ready = sum(not grove.ready for grove in groves[(*key, item.grove.simulated)])
         allocatable, free = slots.get((item.grove_id, item.inventory_id), (0, 0))
         group.allocatable += allocatable
         group.free += free
-    return sorted(groups.values(), key=lambda g: (g.api, g.vendor, g.model))
+    return sorted(groups.values(), key=lambda g: (g.simulated, g.api, g.vendor, g.model))
 
 
 def test_the_inventory_statement_equals_its_orm_form():
@@ -55,6 +57,24 @@ def test_the_inventory_statement_equals_its_orm_form():
     assert [(g.api, g.model, g.items, g.groves, g.allocatable, g.free) for g in groups] == [
         ("cuda", "NVIDIA A100", 1, 1, 0, 0), ("cuda", "NVIDIA H100 80GB HBM3", 4, 2, 4, 3),
         ("metal", "Apple M3 Max", 1, 1, 4, 3)]
+
+
+def test_devices_only_on_simulated_groves_are_grouped_apart_and_not_ready_groves_counted():
+    """A demo Grove's devices are never inventory: a model only it reports is a simulated group, and one a real
+    Grove also reports keeps the real Grove's counts alone. Groves that are not ready are counted per group."""
+    sim = grove_make("demo", roles=("compute",), polled=False, accelerators=[nvidia_gpu("GPU-0"),
+                                                                             nvidia_gpu("GPU-1", model="NVIDIA B200")],
+                     units=[unit("u0", accelerators=[{"inventory_id": "GPU-0", "allocatable": 1, "free": 1},
+                                                     {"inventory_id": "GPU-1", "allocatable": 1, "free": 1}])])
+    Grove.objects.filter(pk=sim.pk).update(simulated=True)
+    real = grove_make("real", roles=("compute",), accelerators=[nvidia_gpu("GPU-0")],
+                      units=[unit("u0", accelerators=[{"inventory_id": "GPU-0", "allocatable": 1, "free": 0}])])
+    Grove.objects.filter(pk=real.pk).update(last_polled_at=None)
+    groups = selectors.inventory_groups()
+    assert groups == _orm_groups()
+    assert [(g.model, g.simulated, g.groves, g.groves_not_ready, g.allocatable, g.free) for g in groups] == [
+        ("NVIDIA H100 80GB HBM3", False, 1, 1, 1, 0),
+        ("NVIDIA B200", True, 1, 1, 1, 1), ("NVIDIA H100 80GB HBM3", True, 1, 1, 1, 1)]
 
 
 def test_the_code_filter_reads_the_incompatibilities_index():

@@ -30,8 +30,8 @@ def test_no_token_configured_means_staff_only(client, settings):
 def test_forest_metrics_describe_groves_placements_queue_and_outbox(staff_browser, dispatched_run):
     dispatched_run()
     text = staff_browser.get("/metrics").content.decode()
-    assert _value(text, 'forest_groves{state="fresh",substrate="native"}') == 1
-    assert _value(text, 'forest_groves{state="fresh",substrate="kubernetes"}') == 1
+    assert _value(text, 'forest_groves{simulated="false",state="fresh",substrate="native"}') == 1
+    assert _value(text, 'forest_groves{simulated="false",state="fresh",substrate="kubernetes"}') == 1
     assert _value(text, 'forest_placement_decisions_recent{chooser="explicit",outcome="would_refuse"}') == 1
     assert _value(text, 'forest_placement_decisions_recent{chooser="selection",outcome="placed"}') == 1
     assert _value(text, 'forest_pipeline_queue_depth{status="awaiting"}') == 2
@@ -39,6 +39,20 @@ def test_forest_metrics_describe_groves_placements_queue_and_outbox(staff_browse
     assert _value(text, "forest_outbox_backlog") == 0
     assert "forest_resume_lag_seconds" in text and "forest_placement_incompatibilities_recent{code=" in text
     assert "django_http_requests" in text  # django-prometheus's process metrics are still there
+
+
+def test_simulated_and_not_ready_groves_are_labelled(staff_browser, fresh_grove):
+    from apps.groves.models import Grove
+
+    demo, _ = fresh_grove(name="demo", polled=False)
+    Grove.objects.filter(pk=demo.pk).update(simulated=True)
+    fresh_grove(name="idle", polled=False)
+    fresh_grove(name="busy")
+    text = staff_browser.get("/metrics").content.decode()
+    assert _value(text, 'forest_groves{simulated="true",state="fresh",substrate="native"}') == 1
+    assert _value(text, 'forest_groves{simulated="false",state="fresh",substrate="native"}') == 2
+    assert _value(text, 'forest_groves_unready{simulated="true",substrate="native"}') == 1
+    assert _value(text, 'forest_groves_unready{simulated="false",substrate="native"}') == 1
 
 
 def test_the_grafana_dashboard_queries_only_metrics_we_serve(staff_browser):

@@ -79,6 +79,32 @@ def test_the_refused_filter_and_report_count_every_refusal(staff_browser, staff_
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("rolled_up", [False, True])
+def test_the_report_counts_groves_and_keeps_refused_apart_from_would_refuse(staff_browser, staff_client, stored,
+                                                                          rolled_up):
+    """One refusal placed on no Grove and one would-refuse on ``box``: one Grove involved (no Grove is not a
+    Grove), one refused and one would refuse — from the placements and from the rollup alike."""
+    from apps.staff.services import refusal_rollup_update
+
+    api, page_window = "", ""
+    if rolled_up:  # whole days the rollup covers: the report reads its margins, not the placements
+        from datetime import UTC, datetime
+
+        ExecutionPlacement.objects.update(created_at=datetime(2026, 1, 5, 10, tzinfo=UTC))
+        refusal_rollup_update(now=datetime(2026, 1, 7, tzinfo=UTC))
+        api, page_window = "?since=2026-01-01&until=2026-01-06", "?since=2026-01-01&until=2026-01-05"
+    body = staff_client.get(f"/api/forest/v1/staff/refusals{api}").json()
+    assert (body["total"], body["refused"], body["would_refuse"]) == (2, 1, 1)
+    assert (body["groves"], body["no_grove"], body["by_grove"]) == (1, 1, [{"grove": "box", "count": 1}])
+    page = staff_browser.get(f"/staff/refusals/{page_window}").content.decode()
+    assert re.search(r'id="refused-count"[^>]*>\s*1\s*<', page)
+    assert re.search(r'id="would-refuse-count"[^>]*>\s*1\s*<', page)
+    assert re.search(r'id="groves-involved"[^>]*>\s*1\s*<', page) and 'id="no-grove-count">1<' in page
+    by_grove = page[page.index('id="by-grove"'):].split("</table>")[0]
+    assert "box" in by_grove and by_grove.count("<tr>") == 1
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("key", outcome.KEYS)
 def test_staff_api_verdict(staff_client, stored, key):
     rows = staff_client.get("/api/forest/v1/staff/placements").json()["results"]

@@ -143,7 +143,7 @@ def test_placement_detail_explains_why_not_and_links_the_run(staff_browser, obse
 def test_runs_list_filters_and_detail_shows_nodes(staff_browser, observability_on, dispatched_run,
                                                   django_assert_max_num_queries):
     run = dispatched_run()
-    with django_assert_max_num_queries(7):  # + the bounded total
+    with django_assert_max_num_queries(8):  # + the bounded total, + the compute jobs behind the page's runs
         listing = staff_browser.get("/staff/runs/?kind=compute&status=running", HTTP_HX_REQUEST="true")
     assert str(run.id)[:8].encode() in listing.content and b"0 / 0 / 2" in listing.content
     assert str(run.id)[:8].encode() not in staff_browser.get("/staff/runs/?kind=build", HTTP_HX_REQUEST="true").content
@@ -203,6 +203,19 @@ def test_inventory_groups_devices_and_shows_team_use(staff_browser, observabilit
     page = staff_browser.get("/staff/inventory/").content.decode()
     assert 'id="inventory-table"' in page and "NVIDIA H100 80GB HBM3" in page and "2 / 2" in page
     assert 'id="teams-table"' in page and "0 / 4" in page and "0% used" in page
+
+
+def test_inventory_does_not_count_devices_only_simulated_groves_report(staff_browser, observability_on, fresh_grove):
+    from apps.groves.models import Grove
+
+    demo, _ = fresh_grove(name="demo", gpus=2, polled=False)
+    Grove.objects.filter(pk=demo.pk).update(simulated=True)
+    page = staff_browser.get("/staff/inventory/").content.decode()
+    real, _sep, simulated = page.partition('id="simulated-inventory-table"')
+    assert "No real Grove reports an accelerator." in real and "NVIDIA" not in real.split('id="inventory-table"')[1]
+    assert "NVIDIA H100 80GB HBM3" in simulated and "simulated" in simulated
+    body = staff_browser.get("/api/forest/v1/staff/inventory").json()
+    assert body["accelerators"] == [] and [g["groves_not_ready"] for g in body["simulated"]] == [1]
 
 
 def test_status_page_lists_every_capability(staff_browser, observability_on):

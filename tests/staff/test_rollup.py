@@ -69,34 +69,39 @@ def _estate() -> None:
 
 
 def _direct() -> Counter:
-    """The rollup computed by hand from the placement rows: the detail grain, then its margins."""
+    """The rollup computed by hand from the placement rows: the detail grain (refused and would-refuse apart),
+    then its margins."""
     detail: Counter = Counter()
     for row in ExecutionPlacement.objects.all():
         codes = [item["code"] for item in row.decision["incompatibilities"]]
         if not (row.would_refuse or (codes and row.enforced)):
             continue
         day = row.created_at.astimezone(UTC).date()
-        detail[(Grain.DETAIL, day, ALL_CODES, row.grove_slug, row.team)] += 1
+        outcome = "refused" if row.outcome == "refused" or not row.would_refuse else "would_refuse"
+        detail[(Grain.DETAIL, day, ALL_CODES, row.grove_slug, row.team, outcome)] += 1
         for code in codes:
-            detail[(Grain.DETAIL, day, code, row.grove_slug, row.team)] += 1
+            detail[(Grain.DETAIL, day, code, row.grove_slug, row.team, outcome)] += 1
     expected = Counter(detail)
-    for (_grain, day, code, grove, team), n in detail.items():
+    for (_grain, day, code, grove, team, outcome), n in detail.items():
         if code == ALL_CODES:
-            expected[(Grain.DAY, day, "", "", "")] += n
-            expected[(Grain.GROVE, day, "", grove, "")] += n
-            expected[(Grain.TEAM, day, "", "", team)] += n
+            expected[(Grain.DAY, day, "", "", "", "")] += n
+            expected[(Grain.GROVE, day, "", grove, "", "")] += n
+            expected[(Grain.TEAM, day, "", "", team, "")] += n
+            expected[(Grain.OUTCOME, day, "", "", "", outcome)] += n
         else:
-            expected[(Grain.CODE, day, code, "", "")] += n
+            expected[(Grain.CODE, day, code, "", "", "")] += n
     return expected
 
 
 def _rollup() -> Counter:
-    return Counter({(r.grain, r.day, r.code, r.grove_slug, r.team): r.count for r in RefusalRollup.objects.all()})
+    return Counter({(r.grain, r.day, r.code, r.grove_slug, r.team, r.outcome): r.count
+                    for r in RefusalRollup.objects.all()})
 
 
 def _report_figures(since, until) -> tuple:
     report = selectors.refusal_report(ADMIN, since=since, until=until)
-    return report.total, report.by_code, report.by_grove, report.by_team, report.trend
+    return (report.total, report.refused, report.would_refuse, report.groves, report.no_grove, report.by_code,
+            report.by_grove, report.by_team, report.trend)
 
 
 def test_rollup_equals_a_direct_aggregate_over_several_days():
@@ -106,9 +111,12 @@ def test_rollup_equals_a_direct_aggregate_over_several_days():
     assert selectors.rollup_covers() is None
     run = services.refusal_rollup_update()
     assert _rollup() == _direct() and len(run.days) == 5 and run.rows == len(_direct())
-    assert _rollup()[(Grain.DETAIL, TODAY - timedelta(days=4), ALL_CODES, "g-a", "web")] == 2  # one code, two codes
-    assert _rollup()[(Grain.DETAIL, TODAY - timedelta(days=1), "change_kind_not_advertised", "g-a", "web")] == 1
-    assert _rollup()[(Grain.DAY, TODAY - timedelta(days=1), "", "", "")] == 5  # 3 one-code, 1 two-code, 1 enforced
+    four, one = TODAY - timedelta(days=4), TODAY - timedelta(days=1)
+    assert _rollup()[(Grain.DETAIL, four, ALL_CODES, "g-a", "web", "would_refuse")] == 2  # one code, two codes
+    assert _rollup()[(Grain.DETAIL, one, "change_kind_not_advertised", "g-a", "web", "would_refuse")] == 1
+    assert _rollup()[(Grain.DAY, one, "", "", "", "")] == 5  # 3 one-code, 1 two-code, 1 enforced
+    assert _rollup()[(Grain.OUTCOME, one, "", "", "", "refused")] == 1  # the enforced one: refused, not would-refuse
+    assert _rollup()[(Grain.OUTCOME, one, "", "", "", "would_refuse")] == 4
     assert selectors.rollup_covers() == TODAY
     # The same figures, now from the rollup for the four whole past days and the placements for today.
     assert _report_figures(*window) == raw
@@ -145,7 +153,7 @@ def test_a_run_reads_back_over_the_settle_margin():
     ExecutionPlacement.objects.filter(pk=late.pk).update(updated_at=stamp)
     RollupWatermark.objects.filter(name=selectors.REFUSAL_ROLLUP).update(through=timezone.now())
     services.refusal_rollup_update()
-    assert _rollup()[(Grain.GROVE, TODAY - timedelta(days=1), "", "g-late", "")] == 1 and _rollup() == _direct()
+    assert _rollup()[(Grain.GROVE, TODAY - timedelta(days=1), "", "g-late", "", "")] == 1 and _rollup() == _direct()
 
 
 def test_the_report_reads_the_rollup_for_covered_days_and_placements_for_the_rest():

@@ -33,7 +33,10 @@ class SignalSerializer(serializers.Serializer):
     detail = serializers.CharField()
     grove = serializers.CharField()
     assigned_for_s = serializers.IntegerField()
-    grove_last_poll_age_s = serializers.IntegerField(allow_null=True, help_text="null: the Grove never polled")
+    grove_last_poll_age_s = serializers.IntegerField(allow_null=True, help_text="null: the Grove never polled (or, "
+                                                     "for an ended job, polled only since)")
+    ended_at = serializers.DateTimeField(allow_null=True, help_text="when the unclaimed policy ended the job (null: "
+                                                                   "still assigned)")
 
 
 class StepSerializer(serializers.Serializer):

@@ -1,16 +1,18 @@
 """Compute API (staff/CI/CLI/MCP with token auth), behind host.deploy.forest_compute_jobs. Thin."""
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from django_filters.utils import translate_validation
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.api.permissions import requires
-from apps.accounts.selectors import body_with_team, team_authorize, visible
+from apps.accounts.selectors import body_with_team, team_authorize
 from apps.compute import selectors, services
 from apps.compute.api import serializers as s
 from apps.compute.bodies import ComputeJobRequest
+from apps.compute.filtersets import ComputeJobFilterSet
 from apps.core.api.serializers import ErrorSerializer
 from apps.pipelines.selectors import runner_status
 
@@ -21,10 +23,15 @@ class ComputeJobListView(APIView):
     permission_classes = [requires(GET="compute.view_computejob", POST="compute.add_computejob")]
 
     @extend_schema(responses={200: s.ComputeJobSerializer(many=True), **ERRORS}, tags=["compute"],
-                   summary="List compute jobs (newest first, at most 100)")
+                   summary="List compute jobs (newest first, at most 100)",
+                   parameters=[OpenApiParameter(name, str, required=False, description=str(f.label or name))
+                               for name, f in ComputeJobFilterSet.base_filters.items()])
     def get(self, request):
         selectors.compute_enabled_or_refuse()
-        jobs = visible(selectors.compute_job_list(), request.user)[:100]
+        found = ComputeJobFilterSet(request.query_params, queryset=selectors.compute_jobs_visible(request.user))
+        if not found.is_valid():  # as DjangoFilterBackend refuses it: 400 with the filter's code and field
+            raise translate_validation(found.errors)
+        jobs = found.qs[:100]
         runner = runner_status()
         return Response([selectors.compute_job_view(job, runner=runner) for job in jobs])
 

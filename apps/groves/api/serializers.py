@@ -31,13 +31,17 @@ class AcceleratorItemSerializer(serializers.ModelSerializer):
 
 class GroveSerializer(serializers.ModelSerializer):
     stale = serializers.BooleanField(read_only=True)
+    ready = serializers.BooleanField(read_only=True, help_text="polled or claimed within GROVE_READY_WITHIN_S: "
+                                                               "placement chooses only ready Groves")
+    simulated = serializers.BooleanField(read_only=True, help_text="a demo Grove: Host makes up its reports and "
+                                                                   "nothing runs its jobs")
     capacity = serializers.SerializerMethodField()
 
     class Meta:
         model = Grove
         fields = ["id", "slug", "name", "substrate", "roles", "platforms", "isolation_modes", "change_kinds",
-                  "version", "enabled", "last_heartbeat_at", "stale", "capacity_reported_at", "capacity",
-                  "mesh_address", "mesh_proxy_port"]
+                  "version", "enabled", "last_heartbeat_at", "stale", "ready", "simulated", "capacity_reported_at",
+                  "capacity", "mesh_address", "mesh_proxy_port"]
 
     def get_capacity(self, obj) -> dict:
         return {

@@ -12,6 +12,8 @@ class WarningSerializer(serializers.Serializer):
     code = serializers.CharField()
     detail = serializers.CharField(help_text="why it would have been refused")
     flag = serializers.CharField(help_text="the flag that would refuse it when on")
+    grove = serializers.CharField(allow_null=True, help_text="the Grove the work was placed on (null: not placed "
+                                                             "yet, a plan-time reason)")
 
 
 class NodeWarningSerializer(WarningSerializer):
@@ -104,7 +106,7 @@ class RunDetailSerializer(RunSerializer):
 
     @extend_schema_field(NodeWarningSerializer(many=True))
     def get_warnings(self, run) -> list[dict]:
-        return run_warnings(list(run.nodes.order_by("position")))
+        return run_warnings(list(run.nodes.select_related("current_job").order_by("position")))
 
     @extend_schema_field(RunnerSerializer)
     def get_runner(self, run) -> dict:

@@ -111,14 +111,17 @@ class StaffInventoryView(StaffAPIView):
     def get(self, request):
         groups = [{"api": g.api, "vendor": g.vendor, "model": g.model, "memory_bytes": g.memory_bytes,
                    "memory_kind": g.memory_kind, "share_mode": g.share_mode, "groves": g.groves,
-                   "items": g.items, "allocatable": g.allocatable, "free": g.free}
+                   "groves_not_ready": g.groves_not_ready, "items": g.items, "allocatable": g.allocatable,
+                   "free": g.free, "simulated": g.simulated}
                   for g in selectors.inventory_groups()]
         teams = [{"team": u.entitlement.team, "api": u.entitlement.api, "vendor": u.entitlement.vendor,
                   "max_concurrent": u.entitlement.max_concurrent, "concurrent": u.concurrent,
                   "budget_accelerator_seconds": u.entitlement.budget_accelerator_seconds,
                   "used_accelerator_seconds": round(u.used_s, 3), "period": u.entitlement.period,
                   "refusals": u.refusals} for u in selectors.team_usage(request.user)]
-        return Response({"accelerators": groups, "teams": teams})
+        # ``accelerators`` is the inventory; what only the demo's simulated Groves report is listed apart.
+        return Response({"accelerators": [g for g in groups if not g["simulated"]],
+                         "simulated": [g for g in groups if g["simulated"]], "teams": teams})
 
 
 def parse_since(value: str | None, *, field: str, default: datetime) -> datetime:
@@ -158,6 +161,8 @@ class StaffRefusalReportView(StaffAPIView):
         report = selectors.refusal_report(request.user, since=since, until=until)
         return Response({
             "since": since, "until": until, "total": report.total,
+            "refused": report.refused, "would_refuse": report.would_refuse,
+            "groves": report.groves, "no_grove": report.no_grove,
             "by_code": [{"code": c, "count": n} for c, n in report.by_code],
             "by_grove": [{"grove": g, "count": n} for g, n in report.by_grove],
             "by_team": [{"team": t, "count": n} for t, n in report.by_team],

@@ -5,6 +5,7 @@ import time
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from apps.accounts.services import password_check
 from apps.groves.demo import demo_heartbeat, demo_load
 
 
@@ -22,6 +23,7 @@ class Command(BaseCommand):
         user_model = get_user_model()
         if not user_model.objects.filter(username="admin").exists():
             password = secrets.token_urlsafe(12)
+            password_check(password=password, user=user_model(username="admin", email="admin@localhost"))
             user_model.objects.create_superuser("admin", "admin@localhost", password)
             self.stdout.write(self.style.WARNING(
                 f"Created staff login  admin / {password}   (shown once; change it with "
