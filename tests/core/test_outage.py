@@ -6,6 +6,8 @@ import kombu.exceptions
 import psycopg
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from django.db import utils as db_utils
 
 from apps.core.api.exceptions import forest_exception_handler
@@ -72,7 +74,7 @@ def test_a_redis_timeout_is_a_broker_outage_not_a_500(settings):
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         client = redis.Redis(host="127.0.0.1", port=silent.getsockname()[1], socket_timeout=0.2,
-                             socket_connect_timeout=2, retry_on_timeout=False)
+                             socket_connect_timeout=2, retry=Retry(NoBackoff(), 0))
         with pytest.raises(redis.exceptions.TimeoutError) as timed_out:
             client.ping()
         client.close()
