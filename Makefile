@@ -22,7 +22,7 @@ TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:543
 
 PYTEST_ARGS ?= -n 2
 
-.PHONY: run test fuzz lint venv clean help
+.PHONY: run test fuzz mutation lint venv clean help
 
 help:  ## Show the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -67,6 +67,10 @@ fuzz: $(TEST_STAMP)  ## The API fuzz and hostile corpus with many more examples 
 	@scripts/services-up.sh
 	$(TEST_ENV) FOREST_FUZZ_EXAMPLES=$${FOREST_FUZZ_EXAMPLES:-150} $(BIN)/python -m pytest -q \
 		tests/core/test_schemathesis_api.py tests/core/test_hostile.py tests/groves/test_schemathesis.py
+
+mutation: $(TEST_STAMP)  ## Break each curated rule (scripts/mutation_check.py) and check its tests notice; prints the score
+	@scripts/services-up.sh
+	$(TEST_ENV) $(BIN)/python scripts/mutation_check.py $(MUTANTS)
 
 lint: $(TEST_STAMP)  ## ruff, the import-linter contracts and mypy (strict modules clean, the rest under mypy-baseline.json)
 	$(BIN)/ruff check .

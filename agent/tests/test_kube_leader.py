@@ -249,7 +249,8 @@ def test_a_controller_that_may_not_act_claims_nothing(fake: FakeKube, host: Stub
     gate.set()
     for job in (held, offered):
         controller.reconciler.reconcile(job["job_id"])
-    assert host.claimed == {held["job_id"]}  # the one offered while not leading was dropped: Host offers it again
+    # The one offered while not leading was dropped: Host offers it again to whoever leads.
+    assert host.claimed == {held["job_id"]}
 
 
 # -- two real processes ---------------------------------------------------------------------------------

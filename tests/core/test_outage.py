@@ -2,13 +2,15 @@
 and the CLI's reading of Retry-After. The live restart of PostgreSQL and Redis is tests/e2e/test_outages.py."""
 from __future__ import annotations
 
+import socket
+
 import kombu.exceptions
 import psycopg
 import pytest
 import redis
+from django.db import utils as db_utils
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from django.db import utils as db_utils
 
 from apps.core.api.exceptions import forest_exception_handler
 from apps.core.outage import BROKER_UNAVAILABLE, DATABASE_UNAVAILABLE, outage_of
@@ -67,8 +69,6 @@ def test_executors_wait_at_least_retry_after_and_never_past_their_cap():
 def test_a_redis_timeout_is_a_broker_outage_not_a_500(settings):
     """A real ``redis.exceptions.TimeoutError``: a loopback listener that accepts the connection (the kernel's
     backlog) and never answers, as a hung broker does. The API answers it 503 with Retry-After."""
-    import socket
-
     settings.FOREST_OUTAGE_RETRY_AFTER_S = 3
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))

@@ -21,10 +21,10 @@ from apps.accounts.selectors import OTHER_TEAMS
 from apps.compute.selectors import FLAG as COMPUTE
 from apps.compute.services import compute_job_submit
 from apps.core.errors import ForestError
+from apps.flags.services import flag_override_set
 from apps.placement.models import ExecutionPlacement
 from apps.staff import selectors
 from tests.factories import UserFactory, entitlement, grant
-from tests.pipelines.conftest import flag_on  # noqa: F401  (a shared fixture)
 from tests.pipelines.graphs import IMAGE
 
 STAFF = Path(__file__).resolve().parents[2] / "apps" / "staff"
@@ -161,10 +161,10 @@ def test_every_selector_taking_the_user_has_a_two_team_check():
 
 
 @pytest.fixture
-def world(dispatched_run, estate, flag_on):
+def world(dispatched_run, estate):
     """Red and blue each: a compute run with a dispatched step and a would-refuse one (its placement), a
     compute job, and an accelerator entitlement; the run's dispatched step is live on the same Grove."""
-    flag_on(COMPUTE)
+    flag_override_set(name=COMPUTE, enabled=True, reason="test")
     made = {}
     for team in ("red", "blue"):
         run = dispatched_run(team)
