@@ -4,7 +4,8 @@
 Each entry of ``MUTANTS`` is one realistic break of one rule (a permission swapped for a weaker one, a
 bound dropped, a weight ignored, a gate removed), written as an exact text replacement in one source file,
 with the tests that cover that rule. For each, the script applies the break, runs only those tests (one
-pytest process, ``-x``, the test database reused), restores the file, and records:
+pytest process, ``-x``, the test database reused), restores the file, and records (after one run of all
+the chosen tests without any break, which must pass, or a "killed" would prove nothing):
 
 * ``killed``: the tests failed with the break (the suite bites);
 * ``survived``: they passed (a test is missing or passes for another reason);
@@ -230,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="only these mutants (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant's tests (default 300)")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip the first run of the chosen tests without any break")
     args = parser.parse_args(argv)
     if args.list:
         for mutant in MUTANTS:
@@ -242,6 +245,15 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [known[name] for name in args.names] if args.names else list(MUTANTS)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
     started = time.monotonic()
+    if not args.no_baseline:
+        # A break "killed" by tests that fail anyway proves nothing: the chosen tests must pass unbroken first.
+        tests = tuple(dict.fromkeys(test for mutant in chosen for test in mutant.tests))
+        outcome, took = _pytest(tests, args.timeout * 2)
+        if outcome == "killed":
+            listed = "\n  ".join(tests)
+            print(f"baseline: the tests fail without any break ({took:.0f} s); fix them first:\n  {listed}")
+            return 2
+        print(f"baseline: the chosen tests pass unbroken ({took:.0f} s)", flush=True)
     results = run(chosen, timeout_s=args.timeout)
     counts = {outcome: sum(1 for value in results.values() if value == outcome)
               for outcome in ("killed", "survived", "not run", "stale")}
