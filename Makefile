@@ -28,7 +28,7 @@ TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:543
 
 PYTEST_ARGS ?= -n 2
 
-.PHONY: run test fuzz lint venv lock upgrade clean help
+.PHONY: run test fuzz mutation lint venv lock upgrade clean help
 
 help:  ## Show the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -90,6 +90,10 @@ fuzz: $(STAMP)  ## The API fuzz and hostile corpus with many more examples (FORE
 	@scripts/services-up.sh
 	$(TEST_ENV) FOREST_FUZZ_EXAMPLES=$${FOREST_FUZZ_EXAMPLES:-150} $(BIN)/python -m pytest -q \
 		tests/core/test_schemathesis_api.py tests/core/test_hostile.py tests/groves/test_schemathesis.py
+
+mutation: $(STAMP)  ## Break each curated rule (scripts/mutation_check.py) and check its tests notice; prints the score
+	@scripts/services-up.sh
+	$(TEST_ENV) $(BIN)/python scripts/mutation_check.py $(MUTANTS)
 
 lint: $(STAMP)  ## ruff, the import-linter contracts and mypy (strict modules clean, the rest under mypy-baseline.json)
 	$(BIN)/ruff check .

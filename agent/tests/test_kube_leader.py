@@ -35,6 +35,7 @@ from forest_agent.kube.cluster import Cluster, api_client_from
 from forest_agent.kube.controller import Controller, ControllerConfig
 from forest_agent.kube.leader import EXIT_LEADERSHIP_LOST, LeaderElector, LeaseSettings, run_as_leader
 from forest_agent.wire.client import WireClient
+from forest_agent.wire.messages import Changes
 
 NAMESPACE = "forest-system"
 LEASE = "forest-controller"
@@ -131,6 +132,29 @@ def test_the_leader_stops_counting_itself_leader_at_the_deadline(fake: FakeKube,
     assert not a.is_leader()
 
 
+def test_the_deadline_counts_from_the_start_of_a_slow_renewal(fake: FakeKube, tmp_path: Path) -> None:
+    """A renewal that takes 3 s (a slow API server: the candidate's clock steps while it reads) proves the
+    Lease only as of the moment it began; counted from its end, the leader would act past its deadline."""
+    clock = Clock()
+    a = elector(fake, tmp_path, "a", clock)
+    assert a.try_acquire_or_renew()
+    a.leading.set()
+    read = a._read
+
+    def slow_read() -> dict[str, Any] | None:
+        clock.now += 3.0
+        return read()
+
+    a._read = slow_read  # type: ignore[method-assign]
+    began = clock.now
+    assert a.try_acquire_or_renew()
+    assert clock.now == began + 3.0
+    clock.now = began + 9.9
+    assert a.is_leader()
+    clock.now = began + 10.1  # 10.1 s after the renewal began, 7.1 s after it ended
+    assert not a.is_leader()
+
+
 def test_of_two_writers_on_one_read_only_one_wins(fake: FakeKube, tmp_path: Path) -> None:
     clock_b, clock_c = Clock(), Clock()
     a = elector(fake, tmp_path, "a", Clock())
@@ -193,6 +217,40 @@ def test_a_controller_that_loses_the_lease_claims_nothing_more(
     host.add_job(second)
     assert second["job_id"] not in host.claimed
     assert not fake.list("Job", f"{names.LABEL_JOB_ID}={second['job_id']}")
+
+
+def test_a_controller_that_may_not_act_claims_nothing(fake: FakeKube, host: StubHost, tmp_path: Path) -> None:
+    """The gate itself, without the stop that follows a lost lease: a controller whose gate is shut takes
+    no job Host offers and claims none it already holds, and claims once the gate opens. Driven one call at
+    a time (no threads), so nothing but the gate can keep it from claiming."""
+    grove_id, credential = host.add_grove()
+    gate = threading.Event()
+    controller = Controller(
+        wire=WireClient(host.url, credential=credential, grove_id=grove_id),
+        cluster=Cluster(api_client_from(kubeconfig=str(fake.kubeconfig(tmp_path / "ctl")))),
+        grove_id=grove_id,
+        config=ControllerConfig(heartbeat_interval_s=0.5, poll_wait_s=1, watch_timeout_s=2,
+                                backoff_initial_s=0.2, backoff_max_s=1.0),
+        may_act=gate.is_set,
+    )
+    offered, held = k8s_job(1), k8s_job(2)
+    for job in (offered, held):
+        host.add_job(job)
+
+    gate.set()
+    controller.apply_changes(Changes(jobs=[held], workloads=[], cancel=[]))  # taken while leading
+    gate.clear()  # ... then the lease is lost before a worker claims it
+    controller.apply_changes(Changes(jobs=[offered], workloads=[], cancel=[]))  # offered while not leading
+    for job in (held, offered):
+        controller.reconciler.reconcile(job["job_id"])
+    assert host.claimed == set()
+    assert not any(fake.list("Job", f"{names.LABEL_JOB_ID}={job['job_id']}") for job in (held, offered))
+
+    gate.set()
+    for job in (held, offered):
+        controller.reconciler.reconcile(job["job_id"])
+    # The one offered while not leading was dropped: Host offers it again to whoever leads.
+    assert host.claimed == {held["job_id"]}
 
 
 # -- two real processes ---------------------------------------------------------------------------------

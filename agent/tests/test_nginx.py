@@ -164,6 +164,17 @@ def test_only_the_mesh_range_and_the_edge_are_accepted(nginx: Nginx, backend: in
     wait_for_status(f"http://{MESH}:{listen}/", 403, host="shop.example.com", source="127.0.0.35")
 
 
+def test_a_source_outside_the_mesh_is_refused_whatever_host_it_names(nginx: Nginx, backend: int) -> None:
+    """The catch-all answers only the mesh range too: an outsider learns nothing (403), not that the name is
+    unknown here (421), and an insider asking for an unknown name still gets 421."""
+    listen = free_port()
+    manager = NginxProxyManager(nginx.conf_dir, nginx.command, hop=hop(listen, allow=("127.0.0.34/32",)))
+    manager.apply("shop", shop(backend))
+    wait_for_status(f"http://{MESH}:{listen}/", 421, host="other.example.com", source="127.0.0.34")
+    wait_for_status(f"http://{MESH}:{listen}/", 403, host="other.example.com", source="127.0.0.35")
+    assert get(f"http://{MESH}:{listen}/", source="127.0.0.35").status_code == 403
+
+
 def test_a_path_prefix_limits_what_is_sent(nginx: Nginx, backend: int) -> None:
     listen = free_port()
     manager = NginxProxyManager(nginx.conf_dir, nginx.command, hop=hop(listen))

@@ -11,6 +11,7 @@ import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 
 from apps.artifacts.models import Artifact
@@ -288,3 +289,67 @@ def test_a_trickling_registry_is_cut_off_at_the_imports_deadline():
         listener.close()
     assert cut.value.code == "registry_unreachable" and "0.5 s" in cut.value.detail
     assert sent[0] < total
+
+
+class _Scripted(RegistryClient):
+    """A ``RegistryClient`` whose requests are answered by ``httpx.MockTransport`` (fake: the network and TLS;
+    a self-signed TLS registry would need a trust hook Host does not have). What is tested is the client's own
+    handling of the answers: which redirects it follows."""
+
+    def __init__(self, handler, **kwargs):
+        super().__init__(timeout_s=5, **kwargs)
+        self.handler = handler
+        self.seen: list[str] = []
+
+    def _client(self, ref):
+        def record(request: httpx.Request) -> httpx.Response:
+            self.seen.append(str(request.url))
+            return self.handler(request)
+
+        return httpx.Client(transport=httpx.MockTransport(record), follow_redirects=False)
+
+
+def test_a_redirect_from_https_to_plain_http_is_never_followed():
+    """The same registry, its own name and port: only the scheme drops to plain HTTP, which a network attacker
+    could then read or answer. Refused with its code; a same-scheme hop of the same answer is followed."""
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/manifests/1"):
+            return httpx.Response(302, headers={"Location": f"{scheme}://registry.example.com/v2/forest/app/blob"})
+        return httpx.Response(200, headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
+                              content=MANIFEST)
+
+    scheme = "http"
+    client = _Scripted(handler)
+    with pytest.raises(ForestError) as refused:
+        client.manifest(parse_reference("registry.example.com/forest/app:1"))
+    assert refused.value.code == "registry_redirect_refused" and "plain HTTP" in refused.value.detail
+    assert client.seen == ["https://registry.example.com/v2/forest/app/manifests/1"]
+
+    scheme = "https"
+    client = _Scripted(handler)
+    assert client.manifest(parse_reference("registry.example.com/forest/app:1")).data == MANIFEST
+    assert len(client.seen) == 2
+
+
+def test_every_request_of_one_import_shares_its_deadline():
+    """Each request answers within the import's time limit, but two of them together do not: one import (one
+    client) is cut off on its second request. A registry that pauses before answering stands in for a slow
+    one (the pause is the server's pace, never waited on by the test)."""
+    pace = threading.Event()  # never set: only its timeout is used
+
+    def slow(path):
+        pace.wait(0.3)
+        if "/blobs/" in path:
+            return 200, {}, b"{}"
+        return 200, {"Content-Type": "application/vnd.oci.image.manifest.v1+json"}, MANIFEST
+
+    registry = Counting(slow)
+    try:
+        client = RegistryClient(timeout_s=0.5, insecure_registries={registry.host})
+        ref = parse_reference(f"{registry.host}/forest/app:1")
+        with pytest.raises(ForestError) as cut:
+            client.manifest(ref)  # 0.3 s: within the limit on its own
+            client.blob(ref, "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a")
+        assert cut.value.code == "registry_unreachable" and "0.5 s" in cut.value.detail
+    finally:
+        registry.close()

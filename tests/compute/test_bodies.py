@@ -5,9 +5,11 @@ accepts."""
 from __future__ import annotations
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from apps.compute import bodies, rules
+from apps.core.errors import ValidationFailed
+from apps.pipelines.vocabulary import MAX_ARGV, MAX_INPUTS, MAX_OUTPUTS
 from tests.core.declared import assert_same_bounds, assert_same_keys
 from tests.pipelines.graphs import IMAGE
 
@@ -90,3 +92,30 @@ def test_the_openapi_request_body_is_the_declaration(staff_client):
     for model in (bodies.StepInput, bodies.StepOutput):
         component = schema["components"]["schemas"][model.__name__]
         assert set(component["properties"]) == set(model.model_fields) and component["additionalProperties"] is False
+
+
+# (the list field of a step, its bound, one item numbered i)
+LISTS = [
+    ("inputs", MAX_INPUTS, lambda i: {"digest": DIGEST, "path": f"data/in{i}.bin"}),
+    ("outputs", MAX_OUTPUTS, lambda i: {"name": f"o{i}", "path": f"out/o{i}.bin"}),
+    ("command", MAX_ARGV, lambda i: f"arg{i}"),
+]
+
+
+@pytest.mark.parametrize(("name", "bound", "item"), LISTS, ids=[entry[0] for entry in LISTS])
+def test_the_declared_list_bounds_are_the_parsers(name, bound, item):
+    """A step's list at its bound passes the declaration and the parser; one more item is refused by both,
+    and the published schema (OpenAPI, MCP, CLI help) says the bound."""
+    prop = bodies.ComputeStep.model_json_schema()["properties"][name]
+    declared = next((entry for entry in prop.get("anyOf", [prop]) if entry.get("type") == "array"), prop)
+    assert declared["maxItems"] == bound
+    body = _body()
+    body["steps"][0][name] = [item(i) for i in range(bound)]
+    rules.compute_request(body)
+    bodies.ComputeJobRequest.model_validate(body)
+    body["steps"][0][name].append(item(bound))
+    with pytest.raises(ValidationFailed) as refused:
+        rules.compute_request(body)
+    assert refused.value.field.startswith(f"steps[0].{name}")
+    with pytest.raises(ValidationError, match=name):
+        bodies.ComputeJobRequest.model_validate(body)

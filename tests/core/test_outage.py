@@ -2,11 +2,15 @@
 and the CLI's reading of Retry-After. The live restart of PostgreSQL and Redis is tests/e2e/test_outages.py."""
 from __future__ import annotations
 
+import socket
+
 import kombu.exceptions
 import psycopg
 import pytest
 import redis
 from django.db import utils as db_utils
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from apps.core.api.exceptions import forest_exception_handler
 from apps.core.outage import BROKER_UNAVAILABLE, DATABASE_UNAVAILABLE, outage_of
@@ -60,3 +64,21 @@ def test_executors_wait_at_least_retry_after_and_never_past_their_cap():
     assert backoff.next_delay(5.0) >= 5.0
     assert backoff.next_delay(60.0) == 10.0
     assert backoff.next_delay() <= 2.0
+
+
+def test_a_redis_timeout_is_a_broker_outage_not_a_500(settings):
+    """A real ``redis.exceptions.TimeoutError``: a loopback listener that accepts the connection (the kernel's
+    backlog) and never answers, as a hung broker does. The API answers it 503 with Retry-After."""
+    settings.FOREST_OUTAGE_RETRY_AFTER_S = 3
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        client = redis.Redis(host="127.0.0.1", port=silent.getsockname()[1], socket_timeout=0.2,
+                             socket_connect_timeout=2, retry=Retry(NoBackoff(), 0))
+        with pytest.raises(redis.exceptions.TimeoutError) as timed_out:
+            client.ping()
+        client.close()
+    assert outage_of(timed_out.value).code == BROKER_UNAVAILABLE
+    response = forest_exception_handler(timed_out.value, {})
+    assert response.status_code == 503 and response.data["code"] == BROKER_UNAVAILABLE
+    assert response["Retry-After"] == "3"

@@ -62,3 +62,22 @@ def test_a_ready_grove_keeps_its_unclaimed_job_with_the_signal(fresh_grove, sett
     assert job.status == "assigned"
     assert selectors.job_signal(GroveJob.objects.select_related("grove").get(pk=job.pk), now=later)["code"] == \
         "unclaimed"
+
+
+def test_the_locked_re_check_keeps_a_job_whose_grove_polled_after_the_sweep_chose_it(fresh_grove, settings):
+    """The sweep picks due jobs by a query, then ends each under its row lock; the Grove may poll in between.
+    Ending one job is asked directly here (as the sweep does after its query), for a job past the threshold
+    on a Grove that has since polled: the re-check under the lock must see the Grove ready and keep it."""
+    grove, _ = fresh_grove(polled=False)
+    job = _job(grove)
+    later = timezone.now() + timedelta(seconds=settings.GROVE_JOB_UNCLAIMED_AFTER_S + 1)
+    Grove.objects.filter(pk=grove.pk).update(last_polled_at=later)  # it polled after the sweep's query
+    assert dispatch.grove_job_end_unclaimed(job_id=job.pk, now=later) is False
+    job.refresh_from_db()
+    assert job.status == "assigned" and job.reason != "unclaimed"
+    # The same job on a Grove that stayed quiet is ended by the same call: the check is readiness, not a no-op.
+    Grove.objects.filter(pk=grove.pk).update(
+        last_polled_at=later - timedelta(seconds=settings.GROVE_READY_WITHIN_S + 1))
+    assert dispatch.grove_job_end_unclaimed(job_id=job.pk, now=later) is True
+    job.refresh_from_db()
+    assert (job.status, job.reason) == ("timed_out", "unclaimed")

@@ -156,6 +156,7 @@ def test_a_workload_answers_over_https_through_the_edge_and_the_mesh_hop(
         assert _hop_get(hop_url, SHOP, EDGE_SOURCE)[0] == 200
         assert _hop_get(hop_url, "nope.forest.test", EDGE_SOURCE)[0] == 421
         assert _hop_get(hop_url, SHOP, "127.0.0.1")[0] == 403
+        assert _hop_get(hop_url, "nope.forest.test", "127.0.0.1")[0] == 403  # outsiders learn no name is unknown
 
         # (4) A new generation keeps serving: same route, now the new process.
         spec = {**spec, "env": {**spec["env"], "COLOR": "green"}}

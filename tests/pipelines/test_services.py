@@ -10,13 +10,15 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from apps.accounts.roles import SUBMITTER, VIEWER
 from apps.artifacts.services import artifact_blob_create
-from apps.core.errors import ValidationFailed
+from apps.core.errors import ForestError, ValidationFailed
 from apps.dispatch import services as dispatch_services
 from apps.dispatch.models import GroveJob
 from apps.pipelines import services
-from apps.pipelines.models import PipelineGraph, PipelineNode, PipelineNodeEvent, PipelineOutbox
+from apps.pipelines.models import PipelineGraph, PipelineNode, PipelineNodeEvent, PipelineOutbox, PipelineRun
 from apps.placement.models import ExecutionPlacement
+from tests.factories import UserFactory, grant
 from tests.pipelines.conftest import execute_queued
 from tests.pipelines.graphs import IMAGE, exec_node, graph
 
@@ -369,3 +371,20 @@ def test_nodes_ready_together_are_placed_as_one_batch_and_dispatch_rereads_them(
     for node_id in ("a", "b", "c"):
         node = _node(run, node_id)
         assert node.current_job.grove_id == placements[str(node.pk)].grove_id
+
+
+def test_the_cancel_service_itself_demands_the_change_permission(k8s_grove):
+    """Every door checks before it calls, so only a call of the service as a viewer shows that the service's
+    own check is the change permission (a door added later that forgets its check is still refused)."""
+    run = _run([exec_node("a")], team="red")
+    viewer = grant(UserFactory(), VIEWER, teams=("red",))
+    with pytest.raises(ForestError) as refused:
+        services.pipeline_run_cancel_as(actor=viewer, run_id=run.id)
+    assert (refused.value.code, refused.value.status) == ("permission_required", 403)
+    assert PipelineRun.objects.get(pk=run.pk).status == "running"
+    outsider = grant(UserFactory(), SUBMITTER, teams=("blue",))
+    with pytest.raises(ForestError) as refused:
+        services.pipeline_run_cancel_as(actor=outsider, run_id=run.id)
+    assert refused.value.code == "team_forbidden"
+    submitter = grant(UserFactory(), SUBMITTER, teams=("red",))
+    assert services.pipeline_run_cancel_as(actor=submitter, run_id=run.id).status == "cancelled"

@@ -146,20 +146,25 @@ def test_run_spread_keeps_one_runs_steps_apart(ci, make_grove, settings):
     assert preview["scores"]["chosen"]["run_spread"] == 0.5
 
 
-def test_a_permanent_refusal_is_never_issued_from_a_stale_view(ci, make_grove, settings):
+@pytest.mark.parametrize("door", ["plan_check", "preview"])
+def test_a_permanent_refusal_is_never_issued_from_a_stale_view(ci, make_grove, settings, door):
     """The repro: two Groves enrolled and heartbeated, then at once a 16-CPU job on 8-CPU Groves. A fleet view
-    from before they enrolled answered ``no_fresh_grove``; the refusal is now decided on a refreshed view."""
+    from before they enrolled answered ``no_fresh_grove``; the refusal is now decided on a refreshed view.
+    Each door starts from the stale view itself (one door's refresh must not make the other's test pass)."""
     settings.PLACEMENT_FLEET_REFRESH_S = 3600
     snapshot.fleet_refresh(full=True)  # the process's view: no Grove yet
     make_grove("eight-a", units=[unit("node", cpu=8000)])
     make_grove("eight-b", units=[unit("node", cpu=8000)])
-    big = ExecutionRequirement.from_json(requirement(cpu=16000))
-    check = services.placement_plan_check(requirement=big)
-    assert check.never_placeable and {r["code"] for r in check.reasons} == {"resources_never_fit"}, check.reasons
-    preview = ci.post(f"{URL}/preview", requirement(cpu=16000), format="json").json()
-    assert preview["outcome"] == "refused" and preview["refusal"]["code"] == "resources_never_fit"
-    small = ci.post(f"{URL}/preview", requirement(cpu=4000), format="json").json()
-    assert small["outcome"] == "placed"
+    assert snapshot.candidates(ExecutionRequirement.from_json(requirement(cpu=4000)), limit=5).eligible == []
+    if door == "plan_check":
+        big = ExecutionRequirement.from_json(requirement(cpu=16000))
+        check = services.placement_plan_check(requirement=big)
+        assert check.never_placeable and {r["code"] for r in check.reasons} == {"resources_never_fit"}, check.reasons
+    else:
+        preview = ci.post(f"{URL}/preview", requirement(cpu=16000), format="json").json()
+        assert preview["outcome"] == "refused" and preview["refusal"]["code"] == "resources_never_fit", preview
+        small = ci.post(f"{URL}/preview", requirement(cpu=4000), format="json").json()
+        assert small["outcome"] == "placed"
 
 
 def test_a_permanent_refusal_from_a_fresh_view_names_the_resources(make_grove):

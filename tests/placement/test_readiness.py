@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from apps.groves import services as grove_services
 from apps.groves.models import Grove
-from apps.placement import fleet, rules, services
+from apps.placement import batch, fleet, rules, services
 from tests.placement.test_rules import grove as facts_of
 from tests.placement.test_rules import req as plain_requirement
 from tests.placement.test_services import COMPAT, container, flag, place
@@ -83,3 +83,20 @@ def test_the_snapshot_learns_a_grove_became_ready_and_went_quiet(make_grove, set
     # The poll grows old (time passes): the snapshot files it unready without any write to the row.
     settings.GROVE_READY_WITHIN_S = 0
     assert services.placement_decide(requirement=container()).grove is None
+
+
+@pytest.mark.django_db
+def test_a_held_snapshot_expires_readiness_without_being_refreshed(make_grove, settings):
+    """The earlier test refreshes the snapshot at every decision (``PLACEMENT_FLEET_REFRESH_S=0``) and the
+    refresh re-reads the Grove it just polled, so it passes on the refresh alone. Here the snapshot is
+    loaded once and then held (no refresh for an hour): only the snapshot's own expiry of readiness can
+    take the Grove out, for a single decision and for a batch alike."""
+    make_grove("a")
+    assert services.placement_decide(requirement=container()).grove.slug == "a"  # loads the snapshot
+    settings.PLACEMENT_FLEET_REFRESH_S = 3600
+    settings.GROVE_READY_WITHIN_S = 0  # the poll has grown old: time passed, no row was written
+    decision = services.placement_decide(requirement=container())
+    assert decision.grove is None and decision.refusal.code == "no_eligible_grove"
+    [outcome] = batch.place_batch([batch.BatchItem(subject_type="pipeline_node", subject_id="b1",
+                                                   requirement=container())])
+    assert outcome.grove_id is None and outcome.status != "placed", outcome

@@ -117,3 +117,21 @@ def test_total_of_is_the_scored_total_to_the_bit(cpu_need, memory_need, cpu_allo
     assert scoring.total(needs, state, chosen) == expected
     assert scoring.score_of(chosen, cpu_need, memory_need, cpu_allocatable, cpu_free, memory_allocatable,
                             memory_free, group, preference, platform_rank) == scoring.score(needs, state, chosen)
+
+
+def test_why_names_the_column_with_the_largest_weighted_gap_not_the_largest_raw_one():
+    """Under spread, bin-pack weighs 0 and platform weighs 3: a wide bin-pack gap and a wider run-spread gap
+    lose to a narrow platform gap, because "why here" explains the weighted total, column by column."""
+    policy = scoring.policy_for(family="compute", accelerators=False, policies=POLICIES, weights=WEIGHTS)
+    assert dict(policy.weights)["binpack"] == 0 and dict(policy.weights)["platform"] == 3
+
+    def columns(**values) -> tuple[float, ...]:
+        return tuple(values.get(name, 0.5) for name in scoring.NAMES)
+
+    chosen = columns(platform=0.6, binpack=1.0, run_spread=0.8)
+    other = columns(platform=0.5, binpack=0.0, run_spread=0.6)
+    chosen_score = scoring.Score(chosen, scoring.total_from(policy, chosen))
+    other_score = scoring.Score(other, scoring.total_from(policy, other))
+    assert chosen_score.total > other_score.total
+    sentence = scoring.why("a", chosen_score, "b", other_score, policy)
+    assert sentence.startswith("a chosen over b by platform (0.60 vs 0.50"), sentence

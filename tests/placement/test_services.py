@@ -11,7 +11,7 @@ from apps.core.errors import ForestError
 from apps.flags import services as flags
 from apps.groves.models import Grove
 from apps.pipelines.rules import node_requirement
-from apps.placement import decide, rules, services, snapshot
+from apps.placement import decide, rules, scoring, services, snapshot
 from apps.placement.models import ExecutionPlacement
 from apps.placement.requirements import ExecutionRequirement
 from tests.factories import UserFactory, unit
@@ -337,3 +337,19 @@ def test_bounded_candidates_still_pick_the_true_best_and_cap_totals(make_grove, 
     found = snapshot.candidates(container(platform=("linux/arm64",)), limit=2)
     # only a-second-platform and z-arm accept arm64 at all; both list it first
     assert sorted(c.facts.slug for c in found.eligible) == ["a-second-platform", "z-arm"]
+
+
+def test_equal_groves_are_chosen_by_the_hash_of_subject_and_grove_never_by_slug(make_grove):
+    """Four identical Groves tie on every column for every subject: each subject's choice is the Grove with
+    the least ``tie_key(subject, grove id)``, so equal Groves share the work (a slug order would send every
+    subject to the first slug)."""
+    groves = [make_grove(name) for name in ("t-a", "t-b", "t-c", "t-d")]
+    chosen = {}
+    for index in range(24):
+        subject = f"pipeline_node:{index}"
+        decision = services.placement_decide(requirement=container(), subject=subject)
+        expected = min(groves, key=lambda grove: scoring.tie_key(subject, str(grove.id)))
+        assert decision.grove.slug == expected.slug, subject
+        assert "by the tie-break" in decision.scores["why"]
+        chosen[subject] = decision.grove.slug
+    assert len(set(chosen.values())) > 1

@@ -117,14 +117,22 @@ def _allow_lines(allow: Iterable[str]) -> str:
 
 
 def render_mesh_default(hop: MeshHop) -> str:
-    """The mesh listener's catch-all: an unknown host is misdirected (421), never another workload."""
+    """The mesh listener's catch-all: an unknown host is misdirected (421), never another workload, and only
+    for the mesh range and the edge; anyone else is refused (403) whatever host it names.
+
+    nginx runs ``return`` in its rewrite phase, before the access phase where ``allow``/``deny`` act, so a
+    ``deny`` beside ``return 421`` never fires: the source is checked in the rewrite phase too (``geo``, then
+    ``if``), before the 421."""
+    sources = "".join(f"    {validate_network(item)} 1;\n" for item in hop.allow)
     return (
         "# managed by forest-agent: the mesh proxy's default server\n"
         "map $http_upgrade $forest_mesh_upgrade {\n    default upgrade;\n    '' '';\n}\n"
+        f"geo $forest_mesh_source {{\n    default 0;\n{sources}}}\n"
         "server {\n"
         f"    listen {validate_listen(hop.listen)} default_server;\n"
         "    server_name _;\n"
         f"{_allow_lines(hop.allow)}"
+        "    if ($forest_mesh_source = 0) {\n        return 403;\n    }\n"
         "    return 421;\n"
         "}\n"
     )
