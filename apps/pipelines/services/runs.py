@@ -24,7 +24,7 @@ from apps.pipelines.services.outbox import send_after_commit
 from apps.pipelines.services.planning import dedup_source, pipeline_plan
 from apps.pipelines.services.transitions import node_transition, run_transition
 from apps.pipelines.states import NODE_TERMINAL, RUN_TERMINAL, run_outcome
-from apps.pipelines.vocabulary import NodeStatus, RunStatus
+from apps.pipelines.vocabulary import NodeStatus, RunStatus, Task
 from apps.placement.batch import BatchItem, place_batch
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.services import placement_pin
@@ -114,7 +114,7 @@ def run_advance(run: PipelineRun, nodes: list[PipelineNode] | None = None) -> li
             node_transition(node=node, to=NodeStatus.QUEUED)
             queued.append(node.node_id)
             ready.append(node)
-            send_after_commit("node_execute", node.pk)
+            send_after_commit(Task.NODE_EXECUTE, node.pk)
         status[node.node_id] = node.status
     if len(ready) > 1:
         _place_ready(run, ready)
