@@ -78,7 +78,7 @@ def may_omit(description: str | None = None) -> Any:
     return Field(None, description=description, json_schema_extra=_no_default)
 
 
-def _literal(sentence: str) -> str:
+def literal(sentence: str) -> str:
     """A sentence that quotes the body (a platform string) safe for ``BodyError``'s ``{field}``."""
     return sentence.replace("{", "{{").replace("}", "}}")
 
@@ -86,18 +86,18 @@ def _literal(sentence: str) -> str:
 def platforms(max_items: int, *, blank: str, description: str | None = None) -> Any:
     """A platform list, read as ``apps.core.validation.platforms`` reads it: each entry normalised
     (``core.platforms``; ``invalid_platform`` naming the entry), order kept (a preference), repeats dropped;
-    empty refused with ``blank`` (``field_blank``)."""
+    empty refused with ``blank`` (``field_blank``; the sentence may say ``{field}``)."""
     def read(value: Any) -> Any:
         if not isinstance(value, list) or len(value) > max_items:
             return value  # the declared type and bound refuse it, in today's words
         if not value:
-            raise BodyError("field_blank", _literal(blank))
+            raise BodyError("field_blank", blank)
         out: list[str] = []
         for index, item in enumerate(value):
             try:
                 platform = normalise_platform(item)
             except PlatformError as exc:
-                raise BodyError("invalid_platform", _literal(str(exc)), at=f"[{index}]") from None
+                raise BodyError("invalid_platform", literal(str(exc)), at=f"[{index}]") from None
             if platform not in out:
                 out.append(platform)
         return out
@@ -186,8 +186,24 @@ def _failure(model: type[BaseModel], error: Any) -> ValidationFailed:
     return ValidationFailed("invalid", f"{field or 'The body'}: {error['msg']}", field=field)
 
 
-# An unknown or missing key is what a person fixes first (today's readers check keys before values).
+# An unknown or missing key is what a person fixes first (today's readers check keys before values); of
+# several in one object, the first by name (as a reader that sorts the keys it checks names them).
 _FIRST = {"extra_forbidden": 0, "missing": 1}
+
+
+def _first_error(errors: list[Any]) -> Any:
+    parents: dict[tuple[Any, ...], int] = {}
+    for index, error in enumerate(errors):
+        parents.setdefault(tuple(error["loc"][:-1]), index)
+
+    def rank(item: tuple[int, Any]) -> tuple[int, int, str]:
+        index, error = item
+        kind = _FIRST.get(error["type"], 2)
+        if kind == 2:
+            return kind, index, ""
+        return kind, parents[tuple(error["loc"][:-1])], str(error["loc"][-1])
+
+    return min(enumerate(errors), key=rank)[1]
 
 
 def parse(model: type[M], body: Any, *, context: dict[str, Any] | None = None) -> M:
@@ -195,9 +211,7 @@ def parse(model: type[M], body: Any, *, context: dict[str, Any] | None = None) -
     try:
         return model.model_validate(body, context=context)
     except PydanticValidationError as exc:
-        errors = exc.errors(include_url=False, include_input=False)
-        first = min(enumerate(errors), key=lambda item: (_FIRST.get(item[1]["type"], 2), item[0]))[1]
-        raise _failure(model, first) from None
+        raise _failure(model, _first_error(exc.errors(include_url=False, include_input=False))) from None
 
 
 class _OpenAPI30(GenerateJsonSchema):
@@ -233,6 +247,7 @@ __all__ = [
     "count",
     "describe",
     "json_schema",
+    "literal",
     "may_omit",
     "openapi30_schema",
     "parse",
