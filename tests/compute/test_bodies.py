@@ -53,7 +53,8 @@ def test_every_level_declares_exactly_the_keys_the_parser_allows(put, model: typ
 def _minimal(model: type[BaseModel]) -> dict:
     return {bodies.ComputeJobRequest: {"name": "x", "steps": [{"name": "a", "command": ["true"]}]},
             bodies.ComputeStep: {"name": "a", "command": ["true"]},
-            node_bodies.StepAccelerators: {"count": 1}, node_bodies.StepOutput: {"name": "o", "path": "o"}}.get(model, {})
+            node_bodies.StepAccelerators: {"count": 1},
+            node_bodies.StepOutput: {"name": "o", "path": "o"}}.get(model, {})
 
 
 # (the field's path in _body(), how to set it, its declared model and field name)
