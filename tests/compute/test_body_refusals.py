@@ -8,7 +8,8 @@ import pytest
 
 from apps.compute.bodies import compute_request
 from apps.core.errors import ValidationFailed
-from tests.pipelines.test_body_refusals import IMAGE
+from apps.pipelines.rules import graph_digest
+from tests.pipelines.test_body_refusals import DIGEST, IMAGE
 
 
 def st(**fields) -> dict:
@@ -70,3 +71,22 @@ def test_each_refusal_keeps_its_code_field_and_sentence(case):
 
 def test_every_case_has_its_refusal():
     assert set(COMPUTE_CASES) == set(COMPUTE_REFUSALS)
+
+
+JOB = {"name": "train", "environment": "lab", "team": "ml", "grove": " g1 ", "steps": [
+    {"name": "prep", "kind": "container", "image": IMAGE, "command": ["python", "prep.py"],
+     "env": {"SEED": "1"}, "inputs": [{"digest": DIGEST, "path": "data/in.bin"}, {"artifact": 3}],
+     "outputs": [{"name": "model", "path": "out/model.bin"}], "timeout_s": 600},
+    {"name": "train", "kind": "native", "command": ["./train.sh"], "platform": ["darwin/arm64"],
+     "resources": {"cpu_milli": 4000, "memory_bytes": 8 << 30},
+     "accelerators": {"count": 1, "vendor": "apple", "min_memory_bytes": 1 << 30},
+     "retries": 2, "backoff": {"delay_s": 1, "factor": 3}},
+    {"name": "third", "image": {"artifact": 9}, "command": ["x"], "retries": 0},
+]}
+
+
+def test_a_job_keeps_the_graph_digest_the_hand_parser_gave_it():
+    data = compute_request(JOB)
+    assert graph_digest(data["canonical"]) == "sha256:7d9d2ec8b359ccb9c23aa01df2fc469e8203399f6ac644260cfeddeda1481952"
+    assert (data["name"], data["environment"], data["team"], data["grove"]) == ("train", "lab", "ml", "g1")
+    assert data["step_fields"] == {"prep": "steps[0]", "train": "steps[1]", "third": "steps[2]"}

@@ -8,6 +8,7 @@ import pytest
 
 from apps.core.errors import ValidationFailed
 from apps.pipelines.bodies import run_request
+from apps.pipelines.rules import graph_digest
 
 IMAGE = "registry.example/tools/python@sha256:" + "a" * 64
 DIGEST = "sha256:" + "a" * 64
@@ -165,3 +166,36 @@ def test_each_refusal_keeps_its_code_field_and_sentence(case):
 
 def test_every_case_has_its_refusal():
     assert set(GRAPH_CASES) == set(GRAPH_REFUSALS)
+
+
+# Every field a node may carry, spelled loosely (padding, case, repeats): its canonical form and digests are
+# the ones the hand parser gave, so runs submitted before issue 35 keep their GRAPH_DEDUP identity.
+RICH = {"kind": "build", "environment": "lab", "team": "ml", "build_id": "b-1", "graph": {"nodes": [
+    {"id": "image", "kind": "build_image", "image": {"artifact": 7}, "trust": "trusted"},
+    {"id": "test", "kind": "exec", "runtime": "container", "image": IMAGE, "command": ["pytest"],
+     "env": {"SEED": "1", "A": ""},
+     "inputs": [{"digest": DIGEST, "path": "data/in.bin", "storage_kind": "cas"}, {"image": " r/x:1 "},
+                {"artifact": 4, "name": "zz"}],
+     "outputs": [{"name": "report", "path": "out/report.xml"}, {"name": "a", "path": "b"}], "timeout_s": 600,
+     "needs": ["image"], "resources": {"cpu_milli": 2000, "memory_bytes": 1 << 30}, "reuse": "never",
+     "family": "build", "retries": 2, "backoff": {"delay_s": 1, "factor": 3, "max_s": 30},
+     "platform": ["linux/amd64", "linux/arm64"]},
+    {"id": "mac", "kind": "exec", "runtime": "native", "command": ["./train.sh"], "platform": ["darwin/arm64"],
+     "accelerators": {"count": 1, "vendor": " Apple ", "min_memory_bytes": 1 << 30}, "grove": " studio ",
+     "needs": ["test", "image"], "retries": 1},
+    {"id": "dep", "kind": "deploy", "image": "x", "command": ["a"],
+     "accelerators": {"count": 2, "vendor": "nvidia", "api": "cuda"}},
+]}}
+
+
+def test_a_graph_keeps_the_digest_the_hand_parser_gave_it():
+    from apps.pipelines.rules import node_digests
+
+    canonical = run_request(RICH)["canonical"]
+    assert graph_digest(canonical) == "sha256:063005f8a83d7460b00b3d36017433a1b772d95226e29e83790125023ac2354f"
+    assert node_digests(canonical) == {
+        "dep": "sha256:f76005fdb845f4922001eaa5207455f7567d2f99c0903aefc1a946ee66ae2f6c",
+        "image": "sha256:867c45ae0bdf5ffe237b3483e5a44713e3712cf577984d61afaa865d1966ce41",
+        "test": "sha256:c9e0586c050877f1011d3ae6a8baad8625dd4858663d7382e57b790778058650",
+        "mac": "sha256:37ed869775e8887e520c63e96be4d3feed5fb8e6d817a0a7b02b8f297ae9efe5",
+    }
