@@ -186,24 +186,34 @@ def _failure(model: type[BaseModel], error: Any) -> ValidationFailed:
     return ValidationFailed("invalid", f"{field or 'The body'}: {error['msg']}", field=field)
 
 
-# An unknown or missing key is what a person fixes first (today's readers check keys before values); of
-# several in one object, the first by name (as a reader that sorts the keys it checks names them).
-_FIRST = {"extra_forbidden": 0, "missing": 1}
+# The first problem is the one a reader walking the body would meet first: fields in their declared order,
+# list items in order, and at each object its unknown keys (by name), then its missing keys (by name), before
+# any of its values (what a person fixes first).
+_KEY_ERRORS = {"extra_forbidden": 0, "missing": 1}
 
 
-def _first_error(errors: list[Any]) -> Any:
-    parents: dict[tuple[Any, ...], int] = {}
-    for index, error in enumerate(errors):
-        parents.setdefault(tuple(error["loc"][:-1]), index)
+def _walk_position(model: type[BaseModel], error: Any) -> list[tuple[int, int, str]]:
+    loc, kind = tuple(error["loc"]), error["type"]
+    position: list[tuple[int, int, str]] = []
+    current: Any = model
+    for depth, part in enumerate(loc):
+        if depth == len(loc) - 1 and kind in _KEY_ERRORS:
+            position.append((0, _KEY_ERRORS[kind], str(part)))
+            break
+        if isinstance(part, int):
+            position.append((1, part, ""))
+        elif isinstance(current, type) and issubclass(current, BaseModel):
+            names = list(current.model_fields)
+            position.append((1, names.index(part) if part in names else len(names), ""))
+            declared = current.model_fields.get(part)
+            current = _inner_model(declared.annotation) if declared else None
+        else:
+            position.append((1, 0, str(part)))  # a key of a mapping (an env name): by name
+    return position
 
-    def rank(item: tuple[int, Any]) -> tuple[int, int, str]:
-        index, error = item
-        kind = _FIRST.get(error["type"], 2)
-        if kind == 2:
-            return kind, index, ""
-        return kind, parents[tuple(error["loc"][:-1])], str(error["loc"][-1])
 
-    return min(enumerate(errors), key=rank)[1]
+def _first_error(model: type[BaseModel], errors: list[Any]) -> Any:
+    return min(enumerate(errors), key=lambda item: (_walk_position(model, item[1]), item[0]))[1]
 
 
 def parse(model: type[M], body: Any, *, context: dict[str, Any] | None = None) -> M:
@@ -211,7 +221,7 @@ def parse(model: type[M], body: Any, *, context: dict[str, Any] | None = None) -
     try:
         return model.model_validate(body, context=context)
     except PydanticValidationError as exc:
-        raise _failure(model, _first_error(exc.errors(include_url=False, include_input=False))) from None
+        raise _failure(model, _first_error(model, exc.errors(include_url=False, include_input=False))) from None
 
 
 class _OpenAPI30(GenerateJsonSchema):
