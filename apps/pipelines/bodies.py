@@ -22,6 +22,8 @@ from pydantic import AfterValidator, Field, TypeAdapter, ValidationInfo, field_v
 
 from apps.accelerators.rules import request_problem
 from apps.accelerators.vocabulary import MAX_ACCELERATOR_COUNT, MAX_ACCELERATOR_MEMORY
+from apps.artifacts.digests import DIGEST_RE
+from apps.artifacts.rules import NODE_ID as NODE_ID_RE
 from apps.artifacts.vocabulary import StorageKind
 from apps.core.bodies import Body, BodyError, count, literal, parse, platforms, text
 from apps.dispatch.vocabulary import DEFAULT_TIMEOUT_S
@@ -55,11 +57,10 @@ RunKindName = Literal[tuple(m.value for m in RunKind)]  # type: ignore[valid-typ
 TrustName = Literal[tuple(str(m) for m in TRUST_LEVELS)]  # type: ignore[valid-type]
 FamilyName = Literal[tuple(str(m) for m in FAMILIES)]  # type: ignore[valid-type]
 NODE_KINDS = tuple(NodeKind)
-NODE_ID = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+NODE_ID = NODE_ID_RE.pattern  # one definition: an object key names the node it was written for
 DATA_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 DATA_SEGMENT = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
-SHA256_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 MAX_ID = 2 ** 63 - 1
 
 
@@ -95,7 +96,7 @@ NodeId = matching(NODE_ID, "invalid_node_id", "Node id '{value}' must match [a-z
                   max_length=63, description="Node id, unique in the graph")
 DataName = matching(DATA_NAME, "invalid_data_name", "'{value}' must match [A-Za-z0-9][A-Za-z0-9_.-]* (at most 63).",
                     max_length=63)
-Digest = matching(SHA256_DIGEST.pattern, "invalid_digest", "{{field}} must be 'sha256:' and 64 lowercase hex digits.",
+Digest = matching(DIGEST_RE.pattern, "invalid_digest", "{{field}} must be 'sha256:' and 64 lowercase hex digits.",
                   max_length=80, description="A blob's digest")
 
 
