@@ -58,7 +58,7 @@ class ComputeStep(Body):
     env: Env | None = None  # type: ignore[valid-type]
     inputs: Inputs | None = None
     outputs: Outputs | None = None
-    platform: Platforms | None = None  # type: ignore[valid-type]
+    platform: Platforms | None = None
     resources: StepResources | None = None
     accelerators: StepAccelerators | None = None
     timeout_s: count(1, MAX_TIMEOUT_S) | None = Field(  # type: ignore[valid-type]

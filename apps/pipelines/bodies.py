@@ -303,8 +303,8 @@ def outputs_rule(value: Any, *, kind: str) -> Any:
     return value
 
 
-Env = Annotated[dict[str, text(MAX_ARG, blank=True)], Field(max_length=MAX_ENV)]  # type: ignore[valid-type]
-Command = Annotated[list[text(MAX_ARG, blank=True)], Field(min_length=1, max_length=MAX_ARGV)]  # type: ignore[valid-type]
+Env = Annotated[dict[str, text(MAX_ARG, blank=True)], Field(max_length=MAX_ENV)]  # type: ignore[valid-type, misc]
+Command = Annotated[list[text(MAX_ARG, blank=True)], Field(min_length=1, max_length=MAX_ARGV)]  # type: ignore[valid-type, misc]
 Platforms = platforms(MAX_PLATFORMS, blank="{field} must list at least one platform, or be left out.",
                       description="Acceptable os/arch[/variant] in preference order, e.g. linux/amd64")
 
@@ -397,7 +397,7 @@ def node_canonical(parsed: PipelineNode | Any, *, node_id: str, kind: str, runti
     if image is not None:
         node["image"] = {"artifact": image.artifact} if isinstance(image, ImageArtifact) else image
     if kind == NodeKind.EXEC or command_given:
-        node["command"] = list(parsed.command)
+        node["command"] = list(parsed.command or ())
     node["env"] = {name: (parsed.env or {})[name] for name in sorted(parsed.env or {})}
     node["inputs"] = [item.canonical(index) for index, item in enumerate(parsed.inputs or [])]
     if parsed.outputs:
