@@ -36,10 +36,9 @@ def _node(body: dict, index: int) -> dict:
     return body["graph"]["nodes"][index]
 
 
-def test_what_the_parser_accepts_the_declaration_accepts():
-    body = _body()
-    _parse(body)
-    bodies.RunRequest.model_validate(body)
+def test_a_body_using_every_field_is_accepted():
+    data = _parse(_body())
+    assert [node["id"] for node in data["canonical"]["nodes"]] == ["image", "mac", "test"]
 
 
 # (where the object sits in a body, the declared model for it)
