@@ -3,8 +3,9 @@
     .venv/bin/python bench/bodies.py [--seconds 1.0]
 
 Bodies: a native Grove's heartbeat (two GPUs, the hot wire path: ``apps.groves.rules.heartbeat``) and a
-compute job of three steps with resources, accelerators, env and outputs (``apps.compute.rules
-.compute_request``, which runs every step through the pipeline node parser). Each is parsed valid and
+compute job of three steps with resources, accelerators, env and outputs (``apps.compute.bodies
+.compute_request``: since issue 35 the compute body is validated from its own pydantic declaration, so this
+row's "reader" column is that declaration plus the canonical graph it builds). Each is parsed valid and
 invalid (one wrong type deep inside: ``capacity.placement_units[0].cpu_milli.free`` a string, and
 ``steps[2].resources.cpu_milli`` a string). The pydantic and msgspec declarations below carry the same
 field names, exact keys (``extra='forbid'`` / ``forbid_unknown_fields``), strict types and bounds as the
@@ -29,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from apps.compute import rules as compute_rules
+from apps.compute import bodies as compute_bodies
 from apps.core.errors import ValidationFailed
 from apps.groves import rules as grove_rules
 
@@ -332,7 +333,7 @@ def main() -> None:
     args = parser.parse_args()
     readers = {
         "heartbeat": lambda b: grove_rules.heartbeat(b, substrate="native"),
-        "compute": compute_rules.compute_request,
+        "compute": compute_bodies.compute_request,
     }
     pyd = {"heartbeat": PHeartbeat.model_validate, "compute": PCompute.model_validate}
     msg = msgspec_parsers()

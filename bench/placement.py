@@ -210,7 +210,7 @@ def waiting_fleet(n: int):
 
     from apps.accelerators.models import AcceleratorClaim
     from apps.groves.models import AcceleratorInventoryItem, Grove, PlacementUnit
-    from apps.pipelines import rules
+    from apps.pipelines import bodies, rules
     from apps.pipelines.models import (
         PipelineGraph,
         PipelineNode,
@@ -233,9 +233,10 @@ def waiting_fleet(n: int):
     AcceleratorInventoryItem.objects.create(grove=grove, inventory_id="GPU-0", kind="gpu", vendor="nvidia",
                                             model="H100", apis=["cuda"], memory_bytes=80 * GIB,
                                             memory_kind="dedicated", memory_enforced=True, share_mode="exclusive")
-    spec = rules.node_validate({"id": "w", "kind": "exec", "runtime": "container", "image": "r/i@sha256:" + "a" * 64,
-                                "command": ["true"], "reuse": "never", "family": "compute",
-                                "accelerators": {"count": 1, "vendor": "nvidia"}}, "node")
+    spec = bodies.graph_parse({"nodes": [{"id": "w", "kind": "exec", "runtime": "container",
+                                          "image": "r/i@sha256:" + "a" * 64, "command": ["true"], "reuse": "never",
+                                          "family": "compute", "accelerators": {"count": 1, "vendor": "nvidia"}}]})
+    spec = spec["nodes"][0]
     requirement = rules.node_requirement(spec, run_kind="compute").to_json()
     graph, _ = PipelineGraph.objects.get_or_create(digest="sha256:bench-admission", defaults={"canonical": {}})
     run = PipelineRun.objects.create(graph=graph, kind="compute", status="running")

@@ -48,6 +48,20 @@ class AcceleratorRequest:
                    min_memory_bytes=min_memory_bytes)
 
 
+def request_problem(*, count: int, vendor: str | None, api: str | None) -> tuple[str, str, str] | None:
+    """What spans a request's fields, over normalised values (stripped, lower case): ``(code, sentence, the
+    key it names)``, or None. One rule for this reader and for the declared step body
+    (``apps.pipelines.bodies.StepAccelerators``)."""
+    implied = VENDOR_APIS.get(vendor or "")
+    if api is not None and implied is not None and api != implied:
+        return ("accelerator_api_mismatch",
+                f"A {vendor} accelerator speaks {implied}, not {api}; drop 'api' or fix the vendor.", "api")
+    if vendor in SINGLE_DEVICE_VENDORS and count != 1:
+        return ("apple_accelerator_count",
+                f"An Apple GPU request must have count 1 (one unified-memory GPU per machine), not {count}.", "count")
+    return None
+
+
 def parse_accelerators(value: Any, field_path: str = "accelerators") -> AcceleratorRequest:
     value = v.obj(value, field_path, allowed={"count", "vendor", "api", "min_memory_bytes"}, required={"count"})
     count = v.integer(value["count"], f"{field_path}.count", minimum=1, maximum=MAX_ACCELERATOR_COUNT)
@@ -57,17 +71,11 @@ def parse_accelerators(value: Any, field_path: str = "accelerators") -> Accelera
     api = value.get("api")
     if api is not None:
         api = v.string(api, f"{field_path}.api", max_length=30).strip().lower()
-    implied = VENDOR_APIS.get(vendor or "")
-    if api is None:
-        api = implied
-    elif implied is not None and api != implied:
-        raise v.fail("accelerator_api_mismatch",
-                     f"A {vendor} accelerator speaks {implied}, not {api}; drop 'api' or fix the vendor.",
-                     f"{field_path}.api")
-    if vendor in SINGLE_DEVICE_VENDORS and count != 1:
-        raise v.fail("apple_accelerator_count",
-                     f"An Apple GPU request must have count 1 (one unified-memory GPU per machine), not {count}.",
-                     f"{field_path}.count")
+    problem = request_problem(count=count, vendor=vendor, api=api)
+    if problem is not None:
+        code, detail, key = problem
+        raise v.fail(code, detail, f"{field_path}.{key}")
+    api = api or VENDOR_APIS.get(vendor or "")
     min_memory = v.integer(value.get("min_memory_bytes", 0), f"{field_path}.min_memory_bytes",
                            maximum=MAX_ACCELERATOR_MEMORY)
     return AcceleratorRequest(count=count, vendor=vendor, api=api, min_memory_bytes=min_memory)

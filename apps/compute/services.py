@@ -4,7 +4,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from apps.accounts.selectors import authorize
-from apps.compute import rules
+from apps.compute import bodies
 from apps.compute.models import ComputeJob
 from apps.compute.selectors import compute_enabled_or_refuse, compute_job_get
 from apps.pipelines import services as pipelines
@@ -17,7 +17,7 @@ def compute_job_submit(*, body: dict, created_by=None) -> ComputeJob:
     whole job, nothing is created)."""
     environment = body.get("environment") if isinstance(body, dict) else None
     compute_enabled_or_refuse(environment=environment if isinstance(environment, str) else None)
-    data = rules.compute_request(body)
+    data = bodies.compute_request(body)
     run = pipelines.pipeline_run_create(canonical=data["canonical"], kind="compute", environment=data["environment"],
                                         team=data["team"], created_by=created_by, node_fields=data["step_fields"])
     return ComputeJob.objects.create(name=data["name"], environment=data["environment"], team=data["team"],

@@ -78,7 +78,7 @@ def may_omit(description: str | None = None) -> Any:
     return Field(None, description=description, json_schema_extra=_no_default)
 
 
-def _literal(sentence: str) -> str:
+def literal(sentence: str) -> str:
     """A sentence that quotes the body (a platform string) safe for ``BodyError``'s ``{field}``."""
     return sentence.replace("{", "{{").replace("}", "}}")
 
@@ -86,18 +86,18 @@ def _literal(sentence: str) -> str:
 def platforms(max_items: int, *, blank: str, description: str | None = None) -> Any:
     """A platform list, read as ``apps.core.validation.platforms`` reads it: each entry normalised
     (``core.platforms``; ``invalid_platform`` naming the entry), order kept (a preference), repeats dropped;
-    empty refused with ``blank`` (``field_blank``)."""
+    empty refused with ``blank`` (``field_blank``; the sentence may say ``{field}``)."""
     def read(value: Any) -> Any:
         if not isinstance(value, list) or len(value) > max_items:
             return value  # the declared type and bound refuse it, in today's words
         if not value:
-            raise BodyError("field_blank", _literal(blank))
+            raise BodyError("field_blank", blank)
         out: list[str] = []
         for index, item in enumerate(value):
             try:
                 platform = normalise_platform(item)
             except PlatformError as exc:
-                raise BodyError("invalid_platform", _literal(str(exc)), at=f"[{index}]") from None
+                raise BodyError("invalid_platform", literal(str(exc)), at=f"[{index}]") from None
             if platform not in out:
                 out.append(platform)
         return out
@@ -186,8 +186,34 @@ def _failure(model: type[BaseModel], error: Any) -> ValidationFailed:
     return ValidationFailed("invalid", f"{field or 'The body'}: {error['msg']}", field=field)
 
 
-# An unknown or missing key is what a person fixes first (today's readers check keys before values).
-_FIRST = {"extra_forbidden": 0, "missing": 1}
+# The first problem is the one a reader walking the body would meet first: fields in their declared order,
+# list items in order, and at each object its unknown keys (by name), then its missing keys (by name), before
+# any of its values (what a person fixes first).
+_KEY_ERRORS = {"extra_forbidden": 0, "missing": 1}
+
+
+def _walk_position(model: type[BaseModel], error: Any) -> list[tuple[int, int, str]]:
+    loc, kind = tuple(error["loc"]), error["type"]
+    position: list[tuple[int, int, str]] = []
+    current: Any = model
+    for depth, part in enumerate(loc):
+        if depth == len(loc) - 1 and kind in _KEY_ERRORS:
+            position.append((0, _KEY_ERRORS[kind], str(part)))
+            break
+        if isinstance(part, int):
+            position.append((1, part, ""))
+        elif isinstance(current, type) and issubclass(current, BaseModel):
+            names = list(current.model_fields)
+            position.append((1, names.index(part) if part in names else len(names), ""))
+            declared = current.model_fields.get(part)
+            current = _inner_model(declared.annotation) if declared else None
+        else:
+            position.append((1, 0, str(part)))  # a key of a mapping (an env name): by name
+    return position
+
+
+def _first_error(model: type[BaseModel], errors: list[Any]) -> Any:
+    return min(enumerate(errors), key=lambda item: (_walk_position(model, item[1]), item[0]))[1]
 
 
 def parse(model: type[M], body: Any, *, context: dict[str, Any] | None = None) -> M:
@@ -195,9 +221,7 @@ def parse(model: type[M], body: Any, *, context: dict[str, Any] | None = None) -
     try:
         return model.model_validate(body, context=context)
     except PydanticValidationError as exc:
-        errors = exc.errors(include_url=False, include_input=False)
-        first = min(enumerate(errors), key=lambda item: (_FIRST.get(item[1]["type"], 2), item[0]))[1]
-        raise _failure(model, first) from None
+        raise _failure(model, _first_error(model, exc.errors(include_url=False, include_input=False))) from None
 
 
 class _OpenAPI30(GenerateJsonSchema):
@@ -233,6 +257,7 @@ __all__ = [
     "count",
     "describe",
     "json_schema",
+    "literal",
     "may_omit",
     "openapi30_schema",
     "parse",

@@ -1,10 +1,10 @@
-"""Pure rules of the pipeline domain: graph validation, canonical form, digests, ordering, GRAPH_DEDUP
-eligibility, detached-wait eligibility and each node's execution requirement. No Django.
+"""Pure rules of the pipeline domain over canonical graphs: cycles, digests, ordering, GRAPH_DEDUP
+eligibility, retries, detached-wait eligibility and each node's execution requirement. No Django.
 
 A Canopy Pipeline Graph is ``{"nodes": [Node, ...]}``; edges are each node's ``needs`` (the node runs
 after those). The node format is the one agreed with placement (``/docs/decisions.md``, "Canopy Pipeline
-Graph"); this module is its one parser (compute steps are mapped to nodes and parsed here too). Every
-refusal is a ``ValidationFailed`` with a stable code and the exact field path.
+Graph"); it is declared and validated once, in ``apps.pipelines.bodies`` (a compute step is an exec node
+declared in ``apps.compute.bodies``), which gives the canonical form these rules read.
 """
 from __future__ import annotations
 
@@ -13,307 +13,36 @@ import json
 import re
 from typing import Any
 
-from apps.artifacts.digests import DIGEST_RE as SHA256_DIGEST
-from apps.artifacts.vocabulary import StorageKind, is_container_image
+from apps.artifacts.vocabulary import is_container_image
 from apps.core import validation as v
 from apps.core.errors import ValidationFailed
-from apps.dispatch.vocabulary import DEFAULT_TIMEOUT_S
-from apps.groves.vocabulary import MAX_PLATFORMS, ChangeKind, IsolationMode, Role
+from apps.groves.vocabulary import ChangeKind, IsolationMode, Role
 from apps.pipelines.vocabulary import (
     DEFAULT_BACKOFF,
-    MAX_ARG,
-    MAX_ARGV,
-    MAX_BACKOFF_FACTOR,
-    MAX_BACKOFF_S,
-    MAX_DATA_PATH,
-    MAX_ENV,
-    MAX_INPUTS,
-    MAX_NODES,
-    MAX_OUTPUTS,
-    MAX_RETRIES,
-    MAX_TIMEOUT_S,
     RUN_KIND_FAMILY,
     NodeKind,
     NodeRuntime,
     NodeStatus,
-    Reuse,
     RunKind,
 )
 from apps.placement.derivation import requirement, requirement_parsed
-from apps.placement.requirements import ExecutionRequirement, parse_accelerators, parse_resources
-from apps.placement.vocabulary import FAMILIES, TRUST_LEVELS, ArtifactKind
+from apps.placement.requirements import ExecutionRequirement
+from apps.placement.vocabulary import FAMILIES, ArtifactKind
 
-NODE_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 PINNED_IMAGE = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
 
 NODE_KINDS = tuple(NodeKind)
 RUNTIMES = tuple(NodeRuntime)
-REUSE = tuple(Reuse)
 RUN_KINDS = tuple(RunKind)
-STORAGE_KINDS = tuple(StorageKind)
-
-NODE_FIELDS = {"id", "kind", "runtime", "image", "command", "env", "inputs", "outputs", "platform", "resources",
-               "accelerators", "timeout_s", "reuse", "trust", "family", "grove", "needs", "retries", "backoff"}
-INPUT_FIELDS = {"artifact", "digest", "image", "kind", "storage_kind", "ref", "path", "name"}
-DATA_SEGMENT = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
-DATA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 
-# --- graph validation and canonical form ----------------------------------------------------------
-
-def _argv(value: Any, field: str) -> list[str]:
-    items = v.array(value, field, max_items=MAX_ARGV)
-    if not items:
-        raise v.fail("command_required", f"{field} must name a program to run.", field)
-    return [v.string(item, f"{field}[{i}]", max_length=MAX_ARG, allow_empty=True) for i, item in enumerate(items)]
-
-
-def env_map(value: Any, field: str) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise v.fail("invalid_type", f"{field} must be an object of NAME: value strings.", field)
-    if len(value) > MAX_ENV:
-        raise v.fail("too_many_items", f"{field} has {len(value)} variables; at most {MAX_ENV} are allowed.", field)
-    out = {}
-    for name in sorted(value):
-        if not ENV_NAME.match(name):
-            raise v.fail("invalid_env_name", f"'{name}' is not an environment variable name.", f"{field}.{name}")
-        out[name] = v.string(value[name], f"{field}.{name}", max_length=MAX_ARG, allow_empty=True)
-    return out
-
-
-def platform_list(value: Any, field: str) -> list[str]:
-    return v.platforms(value, field, max_items=MAX_PLATFORMS,
-                       blank=f"{field} must list at least one platform, or be left out.")
-
-
-def resources(value: Any, field: str) -> dict[str, Any]:
-    """A node's resources: a requirement's (one parser, one set of limits), and at least 1 of each."""
-    return parse_resources(value, field, minimum=1).to_json()
-
-
-def accelerators(value: Any, field: str) -> dict[str, Any]:
-    """A node's accelerators, checked by the requirement's parser; stored as the node spelled them."""
-    parse_accelerators(value, field)
-    out = {"count": value["count"]}
-    if value.get("vendor") is not None:
-        out["vendor"] = value["vendor"].strip().lower()
-    if value.get("min_memory_bytes") is not None:
-        out["min_memory_bytes"] = value["min_memory_bytes"]
-    return out
-
-
-def data_path(value: Any, field: str, *, code: str) -> str:
-    """A relative path inside the step's workspace, in plain segments: never absolute, never ``..``, no
-    hidden or empty segment (executors re-check it against the real directory)."""
-    path = v.string(value, field, max_length=MAX_DATA_PATH)
-    segments = path.split("/")
-    if path.startswith("/") or any(not DATA_SEGMENT.match(segment) for segment in segments):
-        raise v.fail(code, f"{field} must be a relative path of plain segments (letters, digits, '.', '_', '-'; "
-                     "not '.' or '..', not starting with '.').", field)
-    return path
-
-
-def _data_name(value: Any, field: str) -> str:
-    name = v.string(value, field, max_length=63)
-    if not DATA_NAME.match(name):
-        raise v.fail("invalid_data_name", f"'{name}' must match [A-Za-z0-9][A-Za-z0-9_.-]* (at most 63).", field)
-    return name
-
-
-def _input(item: Any, where: str, index: int) -> dict[str, Any]:
-    """One input as declared: what it names (exactly one of ``artifact`` id, ``digest``, ``image``
-    reference), the kind the step expects, where it sees it (``path``) and its ``name``. Host resolves it
-    at submit (``apps.artifacts.services.artifact_input_resolve``); the legacy ``storage_kind``/``ref``
-    narrow a digest."""
-    item = v.obj(item, where, allowed=INPUT_FIELDS)
-    named = [key for key in ("artifact", "digest", "image") if item.get(key) is not None]
-    if len(named) != 1:
-        raise v.fail("input_reference_required", f"{where} names its artifact with exactly one of 'artifact' (an "
-                     "id), 'digest' (a blob) or 'image' (an image reference).", where)
-    entry: dict[str, Any] = {}
-    if item.get("artifact") is not None:
-        entry["artifact"] = v.integer(item["artifact"], f"{where}.artifact", minimum=1, maximum=2**63 - 1)
-    if item.get("digest") is not None:
-        digest = v.string(item["digest"], f"{where}.digest", max_length=80)
-        if not SHA256_DIGEST.match(digest):
-            raise v.fail("invalid_digest", f"{where}.digest must be 'sha256:' and 64 lowercase hex digits.",
-                         f"{where}.digest")
-        entry["digest"] = digest
-    if item.get("image") is not None:
-        entry["image"] = v.string(item["image"], f"{where}.image", max_length=500).strip()
-    for key in ("kind", "storage_kind"):
-        if item.get(key) is not None:
-            entry[key] = v.choice(item[key], f"{where}.{key}", choices=STORAGE_KINDS)
-    if item.get("ref") is not None:
-        entry["ref"] = v.string(item["ref"], f"{where}.ref", max_length=500)
-    if item.get("path") is not None:
-        entry["path"] = data_path(item["path"], f"{where}.path", code="invalid_input_path")
-    if item.get("name") is not None:
-        entry["name"] = _data_name(item["name"], f"{where}.name")
-    else:
-        entry["name"] = entry["path"].rsplit("/", 1)[-1] if "path" in entry else f"input-{index}"
-    return entry
-
-
-def _inputs(value: Any, field: str) -> list[dict[str, Any]]:
-    items = v.array(value, field, max_items=MAX_INPUTS)
-    out = [_input(item, f"{field}[{index}]", index) for index, item in enumerate(items)]
-    _no_repeats(out, "name", field, "duplicate_input_name")
-    _no_repeats([i for i in out if "path" in i], "path", field, "duplicate_input_path")
-    return out  # in the order declared: a refusal at submit names the input by its position
-
-
-def _outputs(value: Any, field: str) -> list[dict[str, Any]]:
-    """``[{"name", "path"}]``: what the executor uploads after a successful command (a file, or a directory
-    as a deterministic tar); a declared output that is missing fails the step (``output_missing``)."""
-    items = v.array(value, field, max_items=MAX_OUTPUTS)
-    out = []
-    for index, item in enumerate(items):
-        where = f"{field}[{index}]"
-        item = v.obj(item, where, allowed={"name", "path"}, required={"name", "path"})
-        out.append({"name": _data_name(item["name"], f"{where}.name"),
-                    "path": data_path(item["path"], f"{where}.path", code="invalid_output_path")})
-    _no_repeats(out, "name", field, "duplicate_output_name")
-    return sorted(out, key=lambda o: o["name"])
-
+# --- graph identity and order ------------------------------------------------------------------
 
 def output_key(*, attempt: int, name: str) -> str:
     """Where an attempt's output is written under the node's prefix (``runs/<run>/<node>/<key>``): each
     attempt its own key, so a retry that makes different bytes never collides with an earlier attempt,
     and a repeated upload of one attempt's bytes is the same artifact."""
     return f"attempt-{attempt}/{name}"
-
-
-def _no_repeats(items: list[dict[str, Any]], key: str, field: str, code: str) -> None:
-    repeat = v.first_repeat([item[key] for item in items])
-    if repeat:
-        first, index = repeat
-        raise v.fail(code, f"{key} '{items[index][key]}' is used twice (entries {first} and {index}).",
-                     f"{field}[{index}].{key}")
-
-
-def backoff(value: Any, field: str) -> dict[str, Any]:
-    """``{"delay_s"?, "factor"?, "max_s"?}`` with the defaults filled: the wait before each retry."""
-    value = v.obj(value, field, allowed=set(DEFAULT_BACKOFF))
-    delay = v.integer(value.get("delay_s", DEFAULT_BACKOFF["delay_s"]), f"{field}.delay_s", minimum=0,
-                      maximum=MAX_BACKOFF_S)
-    factor = v.integer(value.get("factor", DEFAULT_BACKOFF["factor"]), f"{field}.factor", minimum=1,
-                       maximum=MAX_BACKOFF_FACTOR)
-    cap = v.integer(value.get("max_s", max(delay, DEFAULT_BACKOFF["max_s"])), f"{field}.max_s", minimum=delay,
-                    maximum=MAX_BACKOFF_S)
-    return {"delay_s": delay, "factor": factor, "max_s": cap}
-
-
-def _retry_fields(value: dict[str, Any], field: str) -> dict[str, Any]:
-    """A node's retry policy in canonical form: absent when it has none (so graphs written before retries
-    keep their digests), else ``retries`` and the filled-in ``backoff``."""
-    retries = v.integer(value.get("retries", 0), f"{field}.retries", minimum=0, maximum=MAX_RETRIES)
-    if not retries:
-        if value.get("backoff") is not None:
-            raise v.fail("backoff_without_retries", "A backoff only applies to retries; set retries (at least 1) "
-                         "or leave backoff out.", f"{field}.backoff")
-        return {}
-    return {"retries": retries, "backoff": backoff(value.get("backoff", {}), f"{field}.backoff")}
-
-
-def node_validate(value: Any, field: str) -> dict[str, Any]:
-    """One node of a graph in canonical form, or raise."""
-    return node_parse(v.obj(value, field, allowed=NODE_FIELDS, required={"id", "kind"}), field)
-
-
-def node_parse(value: dict[str, Any], field: str) -> dict[str, Any]:
-    """The node parser proper, over an object whose keys were already checked: a graph's node by
-    ``node_validate``, a compute step against its own field names (``apps.compute.rules``)."""
-    node_id = v.string(value["id"], f"{field}.id", max_length=63)
-    if not NODE_ID.match(node_id):
-        raise v.fail("invalid_node_id", f"Node id '{node_id}' must match [a-z0-9][a-z0-9_-]* (at most 63).",
-                     f"{field}.id")
-    kind = value["kind"]
-    if not isinstance(kind, str) or kind not in NODE_KINDS:
-        raise v.fail("invalid_node_kind", f"Node kind must be one of: {', '.join(NODE_KINDS)}.", f"{field}.kind")
-    node: dict[str, Any] = {"id": node_id, "kind": kind}
-    if kind == "exec":
-        node["runtime"] = v.choice(value.get("runtime", "container"), f"{field}.runtime", choices=RUNTIMES)
-    elif "runtime" in value:
-        raise v.fail("runtime_not_allowed", "Only exec nodes choose a runtime.", f"{field}.runtime")
-    native = node.get("runtime") == "native"
-    if native and value.get("image") is not None:
-        raise v.fail("image_not_allowed", "A native exec node runs a host command; it takes no image.",
-                     f"{field}.image")
-    if not native:
-        if value.get("image") is None:
-            article = "An" if kind[:1] in "aeiou" else "A"
-            raise v.fail("image_required", f"{article} {kind} node with a container needs an image.", f"{field}.image")
-        if isinstance(value["image"], dict):
-            # An image given as a recorded artifact: Host pins it at submit (``require_oci_image``).
-            image = v.obj(value["image"], f"{field}.image", allowed={"artifact"}, required={"artifact"})
-            node["image"] = {"artifact": v.integer(image["artifact"], f"{field}.image.artifact", minimum=1,
-                                                   maximum=2**63 - 1)}
-        else:
-            node["image"] = v.string(value["image"], f"{field}.image", max_length=500).strip()
-    if kind == "exec" or value.get("command") is not None:
-        if value.get("command") is None:
-            raise v.fail("command_required", "An exec node needs a command (a list of arguments).",
-                         f"{field}.command")
-        node["command"] = _argv(value["command"], f"{field}.command")
-    node["env"] = env_map(value.get("env", {}), f"{field}.env")
-    node["inputs"] = _inputs(value.get("inputs", []), f"{field}.inputs")
-    if value.get("outputs"):
-        if kind != "exec":
-            raise v.fail("outputs_not_allowed", "Only exec nodes declare outputs.", f"{field}.outputs")
-        node["outputs"] = _outputs(value["outputs"], f"{field}.outputs")
-    if value.get("platform") is not None:
-        node["platform"] = platform_list(value["platform"], f"{field}.platform")
-    node["resources"] = resources(value.get("resources", {}), f"{field}.resources")
-    if value.get("accelerators") is not None:
-        node["accelerators"] = accelerators(value["accelerators"], f"{field}.accelerators")
-    node["timeout_s"] = v.integer(value.get("timeout_s", DEFAULT_TIMEOUT_S), f"{field}.timeout_s", minimum=1,
-                                  maximum=MAX_TIMEOUT_S)
-    node.update(_retry_fields(value, field))
-    node["reuse"] = v.choice(value.get("reuse", "graph_dedup"), f"{field}.reuse", choices=REUSE)
-    node["trust"] = v.choice(value.get("trust", "trusted"), f"{field}.trust", choices=TRUST_LEVELS)
-    if value.get("family") is not None:
-        node["family"] = v.choice(value["family"], f"{field}.family", choices=FAMILIES)
-    if value.get("grove") is not None:
-        node["grove"] = v.string(value["grove"], f"{field}.grove", max_length=100).strip()
-    needs = v.array(value.get("needs", []), f"{field}.needs", max_items=MAX_NODES)
-    node["needs"] = sorted({v.string(n, f"{field}.needs[{i}]", max_length=63) for i, n in enumerate(needs)})
-    return node
-
-
-def graph_validate(graph: Any, *, field: str = "graph") -> dict[str, Any]:
-    """Validate a graph and return its canonical form (defaults filled, nodes sorted by id), or raise."""
-    graph = v.obj(graph, field, allowed={"nodes"}, required={"nodes"})
-    items = v.array(graph["nodes"], f"{field}.nodes", max_items=MAX_NODES)
-    if not items:
-        raise v.fail("graph_empty", "A graph needs at least one node.", f"{field}.nodes")
-    return graph_canonical([node_validate(item, f"{field}.nodes[{index}]") for index, item in enumerate(items)],
-                           field=field)
-
-
-def graph_canonical(nodes: list[dict[str, Any]], *, field: str = "graph") -> dict[str, Any]:
-    """The graph-level checks (repeated ids, unknown needs, cycles) over nodes that ``node_validate`` already
-    parsed, and the canonical form (nodes sorted by id). A compute request builds its nodes from steps and
-    comes here directly: its nodes are parsed once, not again as a graph."""
-    repeat = v.first_repeat([node["id"] for node in nodes])
-    if repeat:
-        first, index = repeat
-        raise v.fail("duplicate_node_id", f"Node id '{nodes[index]['id']}' is used twice (nodes[{first}] "
-                     f"and nodes[{index}]).", f"{field}.nodes[{index}].id")
-    seen = {node["id"]: index for index, node in enumerate(nodes)}
-    for node in nodes:
-        index = seen[node["id"]]
-        for need in node["needs"]:
-            if need == node["id"]:
-                raise v.fail("graph_cycle", f"Node '{need}' needs itself.", f"{field}.nodes[{index}].needs")
-            if need not in seen:
-                raise v.fail("unknown_node_ref", f"Node '{node['id']}' needs '{need}', which is not in the graph.",
-                             f"{field}.nodes[{index}].needs")
-    cycle = find_cycle({n["id"]: n["needs"] for n in nodes})
-    if cycle:
-        raise v.fail("graph_cycle", f"The graph has a cycle: {' -> '.join(cycle)}.", f"{field}.nodes")
-    return {"nodes": sorted(nodes, key=lambda n: n["id"])}
 
 
 def find_cycle(needs: dict[str, list[str]]) -> list[str]:
@@ -466,7 +195,7 @@ _NODE_SHAPES: dict[tuple[str, str], tuple[str | None, str, str, str]] = {
 
 
 def planned_requirement(node: dict[str, Any], *, run_kind: str) -> ExecutionRequirement:
-    """The requirement of a node ``node_validate`` already parsed (the planner's): built from its
+    """The requirement of a node ``bodies`` already parsed (the planner's): built from its
     canonical values without reading them again (``derivation.requirement_parsed``)."""
     kind = node["kind"]
     family, artifact_kind, change_kind, isolation = _node_shape(kind, node.get("runtime", NodeRuntime.CONTAINER))
@@ -508,13 +237,3 @@ def node_requirement(node: dict[str, Any], *, run_kind: str, artifact: dict[str,
         family = v.choice(node["family"], "family", choices=FAMILIES)
     return requirement(node, family=family, source=f"node:{node.get('id') or '?'}", artifact=artifact, grove=grove,
                        artifact_kind=artifact_kind, change_kind=change_kind, isolation=isolation)
-
-
-def run_request(body: Any) -> dict[str, Any]:
-    """``POST pipelines/runs``: ``{"graph", "kind", "environment"?, "team"?, "build_id"?}``."""
-    body = v.obj(body, "", allowed={"graph", "kind", "environment", "team", "build_id"}, required={"graph", "kind"})
-    out = {"graph": body["graph"], "kind": v.choice(body["kind"], "kind", choices=RUN_KINDS)}
-    for name in ("environment", "team", "build_id"):
-        if body.get(name) is not None:
-            out[name] = v.string(body[name], name, max_length=100)
-    return out

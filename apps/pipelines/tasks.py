@@ -3,10 +3,10 @@ from celery import shared_task
 
 from apps.flags.selectors import pinned_snapshot
 from apps.pipelines import services
-from apps.pipelines.vocabulary import WaitMode
+from apps.pipelines.vocabulary import Task, WaitMode
 
 
-@shared_task(name="pipelines.node_execute")
+@shared_task(name=Task.NODE_EXECUTE.value)
 def node_execute(node_id: int) -> str | None:
     """Dispatch a queued node; an in-place step's wait is handed to a runner slot, so this worker is free
     for the next dispatch or resume at once."""
@@ -17,28 +17,28 @@ def node_execute(node_id: int) -> str | None:
     return mode
 
 
-@shared_task(name="pipelines.node_wait_in_place")
+@shared_task(name=Task.NODE_WAIT_IN_PLACE.value)
 def node_wait_in_place(node_id: int) -> bool:
     """Runs on the runner pool (PIPELINE_RUNNER_QUEUE): holds one runner slot while the job runs."""
     return services.pipeline_node_wait_in_place(node_id=node_id)
 
 
-@shared_task(name="pipeline.node_resume")
+@shared_task(name=Task.NODE_RESUME.value)
 def node_resume(node_id: int) -> bool:
     return services.pipeline_node_resume(node_id=node_id)
 
 
-@shared_task(name="pipelines.admission_wake")
+@shared_task(name=Task.ADMISSION_WAKE.value)
 def admission_wake(grove_id: str) -> list[int]:
     """Capacity freed on a Grove: admit what waits for it, in submission order."""
     return services.admission_wake(grove_id=grove_id)
 
 
-@shared_task(name="pipelines.node_wait_expire")
+@shared_task(name=Task.NODE_WAIT_EXPIRE.value)
 def node_wait_expire(node_id: int) -> bool:
     return services.node_wait_expire(node_id=node_id)
 
 
-@shared_task(name="pipelines.sweep")
+@shared_task(name=Task.SWEEP.value)
 def sweep() -> dict:
     return services.pipeline_sweep()

@@ -55,6 +55,17 @@ class Reuse(StrEnum):
     NEVER = "never"
 
 
+class Task(StrEnum):
+    """The pipeline Celery tasks' registered names: ``tasks.py`` registers its tasks under them and the services
+    send by them, so the services never import the tasks module that calls them."""
+    NODE_EXECUTE = "pipelines.node_execute"
+    NODE_WAIT_IN_PLACE = "pipelines.node_wait_in_place"
+    NODE_RESUME = "pipeline.node_resume"
+    ADMISSION_WAKE = "pipelines.admission_wake"
+    NODE_WAIT_EXPIRE = "pipelines.node_wait_expire"
+    SWEEP = "pipelines.sweep"
+
+
 class OutboxKind(StrEnum):
     NODE_RESUME = "pipeline.node_resume"
 

@@ -35,6 +35,7 @@ from apps.placement.choices import COMPATIBILITY_FLAG, PERSISTED_FLAG, Outcome
 from apps.placement.decide import Decision, Loads, decide
 from apps.placement.fleet import CandidateSet
 from apps.placement.models import ExecutionPlacement
+from apps.placement.plan import Plan
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.rules import GroveFacts, frontier, platform_at
 from apps.placement.vocabulary import BATCH_TOP_CANDIDATES, MAX_BATCH_SIZE
@@ -174,7 +175,7 @@ class _Round:
                     counts[code] += 1
             canonical = _canonical(body)
             verdicts_key = hashlib.sha256(canonical).hexdigest()
-            # What every subject of this shape stores alike, encoded once (``writes.Plan.shared_json``).
+            # What every subject of this shape stores alike, encoded once (``Plan.shared_json``).
             shared = {"enforced": enforced, "summary": decision.summary, "eligible_total": decision.eligible_total,
                       "ineligible_total": decision.ineligible_total, "counts": dict(counts),
                       "verdicts": verdicts_key}
@@ -195,7 +196,7 @@ class _Round:
                                                memo=self.memo, versions=self.versions)
         return loads
 
-    def decide(self, item: BatchItem, index: int, enforced: bool) -> writes.Plan:
+    def decide(self, item: BatchItem, index: int, enforced: bool) -> Plan:
         requirement = item.requirement
         reference = item.target or (requirement.target.grove_id if requirement.target else None)
         subject = services.subject_label(item.subject_type, item.subject_id)
@@ -238,7 +239,7 @@ class _Round:
             body = {**own, **shape.shared}
             key, verdicts, requirement_json = shape.verdicts_key, shape.verdicts_json, shape.requirement_json
         self._take(facts, unit_id, requirement, decision, item.group)
-        return writes.Plan(
+        return Plan(
             index=index, subject_type=item.subject_type, subject_id=str(item.subject_id).strip(),
             requirement=requirement, requirement_json=requirement_json, facts=facts, unit_id=unit_id, decision=body,
             chooser=decision.chooser, enforced=enforced, would_refuse=decision.would_refuse, team=item.team or "",
@@ -346,7 +347,7 @@ def place_batch(items: list[BatchItem]) -> list[BatchOutcome]:
         else:
             todo.append(index)
 
-    def write(plans: list[writes.Plan], outcomes: list[BatchOutcome], changed: set[str]) -> set[int]:
+    def write(plans: list[Plan], outcomes: list[BatchOutcome], changed: set[str]) -> set[int]:
         lost, ids, changed_now = writes.placements_write(plans, unplaced=unplaced)
         changed |= changed_now
         for plan in plans:
@@ -374,7 +375,7 @@ def _rounds(items: list[BatchItem], todo: list[int], outcomes: list[BatchOutcome
 
 def _rounds_of(items: list[BatchItem], todo: list[int], outcomes: list[BatchOutcome], flags: dict, write) -> list[
         BatchOutcome]:
-    plans: list[writes.Plan] = []
+    plans: list[Plan] = []
     for _attempt in range(services.DECIDE_ATTEMPTS):
         if not todo:
             return outcomes
@@ -430,7 +431,7 @@ def _rounds_of(items: list[BatchItem], todo: list[int], outcomes: list[BatchOutc
     return outcomes
 
 
-def _write_where_held(write, plans: list[writes.Plan], outcomes: list[BatchOutcome], changed: set[str]) -> set[int]:
+def _write_where_held(write, plans: list[Plan], outcomes: list[BatchOutcome], changed: set[str]) -> set[int]:
     """``write`` the plans in one transaction. Groves that changed under some of them (another batch or
     process placed on the same units since the snapshot) are added to ``changed``, and only the plans on
     every other Grove are written: one busy Grove does not send a whole batch back to be decided again (two
@@ -476,7 +477,7 @@ def replace_batch(*, placements: list[ExecutionPlacement], actor, reason: str,
                 for p in placements]
     flags = _flags(items, range(len(items)), persisted=True)
 
-    def write(plans: list[writes.Plan], outcomes: list[BatchOutcome], changed: set[str]) -> set[int]:
+    def write(plans: list[Plan], outcomes: list[BatchOutcome], changed: set[str]) -> set[int]:
         writes.replacements_write(plans, {plan.index: placements[plan.index].pk for plan in plans}, actor=actor,
                                   reason=reason)
         return set()

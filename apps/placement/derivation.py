@@ -109,8 +109,8 @@ def requirement(spec: dict, *, family: str, source: str, artifact_kind: str, cha
 def requirement_parsed(*, family: str, source: str, artifact_kind: str, change_kind: str, isolation: str,
                        resources: dict, accelerators: dict | None, platform: list[str] | None, trust: str,
                        grove: str | None) -> ExecutionRequirement:
-    """``requirement`` for a spec its owner already parsed (a canonical pipeline node: ``node_validate``
-    read its resources, accelerators and platforms with these same readers): built, not read again."""
+    """``requirement`` for a spec its owner already parsed (a canonical pipeline node, validated by its
+    declaration in ``apps.pipelines.bodies`` under the same bounds and platform reader): built, not read again."""
     return ExecutionRequirement(
         family=family,
         resources=Resources(cpu_milli=resources["cpu_milli"], memory_bytes=resources["memory_bytes"]),

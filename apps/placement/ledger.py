@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from django.db import connection
 
@@ -20,11 +19,9 @@ from apps.core.db import pg_array, sql_from_meta
 from apps.groves.models import Grove, PlacementUnit
 from apps.placement import snapshot
 from apps.placement.models import UnitLoad
+from apps.placement.plan import Plan
 from apps.placement.rules import GroveFacts
 from apps.placement.vocabulary import Chooser
-
-if TYPE_CHECKING:
-    from apps.placement.writes import Plan
 
 
 class Conflicted(Exception):

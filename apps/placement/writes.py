@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass
 
-import orjson
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from psycopg import errors as pg_errors
@@ -20,8 +18,8 @@ from apps.placement import rules, selectors, snapshot, vocabulary
 from apps.placement.choices import Chooser, Outcome
 from apps.placement.ledger import Conflicted, ledger_write, verified, verify
 from apps.placement.models import ExecutionPlacement, PlacementVerdicts
+from apps.placement.plan import Plan
 from apps.placement.requirements import ExecutionRequirement
-from apps.placement.rules import GroveFacts
 
 # The fields (attnames) a batch writes, in COPY order (``created_at`` and ``updated_at`` are the batch's one
 # time); their columns are read from ``_meta`` where the statement is built.
@@ -32,45 +30,6 @@ COLUMNS = ("id", "subject_type", "subject_id", "grove_id", "grove_slug", "select
 
 class SnapshotBehind(Exception):
     """The Grove chosen from the fleet snapshot no longer holds in the database."""
-
-
-@dataclass
-class Plan:
-    """One subject a batch decided to place: what is written for it, and what is re-verified."""
-
-    index: int
-    subject_type: str
-    subject_id: str
-    requirement: ExecutionRequirement
-    requirement_json: str
-    facts: GroveFacts
-    unit_id: str | None
-    decision: dict
-    chooser: str
-    enforced: bool
-    would_refuse: bool
-    team: str
-    environment: str
-    group: str
-    verdicts_key: str = ""
-    verdicts_json: str = ""  # the shared verdicts' JSON, encoded once per shape (``PlacementVerdicts.body``)
-    # A batch subject's stored decision is ``own`` (its choice) and the keys every subject of its
-    # requirement shares, encoded once (``shared_json``, without braces): ``decision`` is both merged.
-    own: dict | None = None
-    shared_json: str = ""
-
-    def note(self, key: str, value) -> None:
-        """Add a key to the stored decision (``earlier``: the refusal the placement supersedes)."""
-        self.decision[key] = value
-        if self.own is not None:
-            self.own[key] = value
-
-    def decision_json(self) -> str:
-        # orjson: a tenth of the encoding time of ``json.dumps`` for a ~1.5 KB decision, once per row
-        # (docs/decisions.md "C1M speed, fifth pass"); ``jsonb`` keeps no formatting.
-        if self.own is None or not self.shared_json:
-            return orjson.dumps(self.decision).decode()
-        return orjson.dumps(self.own)[:-1].decode() + "," + self.shared_json + "}"
 
 
 # --- one placement ----------------------------------------------------------------------------------------

@@ -1,17 +1,20 @@
-"""The walk of a compute body from the POST view to the resumed node parses the body once: each step goes
-through the node parser once, its resources object is read once, and nothing downstream (the graph's
-creation, planning, dispatch, the retry's re-read of the stored placement, resume) parses it or its
-stored requirement again (``ExecutionRequirement.from_stored`` loads what was derived)."""
+"""The walk of a compute body from the POST view to the resumed node validates the body once, from its
+declaration: ``ComputeJobRequest`` is validated once (each step's rules run once), no hand reader reads the
+body or any part of it (``apps.core.validation`` is not entered), the graph the steps make is never parsed
+again (``graph_parse``), and nothing downstream (the graph's creation, planning, dispatch, the retry's
+re-read of the stored placement, resume) parses it or its stored requirement again
+(``ExecutionRequirement.from_stored`` loads what was derived)."""
 from __future__ import annotations
 
-from collections import Counter
+import sys
 from unittest import mock
 
 import pytest
 
+from apps.compute import bodies as compute_bodies
 from apps.compute.models import ComputeJob
 from apps.core import validation
-from apps.pipelines import rules as pipeline_rules
+from apps.pipelines import bodies as pipeline_bodies
 from apps.pipelines import services as pipelines
 from apps.pipelines.models import PipelineNode
 from apps.placement import requirements
@@ -21,25 +24,30 @@ from tests.pipelines.conftest import WireGrove
 pytestmark = pytest.mark.django_db
 
 
-def test_a_compute_body_is_parsed_once_from_post_to_resumed_node(staff_client, flag_on, k8s_grove, native_grove,
-                                                                grove_client):
+def test_a_compute_body_is_validated_once_from_post_to_resumed_node(staff_client, flag_on, k8s_grove, native_grove,
+                                                                    grove_client):
     flag_on("host.deploy.forest_compute_jobs")
     body = _body()
     body["steps"][0].update(resources={"cpu_milli": 500, "memory_bytes": 1 << 30}, retries=1,
                             backoff={"delay_s": 0})
-    reads: Counter[str] = Counter()
-    real_obj = validation.obj
+    hand_reads: list[str] = []
 
-    def obj(value, field, **kwargs):
-        reads[field] += 1
-        return real_obj(value, field, **kwargs)
+    def watch(frame, event, arg):
+        # Any Python function of the hand readers' module entered while the body is handled.
+        if event == "call" and frame.f_code.co_filename == validation.__file__:
+            hand_reads.append(frame.f_code.co_name)
 
-    with mock.patch.object(validation, "obj", side_effect=obj), \
-            mock.patch.object(pipeline_rules, "node_parse", wraps=pipeline_rules.node_parse) as nodes, \
-            mock.patch.object(pipeline_rules, "graph_validate", wraps=pipeline_rules.graph_validate) as graphs, \
+    with mock.patch.object(compute_bodies.ComputeJobRequest, "model_validate",
+                           wraps=compute_bodies.ComputeJobRequest.model_validate) as requests, \
+            mock.patch.object(compute_bodies, "command_rule", wraps=compute_bodies.command_rule) as commands, \
+            mock.patch.object(pipeline_bodies, "graph_parse", wraps=pipeline_bodies.graph_parse) as graphs, \
             mock.patch.object(requirements, "parse_requirement",
                               wraps=requirements.parse_requirement) as stored_parses:
-        response = staff_client.post(URL, body, format="json")
+        sys.setprofile(watch)
+        try:
+            response = staff_client.post(URL, body, format="json")
+        finally:
+            sys.setprofile(None)
         assert response.status_code == 201, response.json()
         job = ComputeJob.objects.get(pk=response.json()["id"])
         kube, mac = (WireGrove(grove_client(cred), grove) for grove, cred in (k8s_grove, native_grove))
@@ -58,11 +66,8 @@ def test_a_compute_body_is_parsed_once_from_post_to_resumed_node(staff_client, f
 
     job.run.refresh_from_db()
     assert job.run.status == "succeeded"
-    assert nodes.call_count == len(body["steps"])  # each step through the node parser once
-    assert graphs.call_count == 0  # the steps' graph is built from parsed nodes, not parsed as a graph
+    assert requests.call_count == 1  # the body validated once, from its declaration
+    assert commands.call_count == len(body["steps"])  # each step's rules once
+    assert graphs.call_count == 0  # the steps' graph is built from the parsed steps, not parsed as a graph
     assert stored_parses.call_count == 0  # stored requirements load trusted, at every dispatch
-    body_reads = {field: n for field, n in reads.items() if field.startswith("steps")}
-    assert body_reads and set(body_reads.values()) == {1}, body_reads
-    assert body_reads["steps[0].resources"] == 1
-    # Derivation builds the requirement from the parsed node: the requirement reader never runs.
-    assert not {"resources", "compatibility", "accelerators"} & set(reads), reads
+    assert hand_reads == [], hand_reads  # no hand reader touched the body on its way to the stored run

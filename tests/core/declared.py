@@ -1,6 +1,7 @@
 """Holding a body's declaration (``apps.core.bodies``) and its parser to one meaning: the same keys at every
-level, the same bounds. Used by the tests of each declaration whose parse is still a hand parser
-(``tests/compute/test_bodies.py``, ``tests/pipelines/test_bodies.py``)."""
+level, the same bounds. Since issue 35 the compute and pipeline bodies are parsed from their declarations;
+these hold that each level's refusal names exactly its declared keys and each declared bound is refused at
+the field's own path (``tests/compute/test_bodies.py``, ``tests/pipelines/test_bodies.py``)."""
 from __future__ import annotations
 
 import re

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from apps.core.bodies import Body, parse
 from apps.core.errors import ValidationFailed
 from apps.groves import rules
 from tests.factories import heartbeat_body
@@ -59,3 +60,36 @@ def test_normalised_values_come_back():
     assert data["change_kinds"] == ["native.job"]
     assert (data["capacity"]["accelerators"][0]["vendor"], data["capacity"]["accelerators"][0]["apis"]) == (
         "nvidia", ["cuda"])
+
+
+class _Inner(Body):
+    a: int = 0
+    b: int = 0
+
+
+class _Outer(Body):
+    first: int = 0
+    inner: _Inner = _Inner()
+    items: list[_Inner] = []
+    last: int = 0
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    # several unknown keys in one object: the first by name, whatever the body's order
+    ({"zeta": 1, "alpha": 1}, ("unknown_field", "alpha")),
+    # an object's unknown keys before its values, and before anything inside it
+    ({"first": "x", "inner": {"zz": 1}, "zz": 1}, ("unknown_field", "zz")),
+    # a value met earlier in the walk before a key problem deeper in a later field
+    ({"first": "x", "inner": {"zz": 1}}, ("invalid_type", "first")),
+    ({"inner": {"a": "x"}, "items": [{"zz": 1}]}, ("invalid_type", "inner.a")),
+    # items in order; within an item, its keys before its values
+    ({"items": [{"a": "x"}, {"zz": 1}]}, ("invalid_type", "items[0].a")),
+    ({"items": [{"b": "x", "zz": 1}]}, ("unknown_field", "items[0].zz")),
+    # fields in their declared order, not the body's
+    ({"last": "x", "first": "x"}, ("invalid_type", "first")),
+])
+def test_the_first_problem_is_the_one_a_walk_of_the_body_meets(body, expected):
+    """What a hand reader reported (issue 35): the compute and run bodies' refusals depend on it."""
+    with pytest.raises(ValidationFailed) as exc:
+        parse(_Outer, body)
+    assert (exc.value.code, exc.value.field) == expected

@@ -28,10 +28,10 @@ def test_a_body_too_large_for_django_names_forest_s_setting(settings):
 
 
 def test_an_exec_node_error_reads_an_exec_node():
-    from apps.pipelines import rules
+    from apps.pipelines import bodies
 
     with pytest.raises(ValidationFailed, match=r"^An exec node with a container needs an image"):
-        rules.node_validate({"id": "a", "kind": "exec", "command": ["true"]}, "nodes[0]")
+        bodies.graph_parse({"nodes": [{"id": "a", "kind": "exec", "command": ["true"]}]})
 
 
 @pytest.mark.django_db

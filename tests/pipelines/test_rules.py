@@ -7,14 +7,14 @@ import pytest
 from apps.core.errors import ValidationFailed
 from apps.core.lifecycle import IllegalTransition
 from apps.dispatch.states import JOB
-from apps.pipelines import rules
+from apps.pipelines import bodies, rules
 from apps.pipelines.states import NODE, run_outcome
 from tests.pipelines.graphs import IMAGE, exec_node, graph
 
 
 def _fails(value, code, field=None):
     with pytest.raises(ValidationFailed) as info:
-        rules.graph_validate(value)
+        bodies.graph_parse(value)
     assert info.value.code == code, info.value.detail
     if field is not None:
         assert info.value.field == field
@@ -57,25 +57,25 @@ def test_canonical_form_and_digest_ignore_spelling():
     one = graph(exec_node("b", needs=["a"], env={"Y": "2", "X": "1"}), exec_node("a"))
     two = graph(exec_node("a", reuse="graph_dedup", trust="trusted", timeout_s=3600),
                 exec_node("b", needs=["a", "a"], env={"X": "1", "Y": "2"}, resources={}))
-    c1, c2 = rules.graph_validate(one), rules.graph_validate(two)
+    c1, c2 = bodies.graph_parse(one), bodies.graph_parse(two)
     assert c1 == c2
     assert rules.graph_digest(c1) == rules.graph_digest(c2)
     assert [n["id"] for n in c1["nodes"]] == ["a", "b"]
     assert c1["nodes"][0]["resources"] == {"cpu_milli": 1000, "memory_bytes": 1024**3}
-    changed = rules.graph_validate(graph(exec_node("a", env={"Z": "1"}), exec_node("b", needs=["a"])))
+    changed = bodies.graph_parse(graph(exec_node("a", env={"Z": "1"}), exec_node("b", needs=["a"])))
     assert rules.graph_digest(changed) != rules.graph_digest(c1)
 
 
 def test_topological_order_and_node_digests_follow_needs():
-    canonical = rules.graph_validate(graph(exec_node("z"), exec_node("m", needs=["z"]), exec_node("a", needs=["m"])))
+    canonical = bodies.graph_parse(graph(exec_node("z"), exec_node("m", needs=["z"]), exec_node("a", needs=["m"])))
     assert rules.topological_order(canonical) == ["z", "m", "a"]
     digests = rules.node_digests(canonical)
-    upstream_changed = rules.graph_validate(graph(exec_node("z", env={"K": "v"}), exec_node("m", needs=["z"]),
+    upstream_changed = bodies.graph_parse(graph(exec_node("z", env={"K": "v"}), exec_node("m", needs=["z"]),
                                                   exec_node("a", needs=["m"])))
     # A node's identity includes what it consumes: changing z changes m and a too.
     assert rules.node_digests(upstream_changed)["a"] != digests["a"]
     # ... but not where it runs or how long we wait.
-    pinned = rules.graph_validate(graph(exec_node("z", grove="box", timeout_s=5), exec_node("m", needs=["z"]),
+    pinned = bodies.graph_parse(graph(exec_node("z", grove="box", timeout_s=5), exec_node("m", needs=["z"]),
                                         exec_node("a", needs=["m"])))
     assert rules.node_digests(pinned) == digests
 
@@ -91,7 +91,7 @@ def test_topological_order_and_node_digests_follow_needs():
     ({"id": "img", "kind": "build_image", "image": IMAGE}, "not_container_exec"),
 ])
 def test_dedup_eligibility(node, code):
-    canonical = rules.graph_validate(graph(node))["nodes"][0]
+    canonical = bodies.graph_parse(graph(node))["nodes"][0]
     assert rules.dedup_exclusion(canonical) == code
 
 
@@ -102,7 +102,7 @@ def test_dedup_eligibility(node, code):
     ({"id": "img", "kind": "build_image", "image": IMAGE}, "not_exec"),
 ])
 def test_detached_wait_eligibility(node, code):
-    canonical = rules.graph_validate(graph(node))["nodes"][0]
+    canonical = bodies.graph_parse(graph(node))["nodes"][0]
     assert rules.detached_wait_exclusion(canonical) == code
 
 
@@ -136,24 +136,24 @@ def test_bad_retry_policies_are_refused_with_codes_and_paths(extra, code, field)
 
 
 def test_retry_policy_canonical_form_and_digests():
-    plain = rules.graph_validate(graph(exec_node("a")))
+    plain = bodies.graph_parse(graph(exec_node("a")))
     assert "retries" not in plain["nodes"][0] and "backoff" not in plain["nodes"][0]
-    assert rules.graph_validate(graph(exec_node("a", retries=0))) == plain  # old graphs keep their digest
-    retried = rules.graph_validate(graph(exec_node("a", retries=2, backoff={"delay_s": 1})))["nodes"][0]
+    assert bodies.graph_parse(graph(exec_node("a", retries=0))) == plain  # old graphs keep their digest
+    retried = bodies.graph_parse(graph(exec_node("a", retries=2, backoff={"delay_s": 1})))["nodes"][0]
     assert retried["retries"] == 2 and retried["backoff"] == {"delay_s": 1, "factor": 2, "max_s": 600}
     # How often and how patiently a node is tried is not what it computes.
     assert rules.node_digests({"nodes": [retried]}) == rules.node_digests(plain)
 
 
 def test_retry_schedule_backs_off_and_stops_and_never_retries_a_cancellation():
-    node = rules.graph_validate(graph(exec_node("a", retries=3, backoff={"delay_s": 5, "factor": 3,
+    node = bodies.graph_parse(graph(exec_node("a", retries=3, backoff={"delay_s": 5, "factor": 3,
                                                                           "max_s": 30})))["nodes"][0]
     assert [rules.retry_delay_s(node, attempt=n) for n in (1, 2, 3, 4)] == [5, 15, 30, None]
     assert rules.retry_after(node, attempt=1, outcome="failed") == 5
     assert rules.retry_after(node, attempt=1, outcome="timed_out") == 5
     assert rules.retry_after(node, attempt=1, outcome="cancelled") is None
     assert rules.retry_after(node, attempt=1, outcome="succeeded") is None
-    assert rules.retry_after(rules.graph_validate(graph(exec_node("b")))["nodes"][0], attempt=1,
+    assert rules.retry_after(bodies.graph_parse(graph(exec_node("b")))["nodes"][0], attempt=1,
                              outcome="failed") is None
 
 

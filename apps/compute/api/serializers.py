@@ -1,5 +1,5 @@
 """Compute API response shapes, for the OpenAPI schema. The request body is declared in
-``apps.compute.bodies`` (and parsed by ``apps.compute.rules``)."""
+``apps.compute.bodies``, which validates it too."""
 from rest_framework import serializers
 
 from apps.pipelines.api.serializers import DecisionRefSerializer, QueueSerializer, RunnerSerializer, WarningSerializer

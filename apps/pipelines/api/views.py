@@ -9,7 +9,7 @@ from rest_framework.views import APIView
 from apps.accounts.api.permissions import requires
 from apps.accounts.selectors import body_with_team, team_authorize, visible
 from apps.core.api.serializers import ErrorSerializer
-from apps.pipelines import rules, selectors, services
+from apps.pipelines import bodies, selectors, services
 from apps.pipelines.api import serializers as s
 from apps.pipelines.bodies import RunRequest
 from apps.pipelines.filtersets import RunFilterSet
@@ -32,10 +32,10 @@ class RunListCreateView(generics.ListAPIView):
     @extend_schema(request=RunRequest, responses={201: s.RunDetailSerializer, **ERRORS},
                    tags=["pipelines"], summary="Create a run from a Canopy Pipeline Graph")
     def post(self, request):
-        data = rules.run_request(body_with_team(request.user, request.data))
-        run = services.pipeline_run_create(graph=data["graph"], kind=data["kind"],
-                                           environment=data.get("environment", ""), team=data.get("team", ""),
-                                           build_id=data.get("build_id"), created_by=request.user)
+        data = bodies.run_request(body_with_team(request.user, request.data))
+        run = services.pipeline_run_create(canonical=data["canonical"], kind=data["kind"],
+                                           environment=data["environment"], team=data["team"],
+                                           build_id=data["build_id"], created_by=request.user)
         return Response(s.RunDetailSerializer(run).data, status=status.HTTP_201_CREATED)
 
 

@@ -31,7 +31,7 @@ from apps.pipelines.models import PipelineAdmissionWake, PipelineNode, PipelineN
 from apps.pipelines.services.outbox import resume_resend_after_s, send_after_commit
 from apps.pipelines.services.runs import run_advance, run_and_node_locked
 from apps.pipelines.services.transitions import node_transition
-from apps.pipelines.vocabulary import NodeStatus
+from apps.pipelines.vocabulary import NodeStatus, Task
 from apps.placement import admission
 from apps.placement.decide import policy_for
 from apps.placement.requirements import ExecutionRequirement
@@ -63,7 +63,7 @@ def request_wake(grove_id) -> bool:
                         now - timedelta(seconds=WAKE_RESEND_AFTER_S)])
         sent = cursor.rowcount == 1
     if sent:
-        send_after_commit("admission_wake", str(grove_id))
+        send_after_commit(Task.ADMISSION_WAKE, str(grove_id))
     return sent
 
 
@@ -94,7 +94,7 @@ def node_wait(*, node: PipelineNode, error: ForestError) -> PipelineNodeWait:
     if new:
         wait = PipelineNodeWait.objects.create(
             node=node, deadline_at=timezone.now() + timedelta(seconds=node.timeout_s), **fields)
-        send_after_commit("node_wait_expire", node.pk, countdown=min(node.timeout_s, MAX_EXPIRY_COUNTDOWN_S))
+        send_after_commit(Task.NODE_WAIT_EXPIRE, node.pk, countdown=min(node.timeout_s, MAX_EXPIRY_COUNTDOWN_S))
     else:
         for key, value in fields.items():
             setattr(wait, key, value)
@@ -176,7 +176,7 @@ def admission_wake(*, grove_id: str) -> list[int]:
             PipelineNodeWait.objects.filter(node=node).update(admitted_grove_id=grove_id, admitted_at=now)
             node_transition(node=node, to=NodeStatus.QUEUED, reason="admitted",
                             detail=f"Capacity on Grove {facts.slug}: admitted from the queue.")
-            send_after_commit("node_execute", node.pk)
+            send_after_commit(Task.NODE_EXECUTE, node.pk)
             admitted.append(node.pk)
     if admitted:
         log.info("admitted from the queue", extra={"grove": facts.slug, "nodes": len(admitted)})
@@ -196,7 +196,7 @@ def node_wait_expire(*, node_id: int, now: datetime | None = None) -> bool:
             return False
         early_s = (wait.deadline_at - now).total_seconds()
         if early_s > 0:  # a countdown capped below the deadline, or a re-send: come back then
-            send_after_commit("node_wait_expire", node.pk, countdown=min(early_s, MAX_EXPIRY_COUNTDOWN_S))
+            send_after_commit(Task.NODE_WAIT_EXPIRE, node.pk, countdown=min(early_s, MAX_EXPIRY_COUNTDOWN_S))
             return False
         node_transition(node=node, to=NodeStatus.TIMED_OUT, reason=WAIT_TIMED_OUT,
                         detail=f"Waited {node.timeout_s} s for capacity without being admitted: {wait.detail}")

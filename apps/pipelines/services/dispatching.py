@@ -24,7 +24,7 @@ from apps.pipelines.services.resume import pipeline_node_resume
 from apps.pipelines.services.runs import run_advance, run_and_node_locked
 from apps.pipelines.services.transitions import node_transition
 from apps.pipelines.states import RUN_TERMINAL
-from apps.pipelines.vocabulary import DETACHED_WAIT_FLAG, NodeStatus, WaitMode
+from apps.pipelines.vocabulary import DETACHED_WAIT_FLAG, NodeStatus, Task, WaitMode
 from apps.placement.admission import LATER_CODES
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.services import WaitingForCapacity, place_execution, placement_record_unplaced
@@ -84,7 +84,7 @@ def pipeline_node_execute(*, node_id: int) -> str | None:
         if node.retry_at is not None:
             wait_s = (node.retry_at - timezone.now()).total_seconds()
             if wait_s > 0:  # early (a re-send): come back when the backoff is over
-                send_after_commit("node_execute", node.pk, countdown=wait_s)
+                send_after_commit(Task.NODE_EXECUTE, node.pk, countdown=wait_s)
                 return None
         requirement = ExecutionRequirement.from_stored(node.requirement)
         job_id = uuid.uuid4()  # known before the job row exists: it is the accelerator claim's job_ref

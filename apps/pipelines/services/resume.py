@@ -30,7 +30,7 @@ from apps.pipelines.services.outbox import resume_resend_after_s, send_after_com
 from apps.pipelines.services.runs import run_advance, run_and_node_locked
 from apps.pipelines.services.transitions import node_transition
 from apps.pipelines.states import node_outcome_for_job
-from apps.pipelines.vocabulary import NodeKind, NodeStatus, OutboxKind
+from apps.pipelines.vocabulary import NodeKind, NodeStatus, OutboxKind, Task
 
 
 def write_resume(job: GroveJob, *, now: datetime) -> PipelineOutbox | None:
@@ -43,7 +43,7 @@ def write_resume(job: GroveJob, *, now: datetime) -> PipelineOutbox | None:
         return None
     row = PipelineOutbox.objects.create(kind=OutboxKind.NODE_RESUME, node_id=job.node_id, job=job,
                                         next_send_at=now + timedelta(seconds=resume_resend_after_s()), sends=1)
-    send_after_commit("node_resume", job.node_id)
+    send_after_commit(Task.NODE_RESUME, job.node_id)
     return row
 
 
@@ -151,6 +151,6 @@ def node_retry(*, node: PipelineNode, job: GroveJob, outcome: str, delay_s: int)
         detail=f"Attempt {node.attempt} {outcome.replace('_', ' ')} ({why}); attempt {attempt} of "
                f"{1 + node.spec.get('retries', 0)} starts in {delay_s} s.",
         changes={"attempt": attempt, "retry_at": now + timedelta(seconds=delay_s), "awaiting_job_id": None})
-    send_after_commit("node_execute", node.pk, countdown=delay_s)
+    send_after_commit(Task.NODE_EXECUTE, node.pk, countdown=delay_s)
     return node
 

@@ -16,7 +16,7 @@ from apps.dispatch.models import GroveJob
 from apps.dispatch.services import job_end_by_host
 from apps.dispatch.states import JOB_LIVE
 from apps.dispatch.vocabulary import JobStatus
-from apps.pipelines import rules
+from apps.pipelines import bodies, rules
 from apps.pipelines.models import PipelineGraph, PipelineNode, PipelineNodeEvent, PipelineOutbox, PipelineRun
 from apps.pipelines.selectors import run_get
 from apps.pipelines.services.inputs import graph_inputs_resolve, run_inputs_record
@@ -24,7 +24,7 @@ from apps.pipelines.services.outbox import send_after_commit
 from apps.pipelines.services.planning import dedup_source, pipeline_plan
 from apps.pipelines.services.transitions import node_transition, run_transition
 from apps.pipelines.states import NODE_TERMINAL, RUN_TERMINAL, run_outcome
-from apps.pipelines.vocabulary import NodeStatus, RunStatus
+from apps.pipelines.vocabulary import NodeStatus, RunStatus, Task
 from apps.placement.batch import BatchItem, place_batch
 from apps.placement.requirements import ExecutionRequirement
 from apps.placement.services import placement_pin
@@ -37,10 +37,10 @@ def pipeline_run_create(*, kind: str, graph: dict | None = None, canonical: dict
                         node_fields: dict[str, str] | None = None) -> PipelineRun:
     """Validate, resolve inputs, plan and seed a run; nodes whose needs are met are queued for the exec
     driver. Inputs are resolved before the graph is digested: the work's identity holds their digests.
-    ``graph`` is a body to parse; ``canonical`` a graph already parsed (``rules.graph_canonical``: a compute
+    ``graph`` is a body to parse; ``canonical`` a graph already parsed (``bodies.run_request``'s, a compute
     request's), which is not parsed again."""
     if canonical is None:
-        canonical = rules.graph_validate(graph)
+        canonical = bodies.graph_parse(graph)
     canonical = graph_inputs_resolve(canonical=canonical, user=created_by, team=team, node_fields=node_fields)
     planned = pipeline_plan(canonical=canonical, run_kind=kind, environment=environment, team=team)
     digest = rules.graph_digest(canonical)
@@ -114,7 +114,7 @@ def run_advance(run: PipelineRun, nodes: list[PipelineNode] | None = None) -> li
             node_transition(node=node, to=NodeStatus.QUEUED)
             queued.append(node.node_id)
             ready.append(node)
-            send_after_commit("node_execute", node.pk)
+            send_after_commit(Task.NODE_EXECUTE, node.pk)
         status[node.node_id] = node.status
     if len(ready) > 1:
         _place_ready(run, ready)

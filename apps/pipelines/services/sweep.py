@@ -15,7 +15,7 @@ from apps.pipelines.models import PipelineNode, PipelineOutbox
 from apps.pipelines.services.admission_queue import admission_sweep
 from apps.pipelines.services.outbox import resume_resend_after_s, send_after_commit
 from apps.pipelines.services.resume import write_resume
-from apps.pipelines.vocabulary import NodeStatus
+from apps.pipelines.vocabulary import NodeStatus, Task
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def pipeline_sweep(*, now: datetime | None = None, limit: int = 500) -> dict:
             row.next_send_at = now + timedelta(seconds=resume_resend_after_s() * min(2 ** row.sends, 32))
             row.sends += 1
             row.save(update_fields=["next_send_at", "sends"])
-            send_after_commit("node_resume", row.node_id)
+            send_after_commit(Task.NODE_RESUME, row.node_id)
         counts["resent"] = len(due)
 
     pending_resume = PipelineOutbox.objects.filter(node=OuterRef("pk"), done_at__isnull=True)
@@ -60,7 +60,7 @@ def pipeline_sweep(*, now: datetime | None = None, limit: int = 500) -> dict:
         for node in stuck:
             node.queued_at = now
             node.save(update_fields=["queued_at"])
-            send_after_commit("node_execute", node.pk)
+            send_after_commit(Task.NODE_EXECUTE, node.pk)
         counts["requeued"] = len(stuck)
     counts.update(admission_sweep(now=now, limit=limit))
     if any(counts.values()):

@@ -16,11 +16,11 @@ from rest_framework.views import APIView
 from apps.accounts.api.authentication import ApiTokenAuthentication
 from apps.accounts.api.permissions import requires
 from apps.accounts.selectors import body_with_team
-from apps.compute import rules as compute_rules
+from apps.compute import bodies as compute_bodies
 from apps.compute.selectors import compute_enabled_or_refuse
 from apps.core.api.serializers import ErrorSerializer
 from apps.flags.selectors import is_enabled
-from apps.pipelines import rules as pipeline_rules
+from apps.pipelines import bodies as pipeline_bodies
 from apps.pipelines.services import pipeline_plan
 from apps.placement.choices import COMPATIBILITY_FLAG
 from apps.placement.requirements import ExecutionRequirement
@@ -33,12 +33,11 @@ def plan_preview(body) -> dict:
     if isinstance(body, dict) and "steps" in body:
         environment = body.get("environment") if isinstance(body.get("environment"), str) else None
         compute_enabled_or_refuse(environment=environment)
-        data = compute_rules.compute_request(body)
+        data = compute_bodies.compute_request(body)
         canonical, kind, environment, team = data["canonical"], "compute", data["environment"], data["team"]
     else:
-        data = pipeline_rules.run_request(body)
-        canonical, kind = pipeline_rules.graph_validate(data["graph"]), data["kind"]
-        environment, team = data.get("environment", ""), data.get("team", "")
+        data = pipeline_bodies.run_request(body)
+        canonical, kind, environment, team = data["canonical"], data["kind"], data["environment"], data["team"]
     planned = pipeline_plan(canonical=canonical, run_kind=kind, environment=environment, team=team)
     enforced = is_enabled(COMPATIBILITY_FLAG, environment=environment or None, team=team or None)
     nodes = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 
-from forest_agent.inventory.accelerators import AcceleratorItem
+from forest_agent.inventory.item import AcceleratorItem
 from forest_agent.oskit import CommandRunner
 
 log = logging.getLogger(__name__)

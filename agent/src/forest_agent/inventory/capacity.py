@@ -10,7 +10,7 @@ from typing import Any
 
 import psutil
 
-from forest_agent.inventory.accelerators import AcceleratorItem
+from forest_agent.inventory.item import AcceleratorItem
 
 PLACEMENT_UNIT_ID = "machine"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from forest_agent.inventory.accelerators import AcceleratorItem
+from forest_agent.inventory.item import AcceleratorItem
 from forest_agent.oskit import CommandRunner
 
 log = logging.getLogger(__name__)

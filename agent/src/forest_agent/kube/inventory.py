@@ -21,7 +21,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from forest_agent.inventory.accelerators import AcceleratorItem
+from forest_agent.inventory.item import AcceleratorItem
 from forest_agent.kube.render import GFD_MEMORY, GFD_PRESENT, GFD_PRODUCT, GPU_RESOURCE
 
 GFD_SHARING = "nvidia.com/gpu.sharing-strategy"
