@@ -141,6 +141,7 @@ SCOPED = {
     "refused_placements": lambda user, world: _teams(selectors.refused_placements(user)) == {"red"},
     "run_rows": lambda user, world: _teams(selectors.run_rows(user)) == {"red"},
     "run_detail": _run_detail,
+    "compute_job_rows": lambda user, world: {job.team for job in selectors.compute_job_rows(user)} == {"red"},
     "compute_job_detail": _compute_job(selectors.compute_job_detail),
     "compute_job_page": _compute_job(lambda user, job_id: selectors.compute_job_page(user, job_id=job_id).job),
     "refusal_report": _refusal_report,
