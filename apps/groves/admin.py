@@ -64,11 +64,17 @@ class AcceleratorInline(admin.TabularInline):
 
 
 class CredentialInline(admin.TabularInline):
+    """A Grove's credentials on its page: only for a role that may view credentials (staff admin), never for
+    a viewer, who may read the Grove but not what authenticates it (docs/permissions.md)."""
+
     model = GroveCredential
     extra = 0
     can_delete = False
     fields = ("key_id", "created_at", "revoked_at", "revoked_reason")
     readonly_fields = fields
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.has_perm("groves.view_grovecredential")
 
     def has_add_permission(self, request, obj=None):
         return False
