@@ -147,7 +147,9 @@ class EnrollmentTokenAdmin(admin.ModelAdmin):
         messages.warning(request, f"Enrollment token (shown once, copy it now): {presented}")
 
     def has_change_permission(self, request, obj=None):
-        return obj is None
+        # Never changed after creation. (Answering True for obj=None, as this once did, let every staff
+        # user — a viewer too — list the tokens: admin's view rule is "view or change".)
+        return False
 
 
 @admin.action(description="Revoke selected credentials", permissions=["change"])
