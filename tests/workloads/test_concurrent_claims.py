@@ -18,6 +18,24 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ROUNDS = 4
 
 
+def _race(url: str, bodies: dict[str, dict], tokens: dict[str, str]) -> dict[str, httpx.Response]:
+    """Post each team's body at the same moment (a barrier releases both threads together)."""
+    barrier = threading.Barrier(len(bodies))
+    answers: dict[str, httpx.Response] = {}
+
+    def apply(team: str) -> None:
+        barrier.wait(timeout=30)
+        answers[team] = httpx.post(url, json=bodies[team], timeout=60,
+                                   headers={"Authorization": f"Token {tokens[team]}"})
+
+    threads = [threading.Thread(target=apply, args=(team,)) for team in bodies]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=90)
+    return answers
+
+
 def test_racing_applies_for_one_host_name_get_one_winner_and_one_409(live_server, settings, fresh_grove):
     settings.FOREST_NATIVE_WORKLOAD_DISPATCH = True
     settings.FOREST_INGRESS_DOMAINS = ["apps.example.com"]
@@ -28,23 +46,10 @@ def test_racing_applies_for_one_host_name_get_one_winner_and_one_409(live_server
               for team in ("red", "blue")}
     for round_ in range(ROUNDS):
         names = [f"a{round_}.apps.example.com", f"b{round_}.apps.example.com"]
-        bodies = {"red": names, "blue": names[::-1]}
-        barrier = threading.Barrier(2)
-        answers: dict[str, httpx.Response] = {}
-
-        def apply(team: str) -> None:
-            body = {"slug": f"{team}-{round_}", "bundle_digest": bundle.digest, "command": ["./server"],
-                    "ingress": {"hostnames": bodies[team], "port": 8080},
-                    "ports": [{"name": "http", "port": 8080}]}  # noqa: B023 - read before the next round
-            barrier.wait(timeout=30)
-            answers[team] = httpx.post(f"{live_server.url}/api/forest/v1/workloads", json=body, timeout=60,
-                                       headers={"Authorization": f"Token {tokens[team]}"})
-
-        threads = [threading.Thread(target=apply, args=(team,)) for team in ("red", "blue")]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=90)
+        bodies = {team: {"slug": f"{team}-{round_}", "bundle_digest": bundle.digest, "command": ["./server"],
+                         "ingress": {"hostnames": hostnames, "port": 8080}, "ports": [{"name": "http", "port": 8080}]}
+                  for team, hostnames in (("red", names), ("blue", names[::-1]))}
+        answers = _race(f"{live_server.url}/api/forest/v1/workloads", bodies, tokens)
         outcomes = sorted((answers[team].status_code, answers[team].json().get("code", "")) for team in answers)
         assert outcomes == [(200, ""), (409, "ingress_host_taken")], {t: a.text for t, a in answers.items()}
         winner = next(team for team in answers if answers[team].status_code == 200)
