@@ -17,7 +17,7 @@ from django.db.models import Case, ProtectedError, QuerySet, When
 from django.utils import timezone
 
 from apps.accounts.selectors import team_for_write, user_team_slugs
-from apps.artifacts import hooks, rules, selectors
+from apps.artifacts import hooks, rules, selectors, vocabulary
 from apps.artifacts.choices import CheckVerdict, PlatformStatus, StorageKind, UseRole
 from apps.artifacts.digests import check_digest
 from apps.artifacts.models import Artifact, ArtifactPlatformCheck, ArtifactUse
@@ -165,7 +165,7 @@ def _settle(existing: Artifact, offered: dict[str, str]) -> list[str]:
         setattr(existing, name, value)
         filled.append(name)
     if "platform" in filled:
-        existing.platform_status, existing.platform_source = PlatformStatus.KNOWN, "declared"
+        existing.platform_status, existing.platform_source = vocabulary.PlatformStatus.KNOWN, "declared"
         filled += ["platform_status", "platform_source"]
     return filled
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 import structlog
 
@@ -44,7 +45,7 @@ class ApiQueryRedactingFilter(logging.Filter):
         if isinstance(record.args, tuple):
             record.args = tuple(_API_QUERY.sub(rf"\1{REDACTED}", arg) if isinstance(arg, str) else arg
                                 for arg in record.args)
-        request = getattr(record, "request", None)
+        request: Any = getattr(record, "request", None)
         if hasattr(request, "path") and hasattr(request, "method"):
             # django.request attaches the HttpRequest, whose repr is the full URL: keep its path alone.
             record.request = f"{request.method} {request.path}"
