@@ -54,6 +54,9 @@ def enrollment_token_create(*, roles: list[str], substrate: str, expires_in_s: i
     return token, presented
 
 
+SLUG_LOCK_CLASS = 0x4753  # pg_advisory_xact_lock(class, hashtext(base)): a Grove slug being chosen
+
+
 def _unique_slug(name: str) -> str:
     base = slugify(name)[:80] or "grove"
     slug, n = base, 1
@@ -86,7 +89,10 @@ def grove_capabilities_sync(*, grove: Grove) -> None:
 def grove_create(*, name: str, substrate: str, roles: list[str], platforms: list[str],
                  slug: str = "", version: str = "", simulated: bool = False) -> Grove:
     """Create a Grove directly (enrollment, demo data, tests); platforms are validated and normalised.
-    ``simulated``: a demo Grove whose reports Host makes up (nothing runs its jobs)."""
+    ``simulated``: a demo Grove whose reports Host makes up (nothing runs its jobs). Two enrollments of one
+    name at once take turns on the slug (a lock on its base), so the later one gets ``name-1``, not a 500."""
+    if not slug:
+        advisory_locks(SLUG_LOCK_CLASS, [slugify(name)[:80] or "grove"])
     grove = Grove.objects.create(
         slug=slug or _unique_slug(name), name=name, substrate=substrate, roles=roles,
         platforms=rules.platforms(platforms), version=version, simulated=simulated,

@@ -110,3 +110,4 @@ def test_the_parser_is_strict(literal):
 def test_the_canonical_spelling_is_stored():
     policy = MeshPolicy(networks=("fd00::/8",))
     assert check_address("FD00:0077:0000::0005", policy) == "fd00:77::5"
+
