@@ -184,9 +184,14 @@ def test_a_workload_cannot_name_another_teams_bundle(http, settings, fresh_grove
     _, signature = _signed(data)
     _upload(http["red"]["operator"], data, signature=signature, key_id="release")
     body = {"slug": "stolen", "bundle_digest": sha(data), "command": ["./server"]}
+    admin_token = api_token_for(grant(UserFactory(username="admin"), roles.STAFF_ADMIN))
     before = table_fingerprint()
     refused = http["blue"]["operator"].post("/workloads", json=body)
     assert (refused.status_code, refused.json()["code"]) == (400, "artifact_not_found"), refused.text
+    # A staff admin (every team's work) applying for blue is held to blue's bundles too.
+    as_admin = http["blue"]["operator"].post("/workloads", json={**body, "team": "blue"},
+                                             headers={"Authorization": f"Token {admin_token}"})
+    assert (as_admin.status_code, as_admin.json()["code"]) == (400, "artifact_not_found"), as_admin.text
     assert changed_tables(before, table_fingerprint()) == []
     # Blue uploading the same bytes unsigned gives it an unsigned row of its own, still not red's signature.
     _upload(http["blue"]["operator"], data)
