@@ -371,6 +371,10 @@ FOREST_EDGE_CONNECT_TIMEOUT_S = int(os.environ.get("FOREST_EDGE_CONNECT_TIMEOUT_
 FOREST_EDGE_READ_TIMEOUT_S = int(os.environ.get("FOREST_EDGE_READ_TIMEOUT_S", "60"))
 FOREST_EDGE_SEND_TIMEOUT_S = int(os.environ.get("FOREST_EDGE_SEND_TIMEOUT_S", "60"))
 FOREST_EDGE_PROXY_BIND = os.environ.get("FOREST_EDGE_PROXY_BIND", "")  # the edge's own mesh address, if any
+# The ports a Grove's ingress proxy may report (low ports are system services'), and addresses no Grove may
+# claim on top of the edge's own and the IP literals in Host's service URLs (apps/groves/mesh.py).
+FOREST_MESH_PROXY_PORTS = os.environ.get("FOREST_MESH_PROXY_PORTS", "1024-65535")
+FOREST_MESH_RESERVED = env_list("FOREST_MESH_RESERVED")
 FOREST_EDGE_INTERVAL_S = float(os.environ.get("FOREST_EDGE_INTERVAL_S", "5"))
 # Where agents reach Host (bundle URLs in workload generations are built on it).
 FOREST_PUBLIC_URL = os.environ.get("FOREST_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
@@ -434,7 +438,12 @@ LOGGING = {
     "formatters": {
         "structured": {"()": "apps.core.logging.structured_formatter", "console": DEBUG}
     },
+    "filters": {"api_query_redacted": {"()": "apps.core.logging.ApiQueryRedactingFilter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {"django.db.backends": {"level": "WARNING"},
+                # Access lines: an API URL's query string never reaches the log (it may carry a secret).
+                "django.server": {"handlers": ["console"], "filters": ["api_query_redacted"], "propagate": False},
+                "uvicorn.access": {"handlers": ["console"], "filters": ["api_query_redacted"], "propagate": False},
+                "django.request": {"filters": ["api_query_redacted"]}},
 }

@@ -51,8 +51,10 @@ $(for kind in client_body proxy fastcgi uwsgi scgi; do echo "    ${kind}_temp_pa
 CONF
 "$NGINX" -p "$ROOT" -c "$ROOT/nginx.conf" -g 'daemon off;' &
 nginx_pid=$!
+# The mesh proxy gets a loopback address of its own: 127.0.0.1 is Host's own (its URL, the edge's listeners),
+# which no Grove may report (apps/groves/mesh.py).
 args+=(--nginx-conf-dir "$ROOT/conf.d" --nginx-binary "$NGINX" --nginx-config "$ROOT/nginx.conf" --nginx-prefix "$ROOT"
-       --mesh-address "${FOREST_LOCAL_MESH_ADDRESS:-127.0.0.1}" --proxy-port "${FOREST_LOCAL_PROXY_PORT:-8480}"
+       --mesh-address "${FOREST_LOCAL_MESH_ADDRESS:-127.0.0.2}" --proxy-port "${FOREST_LOCAL_PROXY_PORT:-8480}"
        --mesh-allow 127.0.0.0/8)
 .venv/bin/forest-agent "${args[@]}" &
 agent_pid=$!

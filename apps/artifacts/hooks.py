@@ -14,10 +14,12 @@ from collections.abc import Callable
 GroveReader = Callable[[object, str], bool]  # (grove_id, digest) -> referenced by its assigned work
 GroveWriter = Callable[[object, str, str], str | None]  # (grove_id, run_id, node_id) -> the run's team, or None
 Referencer = Callable[[set[str]], set[str]]  # digests -> the subset still referenced
+JobLive = Callable[[object, str], bool]  # (grove_id, job_id) -> the job is claimed or running on that Grove
 
 _readers: list[GroveReader] = []
 _writers: list[GroveWriter] = []
 _referencers: list[Referencer] = []
+_job_checks: list[JobLive] = []
 
 
 def _add(registry: list, fn) -> None:
@@ -35,6 +37,15 @@ def register_grove_writer(fn: GroveWriter) -> None:
 
 def register_referencer(fn: Referencer) -> None:
     _add(_referencers, fn)
+
+
+def register_job_check(fn: JobLive) -> None:
+    _add(_job_checks, fn)
+
+
+def job_is_live(grove_id, job_id: str) -> bool:
+    """Whether a job data token's job is still live on its Grove (no check registered: never)."""
+    return any(check(grove_id, job_id) for check in _job_checks)
 
 
 def grove_may_read(grove_id, digest: str) -> bool:
@@ -60,4 +71,5 @@ def referenced(digests: set[str]) -> set[str]:
 
 def subscribers() -> dict[str, list[Callable]]:
     """What is registered, for docs/architecture.md's table and its test."""
-    return {"grove_reader": list(_readers), "grove_writer": list(_writers), "referencer": list(_referencers)}
+    return {"grove_reader": list(_readers), "grove_writer": list(_writers), "referencer": list(_referencers),
+            "job_check": list(_job_checks)}

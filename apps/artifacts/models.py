@@ -5,8 +5,14 @@ from apps.artifacts.choices import CheckVerdict, PlatformStatus, StorageKind, Us
 
 
 class Artifact(models.Model):
-    """A digest and where its bytes can be fetched. A digest is not a container: consumers that need an
-    image reference must require ``storage_kind == oci_registry`` (``services.require_oci_image``)."""
+    """A digest and where its bytes can be fetched, owned by one team. A digest is not a container:
+    consumers that need an image reference must require ``storage_kind == oci_registry``
+    (``services.require_oci_image``).
+
+    Bytes are shared, rows are not: the same digest at the same location is one row *per team*
+    (``artifact_unique_location``), so an upload of bytes another team already stored makes the
+    uploader's own row and never rewrites, reveals or moves the other's (docs/permissions.md "Artifact
+    ownership"). Signature, key id and media type are set once and never changed."""
 
     digest = models.CharField(max_length=71, db_index=True, help_text="sha256:<64 hex>")
     storage_kind = models.CharField(max_length=20, choices=StorageKind.choices)
@@ -36,7 +42,8 @@ class Artifact(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            models.UniqueConstraint(fields=["digest", "storage_kind", "reference"], name="artifact_unique_location")
+            models.UniqueConstraint(fields=["digest", "storage_kind", "reference", "team"],
+                                    name="artifact_unique_location")
         ]
         indexes = [models.Index(fields=["storage_kind", "platform"])]
 

@@ -14,10 +14,14 @@ from apps.core.errors import NotFound
 from apps.groves.models import Grove
 
 
-def readable(rows: QuerySet, user) -> QuerySet:
-    """``rows`` (artifacts or lineage rows) a user may read: their teams' (``accounts.selectors.visible``;
-    a staff admin's: all), and the team-less ones — shared images and bundles staff recorded for everyone.
-    No user (Host's own services): all."""
+def readable(rows: QuerySet, user=None, *, team: str | None = None) -> QuerySet:
+    """``rows`` (artifacts or lineage rows) that may be read — the one selector every reader goes through,
+    whoever it is: a user reads their teams' rows (``accounts.selectors.visible``; a staff admin's: all);
+    work of a ``team`` (a workload apply, a run's inputs, the generation writer) reads that team's rows
+    only, even when a staff admin acts for it; both narrow together. Team-less rows (shared images, bundles
+    staff recorded for everyone) are readable by all. Neither (Host's own bookkeeping): all."""
+    if team is not None:
+        rows = rows.filter(Q(team=team) | Q(team=""))
     if not getattr(user, "pk", None):
         return rows
     return rows.filter(Q(pk__in=visible(rows, user).values("pk")) | Q(team=""))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -16,7 +17,7 @@ from django.db.models import Case, ProtectedError, QuerySet, When
 from django.utils import timezone
 
 from apps.accounts.selectors import team_for_write, user_team_slugs
-from apps.artifacts import hooks, rules, selectors
+from apps.artifacts import hooks, rules, selectors, vocabulary
 from apps.artifacts.choices import CheckVerdict, PlatformStatus, StorageKind, UseRole
 from apps.artifacts.digests import check_digest
 from apps.artifacts.models import Artifact, ArtifactPlatformCheck, ArtifactUse
@@ -37,6 +38,7 @@ from apps.core.errors import (
     Conflict,
     Forbidden,
     ForestError,
+    NotAuthenticated,
     NotFound,
     PayloadTooLarge,
     ServiceUnavailable,
@@ -116,11 +118,17 @@ def require_cas_blob(artifact: Artifact, *, field: str = "artifact") -> Artifact
 
 # --- CAS writes ------------------------------------------------------------------------------------------
 
+KEY_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,99}$")
+
+
 def _check_signature(signature: str, signing_key_id: str) -> None:
+    if signing_key_id and not KEY_ID_RE.match(signing_key_id):
+        raise ValidationFailed("invalid_key_id", "A key id is 1 to 100 letters, digits and '._:@/+-'.",
+                               field="key_id")
     if not signature:
         return
     try:
-        if len(base64.b64decode(signature, validate=True)) != 64:
+        if len(signature) > 100 or len(base64.b64decode(signature, validate=True)) != 64:
             raise ValueError
     except (binascii.Error, ValueError):
         raise ValidationFailed("invalid_signature", "A signature is a base64 Ed25519 signature (64 bytes).",
@@ -138,21 +146,52 @@ def _declared_platform(platform: str) -> str:
         raise ValidationFailed("invalid_platform", str(exc), field="platform") from None
 
 
+# Set once, never changed: a later upload may fill one that is empty, never rewrite one that is set.
+_SET_ONCE = (("signature", "signature"), ("signing_key_id", "key_id"), ("media_type", "media_type"),
+             ("platform", "platform"))
+
+
+def _settle(existing: Artifact, offered: dict[str, str]) -> list[str]:
+    """The set-once fields an upload of ``existing``'s location may fill (their names), or ``409
+    artifact_immutable`` when it offers a different value for one already set. Nothing is written here."""
+    filled = []
+    for name, field_name in _SET_ONCE:
+        value, held = offered.get(name, ""), getattr(existing, name)
+        if not value or value == held:
+            continue
+        if held:
+            raise Conflict("artifact_immutable", f"This artifact's {field_name} is already set and never changes; "
+                           "upload under another reference (or team) to record a different one.", field=field_name)
+        setattr(existing, name, value)
+        filled.append(name)
+    if "platform" in filled:
+        existing.platform_status, existing.platform_source = vocabulary.PlatformStatus.KNOWN, "declared"
+        filled += ["platform_status", "platform_source"]
+    return filled
+
+
 def artifact_blob_create(*, chunks: Iterable[bytes], expected_digest: str | None = None, media_type: str = "",
                          signature: str = "", signing_key_id: str = "", platform: str = "",
                          reference: str | None = None, producing_run_id: str = "", producing_node: str = "",
                          producing_name: str = "", team: str = "", uploaded_by=None,
                          expected_size: int | None = None) -> Artifact:
-    """Stream bytes into the CAS, verified against ``expected_digest`` when given, and record them.
+    """Stream bytes into the CAS, verified against ``expected_digest`` when given, and record them as
+    ``team``'s artifact.
 
-    Everything checkable is checked before a byte is read (signature shape, platform, the store itself:
-    a missing bucket is ``503 cas_bucket_missing``). A mismatch or an oversized stream leaves nothing
-    behind. The blob becomes visible and its row is written under the digest's lock, so GC never
+    Everything checkable is checked before a byte is read (media type, signature shape, platform, the
+    store itself: a missing bucket is ``503 cas_bucket_missing``). A mismatch or an oversized stream leaves
+    nothing behind. The blob becomes visible and its row is written under the digest's lock, so GC never
     removes a blob an upload has just recorded. ``reference`` (default: the digest) names an object
     key; one key names one digest for ever (``blob_key_exists``).
+
+    Ownership never moves (docs/permissions.md "Artifact ownership"): bytes another team already stored
+    give ``team`` its own row, and nothing of the other's (id, time, signature) is read into the answer.
+    A repeat upload by the same team returns its row, filling only set-once fields still empty; a
+    different signature, key id, media type or platform for one already set is ``409 artifact_immutable``.
     """
     if expected_digest is not None:
         check_digest(expected_digest)
+    media_type = rules.media_type_check(media_type)
     _check_signature(signature, signing_key_id)
     declared = _declared_platform(platform)
     if reference is not None and expected_digest is not None:
@@ -164,27 +203,33 @@ def artifact_blob_create(*, chunks: Iterable[bytes], expected_digest: str | None
                               f"{settings.FOREST_MAX_BLOB_BYTES} bytes.")
     staged = store.stage(chunks, expected_digest=expected_digest, max_bytes=settings.FOREST_MAX_BLOB_BYTES,
                          expected_size=expected_size)
+    offered = {"media_type": media_type, "signature": signature, "signing_key_id": signing_key_id,
+               "platform": declared}
     try:
         with transaction.atomic():
             _digest_lock(staged.digest)
             if reference is not None:
                 _check_key_free(reference, staged.digest)
+            location = {"digest": staged.digest, "storage_kind": StorageKind.CAS,
+                        "reference": reference or staged.digest, "team": team}
+            artifact = Artifact.objects.select_for_update().filter(**location).first()
+            filled = _settle(artifact, offered) if artifact is not None else []
             store.commit(staged)
-            artifact, _ = Artifact.objects.update_or_create(
-                digest=staged.digest, storage_kind=StorageKind.CAS, reference=reference or staged.digest,
-                defaults={"media_type": media_type, "size": staged.size, "signature": signature,
-                          "signing_key_id": signing_key_id, "platform": declared,
-                          "platform_status": PlatformStatus.KNOWN if declared else PlatformStatus.NOT_APPLICABLE,
-                          "platform_source": "declared" if declared else "",
-                          "producing_run_id": producing_run_id, "producing_node": producing_node,
-                          "producing_name": producing_name, "team": team,
-                          "uploaded_by": uploaded_by if getattr(uploaded_by, "pk", None) else None},
-            )
+            if artifact is None:
+                artifact = Artifact.objects.create(
+                    **location, media_type=media_type, size=staged.size, signature=signature,
+                    signing_key_id=signing_key_id, platform=declared,
+                    platform_status=PlatformStatus.KNOWN if declared else PlatformStatus.NOT_APPLICABLE,
+                    platform_source="declared" if declared else "", producing_run_id=producing_run_id,
+                    producing_node=producing_node, producing_name=producing_name,
+                    uploaded_by=uploaded_by if getattr(uploaded_by, "pk", None) else None)
+            elif filled:
+                artifact.save(update_fields=filled)
     except BaseException:
         store.discard(staged)
         raise
     log.info("cas blob stored", extra={"digest": artifact.digest, "size": artifact.size, "backend": store.kind,
-                                       "reference": artifact.reference})
+                                       "reference": artifact.reference, "team": artifact.team})
     return artifact
 
 
@@ -197,11 +242,15 @@ def _check_key_free(reference: str, digest: str) -> None:
 
 
 def grove_blob_write(*, grove, run_id: str, node_id: str, key: str, chunks: Iterable[bytes],
-                     expected_digest: str | None, media_type: str = "", expected_size: int | None = None) -> Artifact:
+                     expected_digest: str | None, media_type: str = "", expected_size: int | None = None,
+                     job_id: str | None = None) -> Artifact:
     """A Grove writes an output of its own run's node, under ``runs/<run>/<node>/<key>``. Refused
     (before a byte is read) unless the Grove holds that node's live job, or the key leaves the prefix."""
     run_id = rules.canonical_run_id(run_id)
     reference = rules.run_object_key(run_id=run_id, node_id=node_id, key=key)
+    rules.media_type_check(media_type)
+    if job_id is not None:
+        data_token_job_check(grove=grove, job_id=job_id)
     team = hooks.grove_write_scope(grove.pk, run_id, node_id)
     if team is None:
         raise Forbidden("blob_write_out_of_scope",
@@ -218,12 +267,15 @@ def grove_blob_write(*, grove, run_id: str, node_id: str, key: str, chunks: Iter
 
 # --- CAS reads (scoped) ------------------------------------------------------------------------------
 
-def artifact_cas_get(*, digest: str) -> Artifact:
-    """The CAS artifact for ``digest`` whose bytes are present, or ``404 artifact_not_found``."""
-    artifact = (Artifact.objects.filter(digest=check_digest(digest), storage_kind=StorageKind.CAS)
-                .order_by("created_at", "id").first())
+def artifact_cas_get(*, digest: str, user=None) -> Artifact:
+    """The CAS artifact for ``digest`` that ``user`` may read (``selectors.readable``; none: Host's own
+    reads) whose bytes are present — the reader's own row, so its media type is the one served — or
+    ``404 artifact_not_found``, the same answer whether the bytes are absent or another team's."""
+    rows = selectors.readable(Artifact.objects.filter(digest=check_digest(digest), storage_kind=StorageKind.CAS),
+                              user)
+    artifact = rows.order_by("created_at", "id").first()
     if artifact is None or not blob_store().exists(digest):
-        raise NotFound("artifact_not_found", f"No blob {digest} in the content-addressed store.")
+        raise NotFound("artifact_not_found", f"No blob {digest} that your teams may read.")
     return artifact
 
 
@@ -238,14 +290,25 @@ def artifact_cas_for_reference(*, digest: str) -> Artifact | None:
     return rows[0] if rows else None
 
 
-def grove_blob_read(*, grove, digest: str) -> Artifact:
+def grove_blob_read(*, grove, digest: str, job_id: str | None = None) -> Artifact:
     """A Grove may download a blob only while work assigned to it references it (hooks: its workload
-    generations' bundles, its live jobs' inputs); otherwise ``403 blob_out_of_scope``, no bytes."""
+    generations' bundles, its live jobs' inputs); otherwise ``403 blob_out_of_scope``, no bytes. Through a
+    job data token (``job_id``) only while that job itself is live: the token dies with its job
+    (``401 data_token_job_ended``), whatever else the Grove still runs."""
     check_digest(digest)
+    if job_id is not None:
+        data_token_job_check(grove=grove, job_id=job_id)
     if not hooks.grove_may_read(grove.pk, digest):
         raise Forbidden("blob_out_of_scope",
                         f"No work assigned to Grove {grove.slug} references {digest}.")
     return artifact_cas_get(digest=digest)
+
+
+def data_token_job_check(*, grove, job_id: str) -> None:
+    """``401 data_token_job_ended`` unless the data token's job is live on ``grove`` (hooks: dispatch's jobs,
+    told through pipelines), so a token never outlives the job it was issued for."""
+    if not hooks.job_is_live(grove.pk, job_id):
+        raise NotAuthenticated("data_token_job_ended", f"Job {job_id} has ended; its data token ended with it.")
 
 
 # --- OCI images ----------------------------------------------------------------------------------------
@@ -318,14 +381,30 @@ def oci_image_inspect(*, reference: str, platforms: list, fallback: list | None 
                       offered=offered)
 
 
-def _record_image(facts: ImageFacts, *, producing_run_id: str = "", producing_node: str = "") -> Artifact:
-    artifact, _ = Artifact.objects.update_or_create(
+def _record_image(facts: ImageFacts, *, team: str = "", producing_run_id: str = "",
+                  producing_node: str = "") -> Artifact:
+    """``team``'s row for an image manifest (created on first sight). Ownership never moves: another
+    team's record of the same manifest is a row of its own. What the registry says is filled in where the
+    row does not know it yet (an unknown platform, a missing producer); nothing set is rewritten."""
+    artifact, created = Artifact.objects.get_or_create(
         digest=facts.digest, storage_kind=StorageKind.OCI_REGISTRY, reference=facts.ref.pinned(facts.digest),
+        team=team,
         defaults={"media_type": facts.media_type, "size": facts.size, "platform": facts.platform,
                   "platform_status": facts.platform_status, "platform_source": facts.platform_source,
-                  **({"producing_run_id": producing_run_id, "producing_node": producing_node}
-                     if producing_run_id else {})},
+                  "producing_run_id": producing_run_id, "producing_node": producing_node},
     )
+    if created:
+        return artifact
+    changes: dict = {}
+    if not artifact.platform and facts.platform:
+        changes.update(platform=facts.platform, platform_status=facts.platform_status,
+                       platform_source=facts.platform_source)
+    if not artifact.producing_run_id and producing_run_id:
+        changes.update(producing_run_id=producing_run_id, producing_node=producing_node)
+    if changes:
+        Artifact.objects.filter(pk=artifact.pk).update(**changes)
+        for key, value in changes.items():
+            setattr(artifact, key, value)
     return artifact
 
 
@@ -373,11 +452,7 @@ def _input_image(reference: str, *, platforms: list[str], field: str, team: str)
         if exc.code in ("image_not_found", "invalid_image_reference"):
             raise _input_refusal("input_not_found", f"{reference}: {exc.detail}", field) from None
         raise
-    artifact = _record_image(facts)
-    if team and not artifact.team:
-        Artifact.objects.filter(pk=artifact.pk, team="").update(team=team)
-        artifact.team = team
-    return artifact
+    return _record_image(facts, team=team)
 
 
 def _input_artifact(item: dict, *, readable: QuerySet) -> Artifact | None:
@@ -410,7 +485,7 @@ def artifact_input_resolve(*, item: dict, field: str, platforms: list[str], user
     if item.get("image"):
         artifact = _input_image(item["image"], platforms=platforms, field=field, team=team)
     else:
-        artifact = _input_artifact(item, readable=selectors.readable(Artifact.objects.all(), user))
+        artifact = _input_artifact(item, readable=selectors.readable(Artifact.objects.all(), user, team=team))
     what = item.get("image") or (f"artifact {item['artifact']}" if item.get("artifact") is not None
                                  else item.get("digest"))
     if artifact is None:
@@ -519,10 +594,10 @@ def build_image_output_record(*, outputs: dict, run_id: str, node_id: str, targe
         facts = ImageFacts(ref=ref, digest=ref.digest, size=None, media_type="", platform="",
                            platform_source=f"unreadable:{exc.code}")
         if exc.code == "no_matching_platform" and target_platforms:
-            artifact = _record_image(facts, producing_run_id=run_id, producing_node=node_id)
+            artifact = _record_image(facts, team=team or "", producing_run_id=run_id, producing_node=node_id)
             return artifact_platform_check(artifact=artifact, required=target_platforms, mismatch=exc.detail,
                                            **subject)
-    artifact = _record_image(facts, producing_run_id=run_id, producing_node=node_id)
+    artifact = _record_image(facts, team=team or "", producing_run_id=run_id, producing_node=node_id)
     return artifact_platform_check(artifact=artifact, required=target_platforms, **subject)
 
 

@@ -282,3 +282,18 @@ def _fields_by_name(model: Any) -> dict[str, Any]:
     """``model``'s concrete fields by name and by attname (``grove`` and ``grove_id`` alike)."""
     fields = model._meta.concrete_fields
     return {**{f.name: f for f in fields}, **{f.attname: f for f in fields}}
+
+
+def advisory_locks(namespace: int, keys) -> None:
+    """Transaction-level advisory locks (PostgreSQL) on ``keys`` taken in one order, sorted, before the
+    writer touches anything else: writers that claim unique names another writer may also claim (host
+    names) then wait on each other in a line, never in a cycle (no deadlock), and the later one sees the
+    earlier one's committed claim and is refused with its own 409. Deadlocks and serialization failures
+    that still reach a view are 409 ``write_conflict`` (``apps.core.api.exceptions``), never a 500."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        for key in sorted(set(keys)):
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [namespace, key])

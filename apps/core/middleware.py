@@ -69,12 +69,35 @@ def security_headers(*, secure: bool) -> tuple[tuple[str, str], ...]:
     return tuple((name, response.headers[name]) for name in response.headers if name not in before)
 
 
+# API routes take every secret (API token, Grove credential, job data token, enrollment token) in a header.
+# One sent in the URL instead is refused, never read: URLs end up in logs, proxies and browser history.
+SECRET_QUERY_NAMES = frozenset({"token", "access_token", "api_key", "apikey", "key", "secret", "credential",
+                                "authorization", "auth", "password", "data_token", "job_token"})
+SECRET_VALUE_RE = re.compile(r"^(?:Token|Bearer|Job)\s|^(?:fat|fgc|fet)_", re.I)
+
+
+def _secret_in_query(request: HttpRequest) -> JsonResponse | None:
+    if not request.path.startswith(API_PREFIX):
+        return None
+    for key, values in request.GET.lists():
+        if key.lower() in SECRET_QUERY_NAMES or any(SECRET_VALUE_RE.match(value) for value in values):
+            return JsonResponse({"code": "secret_in_query",
+                                 "detail": "Secrets are sent in the Authorization header, never in the URL; this "
+                                           "request was not read (rotate the secret if it was real).",
+                                 "field": f"query.{key}"[:100]}, status=400)
+    return None
+
+
 def _refusal(request: HttpRequest) -> JsonResponse | None:
-    """A 400 when the path or a query parameter holds a character Host cannot store; else None."""
+    """A 400 when the path or a query parameter holds a character Host cannot store, or an API URL carries a
+    secret; else None."""
     problem = text_problem(request.path)
     if problem:
         return JsonResponse({"code": problem[0], "detail": f"The URL path {problem[1]}", "field": "path"},
                             status=400)
+    refused = _secret_in_query(request)
+    if refused is not None:
+        return refused
     for key, values in request.GET.lists():
         for value in [key, *values]:
             problem = text_problem(value)

@@ -64,11 +64,17 @@ class AcceleratorInline(admin.TabularInline):
 
 
 class CredentialInline(admin.TabularInline):
+    """A Grove's credentials on its page: only for a role that may view credentials (staff admin), never for
+    a viewer, who may read the Grove but not what authenticates it (docs/permissions.md)."""
+
     model = GroveCredential
     extra = 0
     can_delete = False
     fields = ("key_id", "created_at", "revoked_at", "revoked_reason")
     readonly_fields = fields
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.has_perm("groves.view_grovecredential")
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -142,7 +148,9 @@ class EnrollmentTokenAdmin(AuditedAdmin):
         messages.warning(request, f"Enrollment token (shown once, copy it now): {presented}")
 
     def has_change_permission(self, request, obj=None):
-        return obj is None
+        # Never changed after creation. (Answering True for obj=None, as this once did, let every staff
+        # user — a viewer too — list the tokens: admin's view rule is "view or change".)
+        return False
 
 
 @admin.action(description="Revoke selected credentials", permissions=["change"])

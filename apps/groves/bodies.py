@@ -6,12 +6,12 @@ validators here; the checks that depend on the Grove (its substrate) stay in ``a
 """
 from __future__ import annotations
 
-import ipaddress
 from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from apps.core.bodies import Body, BodyError, choices, count, platforms, text
+from apps.groves import mesh
 from apps.groves.vocabulary import (
     MAX_ACCELERATOR_COUNT,
     MAX_ACCELERATOR_MEMORY,
@@ -144,8 +144,15 @@ class HeartbeatCapacity(Body):
         return data
 
 
+def _mesh_policy(info: ValidationInfo) -> mesh.MeshPolicy:
+    context = info.context or {}
+    return context.get("mesh") or mesh.MeshPolicy(networks=tuple(context.get("mesh_networks", ())))
+
+
 class HeartbeatMesh(Body):
-    """A native Grove's mesh address (an IP literal inside ``FOREST_MESH_NETWORKS``) and ingress proxy port."""
+    """A native Grove's mesh address and ingress proxy port, under the operator's mesh policy
+    (``apps.groves.mesh``: inside ``FOREST_MESH_NETWORKS``, never the edge's or Host's own address, a strict
+    IP literal; the port within ``FOREST_MESH_PROXY_PORTS``)."""
 
     address: text(45)  # type: ignore[valid-type]
     proxy_port: count(1, 65535)  # type: ignore[valid-type]
@@ -154,15 +161,17 @@ class HeartbeatMesh(Body):
     @classmethod
     def _inside_the_mesh(cls, literal: str, info: ValidationInfo) -> str:
         try:
-            address = ipaddress.ip_address(literal)
-        except ValueError:
-            raise BodyError("mesh_address_invalid", f"'{literal}' is not an IP address; the mesh address is an "
-                            "IP literal, never a host name.") from None
-        networks = (info.context or {}).get("mesh_networks", ())
-        if not any(address in ipaddress.ip_network(network, strict=False) for network in networks):
-            raise BodyError("mesh_address_outside_range", f"{address} is outside the mesh networks this Host "
-                            f"accepts ({', '.join(networks) or 'none configured: FOREST_MESH_NETWORKS'}).")
-        return str(address)
+            return mesh.check_address(literal, _mesh_policy(info))
+        except mesh.MeshRefused as refused:
+            raise BodyError(refused.code, refused.detail) from None
+
+    @field_validator("proxy_port")
+    @classmethod
+    def _bounded_port(cls, port: int, info: ValidationInfo) -> int:
+        try:
+            return mesh.check_port(port, _mesh_policy(info))
+        except mesh.MeshRefused as refused:
+            raise BodyError(refused.code, refused.detail) from None
 
 
 class HeartbeatRequest(Body):

@@ -14,6 +14,7 @@ from typing import Any
 from apps.core import bodies
 from apps.core import validation as v
 from apps.groves.bodies import EnrollRequest, HeartbeatRequest
+from apps.groves.mesh import MeshPolicy
 from apps.groves.vocabulary import (
     MAX_PLATFORMS,
     SUBSTRATE_CHANGE_KINDS,
@@ -31,11 +32,14 @@ def enrollment(body: Any) -> dict[str, Any]:
     return bodies.parse(EnrollRequest, body).model_dump()
 
 
-def heartbeat(body: Any, *, substrate: str | None, mesh_networks: Sequence[str] = ()) -> dict[str, Any]:
+def heartbeat(body: Any, *, substrate: str | None, mesh_networks: Sequence[str] = (),
+              mesh: MeshPolicy | None = None) -> dict[str, Any]:
     """Validate a heartbeat (its one declaration: ``apps.groves.bodies.HeartbeatRequest``). ``substrate=None``
     skips the substrate checks: only for the unchanged-report fast path, where a matching digest proves the
-    same lists already passed them for this Grove."""
-    beat = bodies.parse(HeartbeatRequest, body, context={"mesh_networks": mesh_networks})
+    same lists already passed them for this Grove. ``mesh`` is the operator's mesh policy (else one of
+    ``mesh_networks`` alone, with the default port bounds)."""
+    beat = bodies.parse(HeartbeatRequest, body,
+                        context={"mesh": mesh or MeshPolicy(networks=tuple(mesh_networks))})
     if substrate is not None:
         allowed_kinds = SUBSTRATE_CHANGE_KINDS[Substrate(substrate)]
         for index, kind in enumerate(beat.change_kinds):

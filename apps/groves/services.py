@@ -12,9 +12,9 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.text import slugify
 
-from apps.core.db import instance_from_row, select_columns, sql_from_meta
-from apps.core.errors import Forbidden, Gone, NotAuthenticated, ValidationFailed
-from apps.groves import hooks, rules, secrets
+from apps.core.db import advisory_locks, instance_from_row, select_columns, sql_from_meta
+from apps.core.errors import Conflict, Forbidden, Gone, NotAuthenticated, ValidationFailed
+from apps.groves import hooks, mesh, rules, secrets
 from apps.groves.choices import CapabilityKind, Role, Substrate
 from apps.groves.models import (
     AcceleratorInventoryItem,
@@ -54,6 +54,9 @@ def enrollment_token_create(*, roles: list[str], substrate: str, expires_in_s: i
     return token, presented
 
 
+SLUG_LOCK_CLASS = 0x4753  # pg_advisory_xact_lock(class, hashtext(base)): a Grove slug being chosen
+
+
 def _unique_slug(name: str) -> str:
     base = slugify(name)[:80] or "grove"
     slug, n = base, 1
@@ -86,7 +89,10 @@ def grove_capabilities_sync(*, grove: Grove) -> None:
 def grove_create(*, name: str, substrate: str, roles: list[str], platforms: list[str],
                  slug: str = "", version: str = "", simulated: bool = False) -> Grove:
     """Create a Grove directly (enrollment, demo data, tests); platforms are validated and normalised.
-    ``simulated``: a demo Grove whose reports Host makes up (nothing runs its jobs)."""
+    ``simulated``: a demo Grove whose reports Host makes up (nothing runs its jobs). Two enrollments of one
+    name at once take turns on the slug (a lock on its base), so the later one gets ``name-1``, not a 500."""
+    if not slug:
+        advisory_locks(SLUG_LOCK_CLASS, [slugify(name)[:80] or "grove"])
     grove = Grove.objects.create(
         slug=slug or _unique_slug(name), name=name, substrate=substrate, roles=roles,
         platforms=rules.platforms(platforms), version=version, simulated=simulated,
@@ -246,7 +252,8 @@ WITH input AS (
                      {g.log_tail} = COALESCE(a.log_tail, g.{g.log_tail}),
                      {g.mesh_address} = a.mesh_address, {g.mesh_proxy_port} = a.mesh_proxy_port
     FROM authed a WHERE g.{g.id} = a.grove AND g.{g.capacity_digest} = a.shape AND g.{g.free_digest} = a.free
-        AND (a.mesh_address IS NULL OR g.{g.substrate} = '""" + Substrate.NATIVE + """')
+        AND g.{g.mesh_address} IS NOT DISTINCT FROM a.mesh_address
+        AND g.{g.mesh_proxy_port} IS NOT DISTINCT FROM a.mesh_proxy_port
     RETURNING g.{g.id} AS id
 ), moved AS (
     UPDATE {g} g SET {g.last_heartbeat_at} = a.at, {g.version} = a.version, {g.stale_since} = NULL,
@@ -254,7 +261,8 @@ WITH input AS (
                      {g.free_digest} = a.free, {g.capacity_reported_at} = a.at,
                      {g.mesh_address} = a.mesh_address, {g.mesh_proxy_port} = a.mesh_proxy_port
     FROM authed a WHERE g.{g.id} = a.grove AND g.{g.capacity_digest} = a.shape AND g.{g.free_digest} <> a.free
-        AND (a.mesh_address IS NULL OR g.{g.substrate} = '""" + Substrate.NATIVE + """')
+        AND g.{g.mesh_address} IS NOT DISTINCT FROM a.mesh_address
+        AND g.{g.mesh_proxy_port} IS NOT DISTINCT FROM a.mesh_proxy_port
     RETURNING g.{g.id} AS id, a.units
 ), units AS (
     UPDATE {u} u SET {u.cpu_milli_free} = f.cpu, {u.memory_bytes_free} = f.memory,
@@ -265,6 +273,63 @@ WITH input AS (
 )
 SELECT id::text, false FROM live UNION ALL SELECT id::text, true FROM moved
 """, g=Grove, u=PlacementUnit)
+
+
+@functools.lru_cache(maxsize=4)
+def _mesh_policy(networks: tuple, ports: str, edge_bind: str, listens: tuple, urls: tuple,
+                 reserved: tuple) -> mesh.MeshPolicy:
+    low, _, high = ports.partition("-")
+    try:
+        port_min, port_max = int(low), int(high or low)
+    except ValueError:
+        port_min, port_max = 1024, 65535  # a malformed setting falls back to the documented default
+    forbidden = mesh.own_addresses(edge_bind=edge_bind, listens=listens, service_urls=urls)
+    return mesh.MeshPolicy(networks=networks, forbidden=forbidden | mesh.own_addresses(
+        edge_bind="", listens=reserved, service_urls=()), port_min=max(1, port_min), port_max=min(65535, port_max))
+
+
+def mesh_policy() -> mesh.MeshPolicy:
+    """The operator's mesh (``apps.groves.mesh``) from settings: the heartbeat and the edge both check it."""
+    return _mesh_policy(tuple(settings.FOREST_MESH_NETWORKS), settings.FOREST_MESH_PROXY_PORTS,
+                        settings.FOREST_EDGE_PROXY_BIND,
+                        (settings.FOREST_EDGE_HTTP_LISTEN, settings.FOREST_EDGE_HTTPS_LISTEN),
+                        tuple(settings.FOREST_OWN_SERVICE_URLS), tuple(settings.FOREST_MESH_RESERVED))
+
+
+MESH_LOCK_CLASS = 0x4D65  # pg_advisory_xact_lock(class, key) namespace for "a mesh address is claimed"
+MESH_TAKEN_ACTION = "grove.mesh_address_refused"
+
+
+def _mesh_claim(grove: Grove, data: dict) -> None:
+    """Record a changed mesh address, unique among live Groves: under a lock on the address, a live Grove
+    (not stale) already holding it refuses this one (``409 mesh_address_taken`` and an audit event); a
+    stale holder loses it (its next heartbeat claims again). An unchanged address costs nothing here: the
+    one statement accepts only a mesh equal to the stored one, so every change comes through this."""
+    reported = data["mesh"] or {}
+    address, port = reported.get("address"), reported.get("proxy_port")
+    if (address, port) == (grove.mesh_address, grove.mesh_proxy_port):
+        return
+    holder = None
+    with transaction.atomic():
+        advisory_locks(MESH_LOCK_CLASS, [address] if address else [])
+        others = Grove.objects.filter(mesh_address=address).exclude(pk=grove.pk) if address else Grove.objects.none()
+        cutoff = timezone.now() - timedelta(seconds=settings.GROVE_STALE_AFTER_S)
+        holder = others.filter(stale_since__isnull=True, last_heartbeat_at__gte=cutoff).first()
+        if holder is None:
+            others.update(mesh_address=None, mesh_proxy_port=None)
+            Grove.objects.filter(pk=grove.pk).update(mesh_address=address, mesh_proxy_port=port)
+            grove.mesh_address, grove.mesh_proxy_port = address, port
+    if holder is not None:
+        from apps.accounts.choices import AuditVia
+        from apps.accounts.services import audit_record
+
+        audit_record(actor=None, actor_label=f"grove:{grove.slug}", via=AuditVia.API, action=MESH_TAKEN_ACTION,
+                     target_type="groves.grove", target_id=grove.pk,
+                     detail={"address": address, "port": port, "held_by": holder.slug})
+        log.warning("mesh address refused: held by another live Grove",
+                    extra={"grove": grove.slug, "address": address, "held_by": holder.slug})
+        raise Conflict("mesh_address_taken", f"Mesh address {address} is already reported by another live Grove; "
+                       "each Grove's proxy has an address of its own.", field="mesh.address")
 
 
 def heartbeat_row(*, grove_id, data: dict, now, credential: tuple[str, str] | None) -> dict:
@@ -304,9 +369,8 @@ def heartbeat_rows_run(rows: list[dict]) -> dict[str, bool]:
 
 def _heartbeat_row_orm(row: dict) -> bool | None:
     """``heartbeat_sql()`` for one row through the ORM: None (not written), False (live) or True (moved)."""
-    grove = Grove.objects.filter(pk=row["grove"], capacity_digest=row["shape"])
-    if row["mesh_address"] is not None:
-        grove = grove.filter(substrate=Substrate.NATIVE)
+    grove = Grove.objects.filter(pk=row["grove"], capacity_digest=row["shape"], mesh_address=row["mesh_address"],
+                                 mesh_proxy_port=row["mesh_proxy_port"])
     if row["key_id"] is not None:
         grove = grove.filter(Exists(live_credentials(key_id=row["key_id"], secret_hash=row["secret_hash"])
                                     .filter(grove_id=OuterRef("pk"))))
@@ -333,7 +397,7 @@ def heartbeat_fast_row(*, grove_id, presented: str, body) -> dict | None:
     if parts is None:
         return None
     try:
-        data = rules.heartbeat(body, substrate=None, mesh_networks=settings.FOREST_MESH_NETWORKS)
+        data = rules.heartbeat(body, substrate=None, mesh=mesh_policy())
     except ValidationFailed:
         return None
     return heartbeat_row(grove_id=grove_id, data=data, now=timezone.now(), credential=parts)
@@ -360,7 +424,8 @@ def grove_heartbeat_record(*, grove: Grove, body: dict) -> Grove:
     moved); units, inventory, indexed capabilities and a history row are rewritten only when the shape
     changes.
     """
-    data = rules.heartbeat(body, substrate=grove.substrate, mesh_networks=settings.FOREST_MESH_NETWORKS)
+    data = rules.heartbeat(body, substrate=grove.substrate, mesh=mesh_policy())
+    _mesh_claim(grove, data)
     shape, free = rules.capacity_digests(data["capacity"], data["change_kinds"], data["isolation"])
     now = timezone.now()
     liveness = _liveness_fields(data, now)

@@ -21,6 +21,8 @@ from forest_agent.nginx import (
 
 from apps.accounts.choices import AuditVia
 from apps.accounts.services import audit_record
+from apps.groves import mesh
+from apps.groves.services import mesh_policy
 from apps.ingress import rules, selectors
 from apps.ingress.models import IngressRoute
 from apps.ingress.vocabulary import EDGE_ACTOR, RouteAction, RouteState
@@ -95,6 +97,26 @@ def edge_route(row: IngressRoute) -> EdgeRoute:
                      comment=f"workload {row.workload_slug}")
 
 
+def upstream_refusals(rows: list[IngressRoute]) -> dict[str, str]:
+    """The routes the edge refuses to render whatever the database says, by host name: an upstream the mesh
+    policy refuses (outside the mesh, the edge's or Host's own address, a port out of bounds, not a strict
+    IP literal), or an address two Groves share (the heartbeat refuses a second claimant; this holds if
+    one slipped in anyway)."""
+    policy = mesh_policy()
+    groves_at: dict[str, set[str]] = {}
+    for row in rows:
+        groves_at.setdefault(str(row.upstream_address), set()).add(str(row.grove_id))
+    refused = {}
+    for row in rows:
+        problem = mesh.upstream_refusal(row.upstream_address, row.upstream_port, policy)
+        if problem is not None:
+            refused[row.hostname] = f"upstream refused ({problem.code}): {problem.detail}"
+        elif len(groves_at[str(row.upstream_address)]) > 1:
+            refused[row.hostname] = (f"upstream refused (mesh_address_taken): {row.upstream_address} is reported by "
+                                     "more than one Grove.")
+    return refused
+
+
 @dataclass(frozen=True)
 class EdgePassResult:
     serving: list[str]
@@ -109,8 +131,10 @@ def edge_pass(*, files: NginxConfigFiles | None = None, edge: EdgeSettings | Non
     edge = edge or edge_settings()
     rows = routes_sync(selectors.routes_desired())
     sections: dict[str, str] = {}
-    errors: dict[str, str] = {}
+    errors = upstream_refusals(rows)
     for row in rows:
+        if row.hostname in errors:
+            continue
         try:
             sections[row.hostname] = render_edge_route(edge_route(row), edge)
         except IngressRefused as exc:

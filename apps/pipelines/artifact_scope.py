@@ -4,6 +4,7 @@ outputs only for a node whose job it has claimed; GC keeps the inputs of every u
 from __future__ import annotations
 
 from apps.artifacts.vocabulary import StorageKind
+from apps.dispatch.models import GroveJob
 from apps.dispatch.states import JOB_LIVE
 from apps.dispatch.vocabulary import JobStatus
 from apps.pipelines.models import PipelineNode
@@ -25,6 +26,12 @@ def grove_writes_output(grove_id, run_id: str, node_id: str) -> str | None:
     return (PipelineNode.objects.filter(run_id=run_id, node_id=node_id, current_job__grove_id=grove_id,
                                         current_job__status__in=(JobStatus.CLAIMED, JobStatus.RUNNING))
             .values_list("run__team", flat=True).first())
+
+
+def grove_job_live(grove_id, job_id: str) -> bool:
+    """A job data token's job is still claimed or running on its Grove (a token dies with its job)."""
+    return GroveJob.objects.filter(pk=job_id, grove_id=grove_id,
+                                   status__in=(JobStatus.CLAIMED, JobStatus.RUNNING)).exists()
 
 
 def inputs_referenced(digests: set[str]) -> set[str]:

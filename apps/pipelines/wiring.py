@@ -21,3 +21,4 @@ def connect() -> None:
     artifact_hooks.register_grove_reader(artifact_scope.grove_reads_input)
     artifact_hooks.register_grove_writer(artifact_scope.grove_writes_output)
     artifact_hooks.register_referencer(artifact_scope.inputs_referenced)
+    artifact_hooks.register_job_check(artifact_scope.grove_job_live)

@@ -10,8 +10,11 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.artifacts.models import Artifact
+from apps.artifacts.selectors import readable
 from apps.artifacts.services import artifact_cas_for_reference, artifact_platform_require
-from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.artifacts.vocabulary import StorageKind
+from apps.core.db import advisory_locks
+from apps.core.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from apps.dispatch.wakeups import grove_wake
 from apps.flags.selectors import is_enabled
 from apps.groves.models import Grove
@@ -28,6 +31,7 @@ from apps.workloads.vocabulary import NATIVE_INGRESS_FLAG, GenerationState
 log = logging.getLogger(__name__)
 # One placement per workload (subject id = its slug): every generation stays on the same Grove.
 SUBJECT_TYPE = SubjectType.WORKLOAD_GENERATION
+HOSTNAME_LOCK_CLASS = 0x486E  # pg_advisory_xact_lock(class, hashtext(name)): a host name (or slug) claimed
 
 
 def workload_secret_set(*, environment: str, name: str, value: str) -> WorkloadSecret:
@@ -48,10 +52,14 @@ def _secret_values(workload: NativeWorkload) -> dict[str, str]:
     return {name: secrets.decrypt(secret.ciphertext) for name, secret in found.items()}
 
 
-def _bundle(digest: str) -> Artifact:
-    bundle = artifact_cas_for_reference(digest=digest)  # share-locked: GC cannot remove it under us
+def _bundle(digest: str, *, team: str) -> Artifact:
+    """The workload's team's own row for the bundle (or a team-less one staff shared), through the one
+    artifact selector: another team's bundle is not found, whoever applies (a staff admin too)."""
+    artifact_cas_for_reference(digest=digest)  # share-locked: GC cannot remove it under us
+    bundle = (readable(Artifact.objects.filter(digest=digest, storage_kind=StorageKind.CAS), team=team)
+              .order_by("-team", "created_at", "id").first())  # the team's own row before a shared one
     if bundle is None:
-        raise ValidationFailed("artifact_not_found", f"No bundle {digest} in the content-addressed store.",
+        raise ValidationFailed("artifact_not_found", f"No bundle {digest} that team '{team or '(none)'}' may read.",
                                field="bundle_digest")
     if not bundle.signature:
         raise ValidationFailed("bundle_unsigned", "Native bundles must be signed; upload it with a signature.",
@@ -64,12 +72,18 @@ def native_workload_apply(*, body: dict) -> tuple[NativeWorkload, WorkloadGenera
     """Create or update a desired native workload and write its next generation when it changed."""
     data = rules.workload_spec(body, ingress_domains=settings.FOREST_INGRESS_DOMAINS,
                                allow_wildcards=settings.FOREST_INGRESS_ALLOW_WILDCARDS)
-    bundle = _bundle(data["bundle_digest"])
+    # First, before any other write: the host names (then the slug) this apply may claim, in one order.
+    advisory_locks(HOSTNAME_LOCK_CLASS, [*(data["ingress"] or {}).get("hostnames", []), f"workload:{data['slug']}"])
+    bundle = _bundle(data["bundle_digest"], team=data["team"])
     grove = None
     if data["grove"]:
         grove = grove_by_reference(data["grove"])
         if grove is None:
             raise ValidationFailed("grove_not_found", f"No Grove '{data['grove']}'.", field="grove")
+    owner = NativeWorkload.objects.filter(slug=data["slug"]).values_list("team", flat=True).first()
+    if owner is not None and owner != data["team"]:  # a racing apply of another team created it first
+        raise Forbidden("team_forbidden", f"Workload '{data['slug']}' belongs to another team; choose another slug.",
+                        field="slug")
     fields = {key: data[key] for key in ("environment", "team", "command", "env", "secret_refs", "secrets_mode",
                                          "ports", "probes", "ingress", "restart", "platform", "resources")}
     workload, _ = NativeWorkload.objects.update_or_create(
@@ -134,6 +148,9 @@ def native_workload_generation_write(*, workload: NativeWorkload) -> WorkloadGen
                            f"Grove {grove.slug} does not advertise native.workload (start its agent with "
                            f"--enable-native-workloads).")
         bundle = workload.bundle
+        if bundle.team not in ("", workload.team):  # written before bundles were team-scoped
+            raise ValidationFailed("artifact_not_found", f"Bundle {bundle.digest} belongs to another team; apply "
+                                   f"workload '{workload.slug}' with its own team's bundle.", field="bundle_digest")
         # Runtime compilation: the stored placement may predate this bundle, so its platform is checked
         # against the Grove here (refused under host.deploy.forest_compatibility, else would_refuse).
         artifact_platform_require(artifact=bundle, required=list(grove.platforms), subject_type=SUBJECT_TYPE,

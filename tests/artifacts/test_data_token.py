@@ -37,8 +37,11 @@ def test_a_token_reads_its_jobs_inputs_and_writes_its_nodes_outputs_only(claimed
     assert elsewhere.json()["code"] == "blob_write_out_of_scope"
     assert pod.get(f"{V1}/artifacts").status_code in (401, 403)  # a data token is no user
 
-    grove.report(job.id, state="succeeded", exit_code=0)  # the job ended: so did its Grove's scope, and the token's
-    assert pod.get(f"{V1}/artifacts/{data.digest}/blob").json()["code"] == "blob_out_of_scope"
+    grove.report(job.id, state="succeeded", exit_code=0)  # the job ended: so did its token
+    ended = pod.get(f"{V1}/artifacts/{data.digest}/blob")
+    assert (ended.status_code, ended.json()["code"]) == (401, "data_token_job_ended")
+    late = pod.put(f"{base}/step/blobs/attempt-1/late", data=b"late", content_type="application/octet-stream")
+    assert (late.status_code, late.json()["code"]) == (401, "data_token_job_ended")
 
     pod.credentials(HTTP_AUTHORIZATION=f"Job {token[:-2]}xx")
     assert pod.get(f"{V1}/artifacts/{data.digest}/blob").json()["code"] == "data_token_invalid"

@@ -29,14 +29,17 @@ def _mesh(grove) -> tuple:
     return grove.mesh_address, grove.mesh_proxy_port
 
 
-def test_the_mesh_address_is_recorded_by_the_one_statement_path_and_cleared_when_dropped(
+def test_the_mesh_address_is_claimed_once_then_kept_by_the_one_statement_path_and_cleared_when_dropped(
         fresh_grove, grove_client, django_assert_num_queries):
     grove, credential = fresh_grove()
     client = grove_client(credential)
-    with django_assert_num_queries(1):  # the shape is unchanged: heartbeat_sql() alone writes the mesh too
+    # A changed address is claimed under its lock (unique among live Groves), then the statement runs.
+    assert client.post(f"{V1}/groves/{grove.id}/heartbeat", _beat(address="10.8.0.5", proxy_port=8480),
+                       format="json").status_code == 200
+    assert _mesh(grove) == ("10.8.0.5", 8480)
+    with django_assert_num_queries(1):  # unchanged shape and mesh: heartbeat_sql() alone
         assert client.post(f"{V1}/groves/{grove.id}/heartbeat", _beat(address="10.8.0.5", proxy_port=8480),
                            format="json").status_code == 200
-    assert _mesh(grove) == ("10.8.0.5", 8480)
     client.post(f"{V1}/groves/{grove.id}/heartbeat", _beat(address="fd7a:115c:a1e0::0005", proxy_port=8480),
                 format="json")
     assert _mesh(grove) == ("fd7a:115c:a1e0::5", 8480)
@@ -50,17 +53,24 @@ def test_the_full_path_records_it_with_a_changed_shape(enroll):
     assert _mesh(grove) == ("10.8.0.9", 9000)
 
 
-def test_the_statement_and_its_orm_twin_write_the_same_mesh(fresh_grove):
+def test_the_statement_and_its_orm_twin_write_only_an_unchanged_mesh(fresh_grove):
+    """A mesh that differs from the stored one is never written by the shared statement (nor its twin): the
+    full path claims it under its lock, so uniqueness among live Groves holds on every path."""
     first, _ = fresh_grove(name="sql")
     second, _ = fresh_grove(name="orm")
     data = rules.heartbeat(_beat(address="10.8.0.7", proxy_port=8480), substrate="native",
                            mesh_networks=["10.8.0.0/24"])
     now = timezone.now()
-    assert services.heartbeat_rows_run([services.heartbeat_row(grove_id=first.pk, data=data, now=now,
-                                                                credential=None)]) == {str(first.pk): False}
-    assert services._heartbeat_row_orm(services.heartbeat_row(grove_id=second.pk, data=data, now=now,
-                                                               credential=None)) is False
-    assert _mesh(first) == _mesh(second) == ("10.8.0.7", 8480)
+
+    def rows(grove):
+        return services.heartbeat_row(grove_id=grove.pk, data=data, now=now, credential=None)
+
+    assert services.heartbeat_rows_run([rows(first)]) == {}
+    assert services._heartbeat_row_orm(rows(second)) is None
+    assert _mesh(first) == _mesh(second) == (None, None)
+    Grove.objects.filter(pk__in=[first.pk, second.pk]).update(mesh_address="10.8.0.7", mesh_proxy_port=8480)
+    assert services.heartbeat_rows_run([rows(first)]) == {str(first.pk): False}
+    assert services._heartbeat_row_orm(rows(second)) is False
 
 
 @pytest.mark.parametrize(("mesh", "code", "field"), [

@@ -224,3 +224,41 @@ def _status(url: str) -> int | None:
         return httpx.get(url, timeout=2).status_code
     except httpx.HTTPError:
         return None
+
+
+@pytest.mark.parametrize(("slipped", "code"), [
+    ({"mesh_address": "127.0.0.33"}, "mesh_address_reserved"),  # the edge's own proxy bind
+    ({"mesh_address": "127.0.0.40"}, "mesh_address_reserved"),  # one of Host's own services
+    ({"mesh_address": "127.0.0.1"}, "mesh_address_outside_range"),
+    ({"mesh_proxy_port": 22}, "mesh_port_out_of_range"),
+])
+def test_the_edge_refuses_an_upstream_that_slipped_into_the_database(edge, mesh_grove, live_workload, ingress_on,
+                                                                     settings, slipped, code):
+    """Issue 33: the heartbeat refuses these; the edge re-checks every upstream before it renders one, so a
+    bad value written some other way still never becomes a proxy_pass."""
+    from apps.groves.models import Grove
+
+    settings.FOREST_EDGE_PROXY_BIND = "127.0.0.33"
+    settings.FOREST_OWN_SERVICE_URLS = ["postgres://forest@127.0.0.40:5432/forest"]
+    grove = _grove(mesh_grove, edge)
+    live_workload("shop", grove, ["shop.apps.example.com"])
+    assert services.edge_pass().serving == ["shop.apps.example.com"]
+    Grove.objects.filter(pk=grove.pk).update(**slipped)
+    result = services.edge_pass()
+    assert result.serving == [] and code in result.failed["shop.apps.example.com"]
+    rendered = (edge["nginx"].conf_dir / services.EDGE_FILE).read_text()
+    assert "proxy_pass" not in rendered
+    assert IngressRoute.objects.get(hostname="shop.apps.example.com").state == "failed"
+
+
+def test_the_edge_refuses_an_address_two_groves_share(edge, mesh_grove, live_workload, ingress_on):
+    from apps.groves.models import Grove
+
+    first = _grove(mesh_grove, edge)
+    second = mesh_grove(name="twin", address="127.0.0.35")
+    live_workload("shop", first, ["shop.apps.example.com"])
+    live_workload("blog", second, ["blog.apps.example.com"])
+    Grove.objects.filter(pk=second.pk).update(mesh_address=MESH)  # slipped past the heartbeat's claim
+    result = services.edge_pass()
+    assert result.serving == []
+    assert all("mesh_address_taken" in error for error in result.failed.values())

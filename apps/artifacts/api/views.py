@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 
 from apps.accounts.api.authentication import ApiTokenAuthentication
 from apps.accounts.api.permissions import Requires, requires
-from apps.artifacts import selectors, services
+from apps.artifacts import rules, selectors, services
 from apps.artifacts.api.serializers import (
     ArtifactDetailSerializer,
     ArtifactLineageSerializer,
@@ -34,7 +34,7 @@ from apps.artifacts.filtersets import ArtifactFilterSet
 from apps.artifacts.store import CHUNK
 from apps.artifacts.vocabulary import MAX_LINEAGE_DEPTH
 from apps.core.api.serializers import ErrorSerializer
-from apps.core.errors import Forbidden, NotFound, ValidationFailed
+from apps.core.errors import Forbidden, ValidationFailed
 from apps.groves.api.authentication import (
     GroveCredentialAuthentication,
     GrovePrincipal,
@@ -96,7 +96,8 @@ def _stream(request, artifact, digest: str) -> StreamingHttpResponse:
         response = StreamingHttpResponse(_async_chunks(chunks))
     else:
         response = StreamingHttpResponse(chunks)
-    response["Content-Type"] = artifact.media_type or "application/octet-stream"
+    for name, value in rules.download_headers(digest=digest, stored_media_type=artifact.media_type).items():
+        response[name] = value
     response["Content-Length"] = str(artifact.size)
     response["Docker-Content-Digest"] = digest
     return response
@@ -179,11 +180,11 @@ class BlobDownloadView(APIView):
         if isinstance(request.user, JobDataPrincipal) and digest not in request.user.claims.inputs:
             raise Forbidden("blob_out_of_scope", f"Job {request.user.claims.job_id} has no input {digest}.")
         if isinstance(request.user, GrovePrincipal):
-            artifact = services.grove_blob_read(grove=request.user.grove, digest=digest)
+            claims = getattr(request.user, "claims", None)
+            artifact = services.grove_blob_read(grove=request.user.grove, digest=digest,
+                                                job_id=claims.job_id if claims is not None else None)
         else:
-            artifact = services.artifact_cas_get(digest=digest)
-            if not selectors.artifact_list(request.user).filter(digest=digest).exists():
-                raise NotFound("artifact_not_found", f"No blob {digest} that your teams may read.")
+            artifact = services.artifact_cas_get(digest=digest, user=request.user)
         return _stream(request, artifact, digest)
 
 
@@ -211,7 +212,8 @@ class GroveBlobWriteView(APIView):
         artifact = services.grove_blob_write(
             grove=request.user.grove, run_id=run_id, node_id=node, key=key, chunks=_body_chunks(request),
             expected_digest=check_digest(digest) if digest is not None else None,
-            media_type=params.get("media_type", ""), expected_size=_announced_size(request))
+            media_type=params.get("media_type", ""), expected_size=_announced_size(request),
+            job_id=claims.job_id if claims is not None else None)
         return Response(ArtifactSerializer(artifact).data, status=status.HTTP_201_CREATED)
 
 

@@ -11,7 +11,7 @@ from rest_framework.authentication import get_authorization_header
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from apps.core.errors import ForestError
+from apps.core.errors import Conflict, ForestError
 from apps.core.outage import outage_of
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,26 @@ def _scheme_hint(context) -> str:
     return f" You sent a '{word}' credential; this endpoint takes {wanted}."
 
 
+# SQLSTATEs of two writers that met: a deadlock, a serialization failure. The request lost a race it could
+# not order; the client retries (the one place these become an answer, never a 500).
+WRITE_CONFLICT_STATES = frozenset({"40P01", "40001"})
+
+
+def write_conflict_of(exc: BaseException) -> Conflict | None:
+    link: BaseException | None = exc
+    seen: set[int] = set()
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if getattr(link, "sqlstate", None) in WRITE_CONFLICT_STATES or getattr(link, "pgcode", None) in \
+                WRITE_CONFLICT_STATES:
+            return Conflict("write_conflict", "Another request changed the same records at the same moment; "
+                            "retry the request.")
+        link = link.__cause__ or link.__context__
+    return None
+
+
 def forest_exception_handler(exc, context):
+    exc = write_conflict_of(exc) or exc
     outage = outage_of(exc)
     if outage is not None:
         log.warning("request refused: %s", outage.code, extra={"error": str(exc)})
