@@ -199,7 +199,7 @@ def _kubectl(walk: Walk, argv: list[str]) -> None:
             namespace), target
         assert ("-i" in options) == (stdin_file is not None), "stdin reaches the pod only with -i"
         pod = walk.deployments(namespace)[target.split("/")[1]]["spec"]["template"]["spec"]
-        assert "python" == command[0] and command[1] == "manage.py", command
+        assert command[:2] == ["python", "manage.py"], command
         assert pod["containers"][0]["args"] == ["web"], "management commands run in a web pod (the app's cwd)"
         stdin = (walk.workdir / stdin_file).read_text() if stdin_file else None
         _manage(walk, command[2:], stdin)
