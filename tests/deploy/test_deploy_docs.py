@@ -32,6 +32,7 @@ from django.core.management import call_command
 from forest_agent.kube.validate import KUBERNETES_VERSION, schema_validate
 
 from apps.flags import registry
+from apps.pipelines.rules import node_requirement
 from apps.placement import services as placement
 from tests.artifacts.conftest import free_port, stop, wait_until_up
 from tests.console import console_script
@@ -40,7 +41,6 @@ from tests.deploy.host_settings import settings_host_reads
 from tests.deploy.test_images import DOCKERFILES
 from tests.factories import api_token_for
 from tests.placement.conftest import grove_make
-from tests.placement.test_api import node
 
 DEPLOY = REPO / "docs" / "deploy.md"
 EXAMPLE = REPO / "docs" / "examples" / "forest.env.example"
@@ -352,6 +352,11 @@ def _psql(database_url: str, sql: str) -> None:
                    capture_output=True, text=True, timeout=60, check=True)
 
 
+def node(platform: str = "linux/amd64"):
+    return node_requirement({"id": "n", "kind": "exec", "platform": [platform]}, run_kind="build")
+
+
+@pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
 def test_the_restore_procedure_serves_the_same_decisions(tmp_path, staff_user):
     """Decisions written, dumped with the doc's pg_dump line, a database replaced with the doc's dropdb,
