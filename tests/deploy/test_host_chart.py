@@ -288,6 +288,9 @@ def test_the_edge_serves_its_nginx_on_unprivileged_ports_behind_80_and_443():
     edge = workloads(objects)["edge"]
     (container,) = pod_of(edge)["containers"]
     assert container["args"] == ["edge", "--serve"]
+    from apps.ingress.management.commands.forest_edge import Command as Edge
+
+    assert Edge().create_parser("manage.py", "forest_edge").parse_args(container["args"][1:]).serve
     env = container_env(container)
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert (int(env["FOREST_EDGE_HTTP_LISTEN"]), int(env["FOREST_EDGE_HTTPS_LISTEN"])) == (ports["http"],
