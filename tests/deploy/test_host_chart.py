@@ -193,6 +193,14 @@ def test_worker_runner_and_beat_are_alive_while_their_heartbeat_is_fresh(compone
     assert container_env(container)["FOREST_VAR_DIR"] == "/var/lib/forest"  # where the heartbeats are written
 
 
+def test_deploy_md_shows_the_probe_the_chart_renders():
+    """docs/deploy.md section 6 gives the worker/runner/beat probe for hand-written manifests: the chart's."""
+    text = (REPO / "docs" / "deploy.md").read_text()
+    (block,) = re.findall(r"```yaml\n(# Kubernetes: worker, runner and beat.*?)```", text, re.DOTALL)
+    container = pod_of(workloads(render_objects(PRODUCTION, HOST_CHART))["beat"])["containers"][0]
+    assert yaml.safe_load(block) == {"livenessProbe": container["livenessProbe"]}
+
+
 def test_the_health_check_tells_the_processes_apart():
     healthcheck = _healthcheck()
     assert [healthcheck.role(_entrypoint_exec(r, [])) for r in ("web", "worker", "runner", "beat", "migrate")] == [
