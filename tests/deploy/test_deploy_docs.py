@@ -418,3 +418,13 @@ def test_the_restore_procedure_serves_the_same_decisions(tmp_path, staff_user):
             stop(web)
         subprocess.run(["dropdb", "--force", "--if-exists", "--maintenance-db", f"{server}/postgres", restored],
                        capture_output=True, timeout=60, check=False)
+
+
+def test_the_changelog_starts_with_unreleased_in_keep_a_changelog_sections():
+    text = (REPO / "CHANGELOG.md").read_text()
+    releases = re.findall(r"^## (.+)$", text, re.MULTILINE)
+    assert releases[0] == "[Unreleased]"
+    assert all(re.fullmatch(r"\[\d+\.\d+\.\d+\] - \d{4}-\d{2}-\d{2}", r) for r in releases[1:]), releases
+    sections = set(re.findall(r"^### (.+)$", text, re.MULTILINE))
+    assert sections <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security", "Upgrade notes"}, sections
+    assert "CHANGELOG.md" in DEPLOY.read_text()
