@@ -343,6 +343,16 @@ def test_every_pod_has_a_policy_and_only_the_web_and_edge_accept_connections():
             assert not unbounded, component
 
 
+def test_extra_egress_reaches_every_pod_and_stays_valid():
+    minio = {"to": [{"ipBlock": {"cidr": "10.40.0.0/24"}}], "ports": [{"protocol": "TCP", "port": 9000}]}
+    objects = render_objects({**PRODUCTION, "networkPolicy": {"extraEgress": [minio]}}, HOST_CHART)
+    policies = by_kind(objects, "NetworkPolicy")
+    assert len(policies) == len(workloads(objects))
+    for policy in policies:
+        assert minio in policy["spec"]["egress"]
+        schema_validate(policy, version=KUBERNETES_VERSION)
+
+
 # -- values.schema.json ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("bad, field", [
     ({"web": {"replicas": 1}}, "replicas"),
