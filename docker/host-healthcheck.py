@@ -21,12 +21,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # /app: forest_
 from forest_host.liveness import is_live
 
 
-def role() -> str:
-    try:
-        with open("/proc/1/cmdline", "rb") as handle:
-            argv = [part.decode() for part in handle.read().split(b"\0") if part]
-    except OSError:
-        return "unknown"
+def role(argv: list[str] | None = None) -> str:
+    """The process `argv` (default: PID 1's, the entrypoint's exec) runs: web, worker, runner, beat or other."""
+    if argv is None:
+        try:
+            with open("/proc/1/cmdline", "rb") as handle:
+                argv = [part.decode() for part in handle.read().split(b"\0") if part]
+        except OSError:
+            return "unknown"
     text = " ".join(argv)
     if "uvicorn" in text:
         return "web"

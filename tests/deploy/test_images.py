@@ -14,6 +14,7 @@ pinned build tools (from the wheelhouse `make venv` fills), and then runs from t
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import importlib.util
 import os
 import re
@@ -88,6 +89,24 @@ def test_every_base_image_is_pinned_by_version_and_digest(image):
     assert len(stages(DOCKERFILES[image])) >= 2, "multi-stage"
 
 
+# What a final stage may install from Debian: only the Host image's nginx, which its `edge` process runs.
+FINAL_STAGE_PACKAGES = {"host": {"nginx"}, "controller": set()}
+
+
+def final_stage_packages(run: str) -> dict[str, str]:
+    """Package -> pinned version of each `apt-get install` in a RUN line (recommends off, lists removed)."""
+    packages: dict[str, str] = {}
+    for command in re.findall(r"apt-get install([^&;]*)", run):
+        assert "--no-install-recommends" in command, run
+        for word in shlex.split(command):
+            if not word.startswith("-"):
+                name, _, version = word.partition("=")
+                assert version, f"{name} is not pinned"
+                packages[name] = version
+    assert "rm -rf /var/lib/apt/lists/*" in run, run
+    return packages
+
+
 @pytest.mark.parametrize("image", DOCKERFILES)
 def test_the_final_stage_runs_as_a_numeric_non_root_user_without_compilers(image):
     final = stages(DOCKERFILES[image])[-1]
@@ -95,7 +114,9 @@ def test_the_final_stage_runs_as_a_numeric_non_root_user_without_compilers(image
     assert users and re.fullmatch(r"[1-9]\d*:[1-9]\d*", users[-1]), users
     for instruction, args in final.instructions:
         if instruction == "RUN":
-            assert "apt-get install" not in args and "apk add" not in args and not COMPILERS.search(args), args
+            assert "apk add" not in args and not COMPILERS.search(args), args
+            if "apt-get install" in args:
+                assert set(final_stage_packages(args)) == FINAL_STAGE_PACKAGES[image], args
         if instruction == "COPY" and "--from=" in args:
             assert args.split()[0].startswith("--from=builder")
     healthchecks = [args for instruction, args in final.instructions if instruction == "HEALTHCHECK"]
@@ -117,6 +138,23 @@ def test_the_host_image_starts_every_process_by_command():
     result = subprocess.run(["sh", str(DOCKER / "host-entrypoint.sh"), "nonsense"], capture_output=True, text=True,
                             timeout=30, check=False)
     assert result.returncode == 64 and "unknown process" in result.stderr
+
+
+def test_the_host_image_has_the_nginx_its_edge_runs():
+    """The `edge` process starts FOREST_EDGE_NGINX_BINARY (nginx): the final stage installs the Debian
+    package that provides it, at the upstream version the ingress tests run both hops on here."""
+    final = stages(DOCKERFILES["host"])[-1]
+    runs = [args for instruction, args in final.instructions if instruction == "RUN" and "apt-get install" in args]
+    assert runs, "the final stage installs nginx"
+    (version,) = [final_stage_packages(run)["nginx"] for run in runs]
+    assert "nginx -v" in runs[0], "the build fails at once when the package has no nginx"
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    owner = subprocess.run(["dpkg", "-S", nginx], capture_output=True, text=True, timeout=30, check=True).stdout
+    assert owner.split(":", 1)[0] == "nginx", owner
+    tested = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "nginx"], capture_output=True, text=True,
+                            timeout=30, check=True).stdout
+    assert fnmatch.fnmatch(tested, version), (tested, version)
+    assert "edge)" in (DOCKER / "host-entrypoint.sh").read_text()
 
 
 def test_the_dockerignore_keeps_local_state_and_secrets_out():
