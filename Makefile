@@ -72,7 +72,7 @@ upgrade:  ## `make lock` with every package at its newest allowed version
 # Ports (PORT, FOREST_EDGE_HTTP_PORT, FOREST_EDGE_HTTPS_PORT, FOREST_LOCAL_PROXY_PORT) come from the environment,
 # else var/forest.env, else 8000/8081/8443/8480 (apps/core/localenv.py). honcho hands its base port to the
 # Procfile's first line (web) as $$PORT.
-run: $(STAMP)  ## Local settings, migrate, load the demo and serve Host (web :$$PORT, default 8000, + worker + beat); Ctrl-C stops all
+run: $(STAMP)  ## Local settings, migrate, load the demo and serve Host (web on PORT, default 8000, + worker + beat); Ctrl-C stops all
 	@mkdir -p var/broker/queue var/broker/processed var/broker/control
 	@echo "==> local settings (var/forest.env) and the database"
 	$(RUN_ENV) $(BIN)/python -m apps.core.localenv

@@ -137,10 +137,14 @@ def local_grove_name(hostname: str | None = None) -> str:
 def get(*keys: str) -> list[str]:
     """The values a process started by `make run` sees for ``keys`` (environment over the file, then the
     defaults): the Makefile and scripts/local-agent.sh read ports and URLs through this, never a literal."""
+    exported = dict(os.environ)
     load()
     ports = {key: os.environ.get(key) or default for key, default in PORTS.items()}
-    known = {**DEFAULTS, **ports, **following_ports(ports), "FOREST_LOCAL_GROVE": local_grove_name()}
-    return [os.environ.get(key) or known.get(key, "") for key in keys]
+    # What follows the ports is recomputed from them (the file's copy may predate an exported PORT); only a
+    # value exported in the environment itself wins, as in write().
+    following = {key: exported.get(key) or value for key, value in following_ports(ports).items()}
+    known = {**DEFAULTS, **ports, **following, "FOREST_LOCAL_GROVE": local_grove_name()}
+    return [following.get(key) or os.environ.get(key) or known.get(key, "") for key in keys]
 
 
 def main(argv: list[str] | None = None) -> int:

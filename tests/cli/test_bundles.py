@@ -11,12 +11,12 @@ import subprocess
 import tarfile
 
 import pytest
-from typer.testing import CliRunner
-
-from apps.artifacts.models import Artifact
 from forest_agent.errors import BundleRefused, ConfigError
 from forest_agent.native.extract import ExtractLimits, extract_tar
 from forest_agent.native.signing import TrustedKeys
+from typer.testing import CliRunner
+
+from apps.artifacts.models import Artifact
 from forest_cli import bundles
 from forest_cli.main import app
 from tests.console import console_script
@@ -99,8 +99,8 @@ def test_what_the_agent_would_refuse_is_refused_at_build(tmp_path, source):
 
 def test_signing_with_the_public_key_is_refused_naming_both_roles(tmp_path, keys, source):
     _, public = keys
-    result = runner.invoke(app, ["bundles", "publish", str(source), "--key", str(public), "--key-id", "release",
-                                 "--host", "http://127.0.0.1:9", "--token", "x"])
+    result = runner.invoke(app, ["--host", "http://127.0.0.1:9", "--token", "x", "bundles", "publish", str(source),
+                                 "--key", str(public), "--key-id", "release"])
     assert result.exit_code == 1
     assert "is a public key" in result.output and "private key" in result.output
     assert "key_is_public" in result.output

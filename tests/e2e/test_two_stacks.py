@@ -3,11 +3,12 @@ started the way the Makefile starts them — honcho with the real Procfile, its 
 settings through ``python -m apps.core.localenv --get PORT`` — and both answer at once.
 
 Kept cheap: only the Procfile's ``web`` line runs (one uvicorn worker each); the two databases are copies
-of the already-migrated test database (PostgreSQL ``CREATE DATABASE ... TEMPLATE``), dropped afterwards.
+of the already-migrated test database (pg_dump piped into psql), dropped afterwards.
 """
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import uuid
@@ -17,14 +18,13 @@ import httpx
 import psycopg
 import pytest
 from django.conf import settings
-from django.db import connections
 
 from apps.core import localenv
 from tests.console import console_script
 from tests.e2e.test_native_workload import free_port
 from tests.pipelines.conftest import wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = str(Path(console_script("honcho")).parent) + "/"
 
@@ -35,19 +35,24 @@ def _server_url(name: str) -> str:
 
 
 @pytest.fixture
-def databases(django_db_setup, django_db_blocker):
-    """Two databases copied from the migrated test database (nobody may be connected to it while copying)."""
-    template = settings.DATABASES["default"]["NAME"]
+def databases():
+    """Two databases, each a copy of the migrated test database (pg_dump | psql; a TEMPLATE copy would need
+    this process's pooled connections to it closed)."""
+    source = settings.DATABASES["default"]["NAME"]  # the test database here, migrated
     names = [f"forest_two_{uuid.uuid4().hex[:8]}" for _ in range(2)]
-    with django_db_blocker.unblock():
-        connections.close_all()
     with psycopg.connect(_server_url("postgres"), autocommit=True) as conn:
         for name in names:
-            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    yield [_server_url(name) for name in names]
-    with psycopg.connect(_server_url("postgres"), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    try:
         for name in names:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            subprocess.run(f"pg_dump --no-owner --dbname {shlex.quote(_server_url(source))} | "
+                           f"psql --quiet -v ON_ERROR_STOP=1 --dbname {shlex.quote(_server_url(name))} >/dev/null",
+                           shell=True, check=True, timeout=120)
+        yield [_server_url(name) for name in names]
+    finally:
+        with psycopg.connect(_server_url("postgres"), autocommit=True) as conn:
+            for name in names:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 class Stack:

@@ -5,7 +5,8 @@ import os
 
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        body = b"ok\n" if self.path == "/healthz" else f"hello from shop ({self.headers['X-Forwarded-Proto']})\n".encode()
+        scheme = self.headers["X-Forwarded-Proto"]  # set by the hops: "https" when it came through the edge
+        body = b"ok\n" if self.path == "/healthz" else f"hello from shop ({scheme})\n".encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(body)))
