@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Mapping
 import sys
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -68,10 +69,11 @@ def load() -> None:
         load_dotenv(found, override=False)
 
 
-def write(target: Path = DEFAULT, *, environ: dict | None = None) -> dict:
+def write(target: Path = DEFAULT, *, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Write ``target``: the values already there, the caller's exported ``DATABASE_URL`` /
-    ``CELERY_BROKER_URL`` / ``DEBUG`` over them (so `DATABASE_URL=... make run` is remembered), defaults for
-    the rest, and a random ``SECRET_KEY`` made once. Returns what it wrote."""
+    ``CELERY_BROKER_URL`` / ``DEBUG`` and ports over them (so `PORT=... make run` is remembered), defaults for
+    the rest, what follows from the ports (``following_ports``), and a random ``SECRET_KEY`` made once.
+    Raises ``PortError`` before writing anything when a port is unusable. Returns what it wrote."""
     environ = os.environ if environ is None else environ
     values = {key: value for key, value in (dotenv_values(target) if target.is_file() else {}).items()
               if value is not None}

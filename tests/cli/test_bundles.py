@@ -8,7 +8,9 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
+import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 from forest_agent.errors import BundleRefused, ConfigError
@@ -23,6 +25,7 @@ from tests.console import console_script
 from tests.factories import api_token_for
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -161,3 +164,25 @@ def test_publish_and_upload_put_a_signed_bundle_into_hosts_artifacts(live_server
     refused = runner.invoke(app, [*base, "bundles", "upload", str(bundle), "--key-id", "release",
                                   "--signature", "x", "--team", "no-such-team"])
     assert refused.exit_code == 1  # Host's refusal, printed with its code
+
+
+def test_make_runs_local_agent_stops_at_once_on_a_private_key(tmp_path, keys):
+    """scripts/local-agent.sh (honcho's `agent` line) in a stand-in checkout whose `.venv/bin/python` is this
+    interpreter: a private key as FOREST_LOCAL_AGENT_TRUSTED_KEY stops it before it waits for Host, enrolls or
+    starts nginx (honcho then stops the stack), with the agent's own sentence."""
+    private, _ = keys
+    checkout = tmp_path / "checkout"
+    (checkout / "scripts").mkdir(parents=True)
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    script = checkout / "scripts" / "local-agent.sh"
+    script.write_text((ROOT / "scripts" / "local-agent.sh").read_text())
+    python = checkout / ".venv" / "bin" / "python"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "FOREST_ENV_FILE": "",
+           "FOREST_LOCAL_HOST_URL": "http://127.0.0.1:9"}
+    result = subprocess.run(["bash", str(script)], env={**env, "FOREST_LOCAL_AGENT_TRUSTED_KEY": f"release={private}"},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 78, result.stderr
+    assert "FOREST_LOCAL_AGENT_TRUSTED_KEY" in result.stderr and "is a PRIVATE key" in result.stderr
+    assert sorted(p.name for p in checkout.iterdir()) == [".venv", "scripts"]  # nothing started, nothing enrolled
