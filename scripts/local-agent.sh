@@ -21,8 +21,12 @@ except ConfigError as exc:
     sys.exit(f"local agent: FOREST_LOCAL_AGENT_TRUSTED_KEY: {exc}")
 PY
 fi
+# honcho hands every Procfile line its own $PORT (its base port + 100 per line): here it is not Host's web
+# port, which comes from the settings `make run` has just written.
+unset PORT
 read -r HOST_DEFAULT PROXY_DEFAULT GROVE_NAME <<<"$(.venv/bin/python -m apps.core.localenv --get FOREST_HOST FOREST_LOCAL_PROXY_PORT FOREST_LOCAL_GROVE)"
 HOST_URL=${FOREST_LOCAL_HOST_URL:-$HOST_DEFAULT}
+echo "local agent: Host $HOST_URL, Grove $GROVE_NAME, mesh proxy port $PROXY_DEFAULT" >&2
 # One identity per database (var/agent/<key of DATABASE_URL>): an identity enrolled against SQLite is unknown
 # to PostgreSQL, so switching databases enrolls afresh instead of stopping the stack.
 STATE=${FOREST_AGENT_STATE_DIR:-var/agent/$(.venv/bin/python -c 'from apps.core.localenv import database_key; print(database_key())')}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -166,11 +167,10 @@ def test_publish_and_upload_put_a_signed_bundle_into_hosts_artifacts(live_server
     assert refused.exit_code == 1  # Host's refusal, printed with its code
 
 
-def test_make_runs_local_agent_stops_at_once_on_a_private_key(tmp_path, keys):
+@pytest.fixture
+def local_agent_script(tmp_path):
     """scripts/local-agent.sh (honcho's `agent` line) in a stand-in checkout whose `.venv/bin/python` is this
-    interpreter: a private key as FOREST_LOCAL_AGENT_TRUSTED_KEY stops it before it waits for Host, enrolls or
-    starts nginx (honcho then stops the stack), with the agent's own sentence."""
-    private, _ = keys
+    interpreter (the script names its checkout's venv, as the Procfile does)."""
     checkout = tmp_path / "checkout"
     (checkout / "scripts").mkdir(parents=True)
     (checkout / ".venv" / "bin").mkdir(parents=True)
@@ -179,6 +179,14 @@ def test_make_runs_local_agent_stops_at_once_on_a_private_key(tmp_path, keys):
     python = checkout / ".venv" / "bin" / "python"
     python.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
     python.chmod(0o755)
+    return checkout, script
+
+
+def test_make_runs_local_agent_stops_at_once_on_a_private_key(tmp_path, keys, local_agent_script):
+    """A private key as FOREST_LOCAL_AGENT_TRUSTED_KEY stops the script before it waits for Host, enrolls or
+    starts nginx (honcho then stops the stack), with the agent's own sentence."""
+    private, _ = keys
+    checkout, script = local_agent_script
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "FOREST_ENV_FILE": "",
            "FOREST_LOCAL_HOST_URL": "http://127.0.0.1:9"}
     result = subprocess.run(["bash", str(script)], env={**env, "FOREST_LOCAL_AGENT_TRUSTED_KEY": f"release={private}"},
@@ -186,3 +194,27 @@ def test_make_runs_local_agent_stops_at_once_on_a_private_key(tmp_path, keys):
     assert result.returncode == 78, result.stderr
     assert "FOREST_LOCAL_AGENT_TRUSTED_KEY" in result.stderr and "is a PRIVATE key" in result.stderr
     assert sorted(p.name for p in checkout.iterdir()) == [".venv", "scripts"]  # nothing started, nothing enrolled
+
+
+def test_the_local_agent_takes_hosts_port_from_the_settings_not_honchos_port(tmp_path, local_agent_script):
+    """Under honcho every Procfile line gets its own $PORT; the agent's line must still find Host's web port
+    (and its proxy port) in the settings `make run` wrote. Stopped once it has said where it goes (it would
+    next wait for that Host)."""
+    from apps.core import localenv
+
+    checkout, script = local_agent_script
+    settings_file = tmp_path / "forest.env"
+    localenv.write(settings_file, environ={"PORT": "9100", "FOREST_LOCAL_PROXY_PORT": "9480"})
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "FOREST_ENV_FILE": str(settings_file),
+           "PORT": "9600"}  # what honcho gives the sixth line for base port 9100
+    proc = subprocess.Popen(["bash", str(script)], env=env, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stderr is not None
+        said = proc.stderr.readline()  # the script's first line; a hang here ends in the test timeout
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert said.strip() == (f"local agent: Host http://127.0.0.1:9100, Grove {localenv.local_grove_name()}, "
+                            "mesh proxy port 9480"), said
+    assert not (checkout / "var").exists()
