@@ -570,7 +570,8 @@ def bundles_keygen(name: Annotated[Path, typer.Argument(help="writes NAME.key (p
     except bundle_format.BundleError as exc:
         _bundle_fail(exc)
     err.print(f"private key {private} (signs bundles: `forest bundles publish DIR --key {private}`)\n"
-              f"public key  {public} (verifies: `forest-agent run --trusted-key ID={public}`)", highlight=False)
+              f"public key  {public} (verifies: `forest-agent run --trusted-key ID={public}`)", highlight=False,
+              soft_wrap=True)
 
 
 @bundles.command("build")
@@ -583,7 +584,7 @@ def bundles_build(directory: Path, output: Annotated[Path | None, typer.Option(
         _bundle_fail(exc)
     target = output or directory.resolve().with_name(directory.resolve().name + ".tar.gz")
     target.write_bytes(data)
-    err.print(f"wrote {target} ({len(data)} bytes)", highlight=False)
+    err.print(f"wrote {target} ({len(data)} bytes)", highlight=False, soft_wrap=True)
     print(bundle_format.digest_of(data))
 
 
@@ -614,8 +615,8 @@ def _upload(ctx: typer.Context, data: bytes, *, signature: str, key_id: str, tea
     if ctx.obj["json"]:
         _print_json(artifact)
         return
-    err.print(f"uploaded artifact {artifact.get('id')}, signed by key {key_id!r}; name it in a workload as "
-              f"\"bundle_digest\"", highlight=False)
+    err.print(f"uploaded artifact {artifact.get('id')}, signed by key {key_id!r}; its digest (below) is a "
+              f"workload's \"bundle_digest\"", highlight=False, soft_wrap=True)
     print(digest)
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Mapping
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
