@@ -69,15 +69,18 @@ lock: $(UV_STAMP)  ## Re-resolve requirements.lock from pyproject.toml, install 
 upgrade:  ## `make lock` with every package at its newest allowed version
 	$(MAKE) lock UV_COMPILE_ARGS=--upgrade
 
-run: $(STAMP)  ## Local settings, migrate, load the demo and serve Host (web :8000 + worker + beat); Ctrl-C stops all
+# Ports (PORT, FOREST_EDGE_HTTP_PORT, FOREST_EDGE_HTTPS_PORT, FOREST_LOCAL_PROXY_PORT) come from the environment,
+# else var/forest.env, else 8000/8081/8443/8480 (apps/core/localenv.py). honcho hands its base port to the
+# Procfile's first line (web) as $$PORT.
+run: $(STAMP)  ## Local settings, migrate, load the demo and serve Host (web on PORT, default 8000, + worker + beat); Ctrl-C stops all
 	@mkdir -p var/broker/queue var/broker/processed var/broker/control
 	@echo "==> local settings (var/forest.env) and the database"
 	$(RUN_ENV) $(BIN)/python -m apps.core.localenv
 	@echo "==> migrating"
 	$(RUN_ENV) $(BIN)/python manage.py migrate --noinput
 	$(RUN_ENV) $(BIN)/python manage.py load_demo
-	@echo "Forest Host on http://127.0.0.1:8000/  (admin: /admin/, API schema: /api/schema/)"
-	$(RUN_ENV) $(BIN)/honcho start -f Procfile
+	@echo "Forest Host on $$($(BIN)/python -m apps.core.localenv --get FOREST_HOST)/  (admin: /admin/, API schema: /api/schema/)"
+	$(RUN_ENV) $(BIN)/honcho start -f Procfile --port "$$($(BIN)/python -m apps.core.localenv --get PORT)"
 
 test: $(STAMP)  ## Architecture contracts, types, the image linter, then the whole suite against real PostgreSQL and Redis
 	$(BIN)/lint-imports

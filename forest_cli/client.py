@@ -105,6 +105,15 @@ class ForestClient:
             raise ForestClientError("bad_response", f"Host's answer to {method} {path} is not a JSON array.")
         return body
 
+    # artifacts
+    def blob_upload(self, data: bytes, *, digest: str, media_type: str, signature: str = "", key_id: str = "",
+                    team: str | None = None, platform: str | None = None) -> JSON:
+        """Upload ``data`` into Host's CAS (``POST /artifacts/blobs``); Host refuses it when ``digest`` is wrong."""
+        params = {"digest": digest, "media_type": media_type, "signature": signature, "key_id": key_id}
+        params.update({name: value for name, value in (("team", team), ("platform", platform)) if value})
+        return self._object("POST", "/artifacts/blobs", params=params, content=data,
+                            headers={"Content-Type": "application/octet-stream"})
+
     # compute
     def compute_submit(self, body: JSON) -> JSON:
         return self._object("POST", "/compute/jobs", json=body)

@@ -22,6 +22,7 @@ from rich.text import Text
 from apps.compute.bodies import ComputeJobRequest, ComputeStep
 from apps.core import bodies, localenv
 from apps.placement import scoring
+from forest_cli import bundles as bundle_format
 from forest_cli.client import JSON, TERMINAL, ForestClient, ForestClientError
 from forest_cli.tables import Col, table
 
@@ -35,6 +36,10 @@ app.add_typer(runs, name="runs")
 app.add_typer(placements, name="placements")
 artifacts = typer.Typer(help="Artifacts: what steps consumed and produced.", no_args_is_help=True)
 app.add_typer(artifacts, name="artifacts")
+bundles = typer.Typer(help="Native workload bundles: keygen, build, sign, upload, or all three as publish. "
+                           "The private key signs; the public key goes to each agent (--trusted-key ID=PATH).",
+                      no_args_is_help=True)
+app.add_typer(bundles, name="bundles")
 
 out = Console()
 err = Console(stderr=True)
@@ -543,6 +548,108 @@ def ingress(ctx: typer.Context,
                      escape(route["last_error"] or "-")])
     out.print(table(["host name", "workload", "grove", Col("mesh upstream", drop=1), "state", "since", "last error"],
                     rows, width=out.width))
+
+
+def _bundle_fail(exc: bundle_format.BundleError) -> NoReturn:
+    err.print(Text("error: ", style="red") + Text(f"{exc.detail} [{exc.code}]"), highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+KeyId = Annotated[str, typer.Option("--key-id", help="the id agents know the public key by (--trusted-key ID=PATH)")]
+Team = Annotated[str | None, typer.Option(help="the team that may read it (a member of one team may leave it out)")]
+Platform = Annotated[str | None, typer.Option(help="the bundle's os/arch[/variant], if it has one")]
+
+
+@bundles.command("keygen")
+def bundles_keygen(name: Annotated[Path, typer.Argument(help="writes NAME.key (private) and NAME.pem (public)")]
+                   = Path("release")) -> None:
+    """A new Ed25519 signing key pair: NAME.key signs (keep it private), NAME.pem goes to the agents."""
+    private, public = name.with_name(name.name + ".key"), name.with_name(name.name + ".pem")
+    try:
+        bundle_format.keygen(private, public)
+    except bundle_format.BundleError as exc:
+        _bundle_fail(exc)
+    err.print(f"private key {private} (signs bundles: `forest bundles publish DIR --key {private}`)\n"
+              f"public key  {public} (verifies: `forest-agent run --trusted-key ID={public}`)", highlight=False,
+              soft_wrap=True)
+
+
+@bundles.command("build")
+def bundles_build(directory: Path, output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="the tar.gz to write (default DIRECTORY.tar.gz)")] = None) -> None:
+    """Pack DIRECTORY as a reproducible tar.gz; prints its digest."""
+    try:
+        data = bundle_format.build(directory)
+    except bundle_format.BundleError as exc:
+        _bundle_fail(exc)
+    target = output or directory.resolve().with_name(directory.resolve().name + ".tar.gz")
+    target.write_bytes(data)
+    err.print(f"wrote {target} ({len(data)} bytes)", highlight=False, soft_wrap=True)
+    print(bundle_format.digest_of(data))
+
+
+@bundles.command("sign")
+def bundles_sign(bundle: Path, key: Annotated[Path, typer.Option(help="the PRIVATE key (e.g. release.key)")]) -> None:
+    """Sign BUNDLE's digest with the private KEY; writes BUNDLE.sig and prints the signature."""
+    try:
+        signature = bundle_format.sign(bundle_format.load_private_key(key),
+                                       bundle_format.digest_of(_read_bundle(bundle)))
+    except bundle_format.BundleError as exc:
+        _bundle_fail(exc)
+    bundle.with_name(bundle.name + ".sig").write_text(signature + "\n")
+    print(signature)
+
+
+def _read_bundle(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise bundle_format.BundleError("bundle_unreadable", f"Cannot read bundle {path}: {exc.strerror}.") from None
+
+
+def _upload(ctx: typer.Context, data: bytes, *, signature: str, key_id: str, team: str | None,
+            platform: str | None) -> None:
+    digest = bundle_format.digest_of(data)
+    artifact = _call(ctx, lambda c: c.blob_upload(data, digest=digest, media_type=bundle_format.MEDIA_TYPE,
+                                                  signature=signature, key_id=key_id, team=team, platform=platform))
+    if ctx.obj["json"]:
+        _print_json(artifact)
+        return
+    err.print(f"uploaded artifact {artifact.get('id')}, signed by key {key_id!r}; its digest (below) is a "
+              f"workload's \"bundle_digest\"", highlight=False, soft_wrap=True)
+    print(digest)
+
+
+@bundles.command("upload")
+def bundles_upload(ctx: typer.Context, bundle: Path, key_id: KeyId,
+                   signature: Annotated[str | None, typer.Option(help="base64 (default: BUNDLE.sig)")] = None,
+                   team: Team = None, platform: Platform = None) -> None:
+    """Upload a signed BUNDLE into Host's artifacts; prints its digest (the workload's bundle_digest)."""
+    try:
+        data = _read_bundle(bundle)
+        if signature is None:
+            sig_path = bundle.with_name(bundle.name + ".sig")
+            if not sig_path.is_file():
+                raise bundle_format.BundleError("bundle_unsigned", f"{sig_path} is missing: run `forest bundles "
+                                                                   f"sign {bundle} --key KEY` first.")
+            signature = sig_path.read_text().strip()
+    except bundle_format.BundleError as exc:
+        _bundle_fail(exc)
+    _upload(ctx, data, signature=signature, key_id=key_id, team=team, platform=platform)
+
+
+@bundles.command("publish")
+def bundles_publish(ctx: typer.Context, directory: Path,
+                    key: Annotated[Path, typer.Option(help="the PRIVATE key (e.g. release.key)")],
+                    key_id: KeyId, team: Team = None, platform: Platform = None) -> None:
+    """build + sign + upload in one: prints the digest to name as the workload's bundle_digest."""
+    try:
+        private = bundle_format.load_private_key(key)
+        data = bundle_format.build(directory)
+    except bundle_format.BundleError as exc:
+        _bundle_fail(exc)
+    _upload(ctx, data, signature=bundle_format.sign(private, bundle_format.digest_of(data)), key_id=key_id,
+            team=team, platform=platform)
 
 
 @app.command("inventory")

@@ -4,10 +4,29 @@
 # Where nginx is installed, the agent's ingress hop runs too: a private nginx (prefix var/agent-nginx,
 # non-daemon) on the loopback "mesh" address FOREST_LOCAL_MESH_ADDRESS:FOREST_LOCAL_PROXY_PORT (default
 # 127.0.0.1:8480), reported to Host in every heartbeat. FOREST_LOCAL_AGENT_TRUSTED_KEY=ID=PATH turns on
-# native workloads (bundles signed by that key).
+# native workloads (bundles signed by that key: PATH is the PUBLIC key). Host's URL and the proxy port follow
+# `make run`'s settings (apps/core/localenv.py: the environment, else var/forest.env).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-HOST_URL=${FOREST_LOCAL_HOST_URL:-http://127.0.0.1:8000}
+# A wrong trusted key stops here, before nginx or enrollment, with the agent's own sentence (a private key
+# given where the public one belongs is named as such); honcho then stops the whole stack.
+if [ -n "${FOREST_LOCAL_AGENT_TRUSTED_KEY:-}" ]; then
+  .venv/bin/python - "$FOREST_LOCAL_AGENT_TRUSTED_KEY" <<'PY' || exit 78
+import sys
+from forest_agent.errors import ConfigError
+from forest_agent.native.signing import TrustedKeys
+try:
+    TrustedKeys.load(key_flags=[sys.argv[1]])
+except ConfigError as exc:
+    sys.exit(f"local agent: FOREST_LOCAL_AGENT_TRUSTED_KEY: {exc}")
+PY
+fi
+# honcho hands every Procfile line its own $PORT (its base port + 100 per line): here it is not Host's web
+# port, which comes from the settings `make run` has just written.
+unset PORT
+read -r HOST_DEFAULT PROXY_DEFAULT GROVE_NAME <<<"$(.venv/bin/python -m apps.core.localenv --get FOREST_HOST FOREST_LOCAL_PROXY_PORT FOREST_LOCAL_GROVE)"
+HOST_URL=${FOREST_LOCAL_HOST_URL:-$HOST_DEFAULT}
+echo "local agent: Host $HOST_URL, Grove $GROVE_NAME, mesh proxy port $PROXY_DEFAULT" >&2
 # One identity per database (var/agent/<key of DATABASE_URL>): an identity enrolled against SQLite is unknown
 # to PostgreSQL, so switching databases enrolls afresh instead of stopping the stack.
 STATE=${FOREST_AGENT_STATE_DIR:-var/agent/$(.venv/bin/python -c 'from apps.core.localenv import database_key; print(database_key())')}
@@ -25,7 +44,7 @@ PY
 if ! ls "$STATE"/identity* >/dev/null 2>&1; then
   token=$(.venv/bin/python manage.py create_enrollment_token --roles compute,build --substrate native \
           --expires-in 600 --note "make run: local agent" 2>/dev/null | tail -n 1)
-  .venv/bin/forest-agent enroll --host "$HOST_URL" --token "$token" --name "local-$(hostname)" --state-dir "$STATE"
+  .venv/bin/forest-agent enroll --host "$HOST_URL" --token "$token" --name "$GROVE_NAME" --state-dir "$STATE"
 fi
 args=(run --state-dir "$STATE" --enable-native-jobs --heartbeat-interval 10)
 if [ -n "${FOREST_LOCAL_AGENT_TRUSTED_KEY:-}" ]; then
@@ -54,7 +73,7 @@ nginx_pid=$!
 # The mesh proxy gets a loopback address of its own: 127.0.0.1 is Host's own (its URL, the edge's listeners),
 # which no Grove may report (apps/groves/mesh.py).
 args+=(--nginx-conf-dir "$ROOT/conf.d" --nginx-binary "$NGINX" --nginx-config "$ROOT/nginx.conf" --nginx-prefix "$ROOT"
-       --mesh-address "${FOREST_LOCAL_MESH_ADDRESS:-127.0.0.2}" --proxy-port "${FOREST_LOCAL_PROXY_PORT:-8480}"
+       --mesh-address "${FOREST_LOCAL_MESH_ADDRESS:-127.0.0.2}" --proxy-port "$PROXY_DEFAULT"
        --mesh-allow 127.0.0.0/8)
 .venv/bin/forest-agent "${args[@]}" &
 agent_pid=$!

@@ -109,3 +109,58 @@ def test_users_and_teams_commands_create_what_roles_and_teams_name(capsys):
         call_command("users", "create", "ana")
     call_command("users", "list")
     assert "ana: roles submitter; teams ml" in capsys.readouterr().out
+
+
+def test_the_ports_are_kept_and_what_follows_them_never_goes_stale(tmp_path):
+    target = tmp_path / "forest.env"
+    first = localenv.write(target, environ={})
+    assert (first["PORT"], first["FOREST_HOST"], first["FOREST_PUBLIC_URL"]) == (
+        "8000", "http://127.0.0.1:8000", "http://127.0.0.1:8000")
+    assert (first["FOREST_EDGE_HTTP_LISTEN"], first["FOREST_EDGE_HTTPS_LISTEN"]) == ("127.0.0.1:8081",
+                                                                                     "127.0.0.1:8443")
+    moved = localenv.write(target, environ={"PORT": "9000", "FOREST_EDGE_HTTPS_PORT": "9443"})
+    assert moved["FOREST_HOST"] == moved["FOREST_PUBLIC_URL"] == "http://127.0.0.1:9000"
+    assert moved["FOREST_EDGE_HTTPS_LISTEN"] == "127.0.0.1:9443"
+    # Remembered: the next run with nothing exported keeps 9000, and the URLs with it.
+    again = localenv.write(target, environ={})
+    assert (again["PORT"], again["FOREST_HOST"], again["FOREST_EDGE_HTTPS_PORT"]) == (
+        "9000", "http://127.0.0.1:9000", "9443")
+    # An exported URL still wins over the one the port implies.
+    assert localenv.write(target, environ={"FOREST_HOST": "https://forest.example"})["FOREST_HOST"] == \
+        "https://forest.example"
+
+
+@pytest.mark.parametrize(("ports", "says"), [
+    ({"PORT": "http"}, "PORT='http' is not a port"),
+    ({"PORT": "70000"}, "is not a port"),
+    ({"PORT": "8443"}, "FOREST_EDGE_HTTPS_PORT and PORT are both 8443"),
+])
+def test_a_port_make_run_cannot_use_stops_it_before_anything_starts(tmp_path, ports, says):
+    with pytest.raises(localenv.PortError, match=says):
+        localenv.write(tmp_path / "forest.env", environ=ports)
+    assert not (tmp_path / "forest.env").exists()
+    env = _clean_env(FOREST_ENV_FILE=str(tmp_path / "forest.env"), **ports)
+    ran = subprocess.run([sys.executable, "-m", "apps.core.localenv"], cwd=ROOT, capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert ran.returncode == 1 and says.split("=")[0] in ran.stderr, ran.stderr
+
+
+def test_get_prints_what_make_run_and_the_local_agent_use(tmp_path):
+    target = tmp_path / "forest.env"
+    localenv.write(target, environ={"PORT": "9100", "FOREST_LOCAL_PROXY_PORT": "9480"})
+    argv = [sys.executable, "-m", "apps.core.localenv", "--get", "PORT", "FOREST_HOST", "FOREST_LOCAL_PROXY_PORT"]
+    from_file = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                               env=_clean_env(FOREST_ENV_FILE=str(target)))
+    assert from_file.stdout.split() == ["9100", "http://127.0.0.1:9100", "9480"], from_file.stderr
+    exported = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                              env=_clean_env(FOREST_ENV_FILE=str(target), PORT="9200"))
+    assert exported.stdout.split()[:2] == ["9200", "http://127.0.0.1:9200"]
+    defaults = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                              env=_clean_env(FOREST_ENV_FILE=""))
+    assert defaults.stdout.split() == ["8000", "http://127.0.0.1:8000", "8480"]
+
+
+def test_the_local_grove_name_is_already_a_slug():
+    assert localenv.local_grove_name("Box_1.example.com") == "local-box-1"
+    assert localenv.local_grove_name("mac-mini") == "local-mac-mini"
+    assert localenv.local_grove_name("...") == "local-machine"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -17,6 +18,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key, lo
 
 from forest_agent.errors import BundleRefused, ConfigError
 
+_PRIVATE_KEY = re.compile(rb"^-----BEGIN [A-Z ]*PRIVATE KEY-----")
 _KEY_SUFFIXES = {".pem", ".pub", ".key", ".raw", ".b64", ".hex", ""}
 
 
@@ -27,6 +29,13 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
         raise ConfigError(f"cannot read trusted key {path}: {exc.strerror}") from exc
     key: object | None = None
     stripped = data.strip()
+    if _PRIVATE_KEY.search(stripped[:64]):
+        # The commonest mistake: handing the agent the signing key. Refuse at start, naming both roles.
+        raise ConfigError(
+            f"trusted key {path} is a PRIVATE key; the agent verifies bundles with the PUBLIC key "
+            f"(release.pem from `forest bundles keygen`, or `openssl pkey -in {path} -pubout`). "
+            "The private key signs (`forest bundles publish --key`) and should not be on this machine"
+        )
     try:
         if stripped.startswith(b"-----BEGIN"):
             key = load_pem_public_key(stripped)
