@@ -313,14 +313,19 @@ def _config(args: argparse.Namespace) -> AgentConfig:
     )
 
 
-def cmd_run(args: argparse.Namespace, ring: LogRing) -> int:
-    config = _config(args)
+def _trusted_keys(config: AgentConfig) -> TrustedKeys:
     keys = TrustedKeys.load(keys_dir=config.trusted_keys_dir, key_flags=config.trusted_key_flags)
     if config.enable_native_workloads and not keys:
         raise ConfigError(
             "--enable-native-workloads needs at least one trusted key "
             "(--trusted-keys-dir or --trusted-key KEY_ID=PATH)"
         )
+    return keys
+
+
+def cmd_run(args: argparse.Namespace, ring: LogRing) -> int:
+    config = _config(args)
+    keys = _trusted_keys(config)
     state = _state(args)
     state.acquire_lock()
     try:
@@ -411,7 +416,7 @@ def _run_args(raw: list[str], leave_running: bool) -> tuple[list[str], argparse.
     except SystemExit:
         raise ConfigError(f"`forest-agent run {' '.join(run_args)}` is not valid (see the message above)",
                           code="service_run_args_invalid") from None
-    _config(parsed)
+    _trusted_keys(_config(parsed))
     return run_args, parsed
 
 
@@ -522,7 +527,8 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
         _say(f"removed {path}")
     if not args.purge:
         _say(f"kept {state.path} (identity, workloads): `forest-agent upgrade` re-installs the service "
-             "with it, `forest-agent uninstall --purge` deletes it; retire the Grove on Host when it is gone for good")
+             "with it, `forest-agent uninstall --purge` deletes it; retire the Grove on Host when it is "
+             "gone for good")
     return 0
 
 
