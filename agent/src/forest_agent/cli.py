@@ -455,6 +455,9 @@ def cmd_install(args: argparse.Namespace, redactor: Redactor) -> int:
     if args.platform == "linux" and args.root is None and os.geteuid() != 0:
         raise ConfigError("installing the systemd service needs root: run it with sudo",
                           code="service_needs_root")
+    if args.platform == "darwin" and args.root is None and os.geteuid() == 0:
+        raise ConfigError("the launchd LaunchAgent belongs to the user whose session it runs in: run install "
+                          "without sudo, as that user", code="service_needs_user")
     if state.identity_path.exists():
         existing = state.load_identity()
         raise ConfigError(
@@ -477,6 +480,7 @@ def cmd_install(args: argparse.Namespace, redactor: Redactor) -> int:
     _say(f"wrote {settings.unit_path}")
     service.activate(settings, ops)
     _report_installed(settings)
+    _say(f"the token in {args.token_file} is spent; delete the file")
     return 0
 
 
