@@ -268,7 +268,7 @@ def test_status_names_the_installed_service(host: StubHost, tmp_path: Path, toke
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="checks the refusal given to root")
 def test_a_launch_agent_is_not_installed_by_root(host: StubHost, tmp_path: Path, token_file: Path) -> None:
-    result = cli("install", "--platform", "darwin", "--state-dir", str(tmp_path / "state"), "--host", host.url,
-                 "--token-file", str(token_file))
+    result = cli("install", "--platform", "darwin", "--state-dir", str(tmp_path / "state"),
+                 "--host", host.url, "--token-file", str(token_file))
     assert result.returncode == 2 and "service_needs_user" in result.stderr
     assert host.enrollments == []
