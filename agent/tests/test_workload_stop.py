@@ -227,3 +227,48 @@ def test_leave_workloads_running_keeps_them_and_the_next_agent_adopts_them(rig, 
     second.proc.send_signal(signal.SIGTERM)  # this agent was not asked to leave them: they go
     assert second.finish() == 0
     assert alive(tree) == [] and group_left(tree[0]) == []
+
+
+@pytest.mark.parametrize(("value", "ok"), [(30, True), (0.5, True), (None, True), (0, False), (-1, False),
+                                           (True, False), ("30", False), (3601, False)])
+def test_stop_grace_s_is_checked_on_the_wire(host: StubHost, signer: Signer, value: object, ok: bool) -> None:
+    from forest_agent.wire.messages import Generation, MessageInvalid
+
+    raw = {**generation(host, signer, "polite", 8080, 1), "stop_grace_s": value}
+    if ok:
+        assert Generation.parse(raw).stop_grace_s == (None if value is None else float(value))  # type: ignore[arg-type]
+    else:
+        with pytest.raises(MessageInvalid, match="stop_grace_s"):
+            Generation.parse(raw)
+
+
+def test_the_generations_grace_is_the_one_used_and_told_to_the_guardian(tmp_path: Path) -> None:
+    """The supervisor tells its watcher (the guardian) each group with the generation's own grace; the agent's
+    --kill-grace is only the default. The watcher here is a recorder: nothing else is faked."""
+    from forest_agent.native.supervisor import ProcessSpec, Supervisor, SupervisorTiming
+    from forest_agent.wire.messages import RestartPolicy
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.starts: list[tuple[int, float]] = []
+            self.ends: list[int] = []
+
+        def started(self, pid: int, start_time: float, grace_s: float) -> None:
+            self.starts.append((pid, grace_s))
+
+        def ended(self, pid: int) -> None:
+            self.ends.append(pid)
+
+    timing = SupervisorTiming(startsecs=0.1, kill_grace_s=1.0, tick_s=0.02)
+    for declared, expected in ((7.0, 7.0), (None, 1.0)):
+        recorder = Recorder()
+        spec = ProcessSpec(name="w", argv=[sys.executable, "-c", "import time; time.sleep(60)"], cwd=tmp_path,
+                           env={"PATH": os.environ["PATH"]}, log_path=tmp_path / "out.log",
+                           restart=RestartPolicy(), stop_grace_s=declared)
+        supervisor = Supervisor(spec, timing=timing, watch=recorder)
+        supervisor.start()
+        wait_for(lambda r=recorder: r.starts, what="the supervisor to report its process")
+        [(pid, grace)] = recorder.starts
+        assert grace == expected and supervisor.grace_s == expected
+        supervisor.stop()
+        assert recorder.ends == [pid] and alive([pid]) == []
