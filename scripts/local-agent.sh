@@ -77,7 +77,9 @@ args+=(--nginx-conf-dir "$ROOT/conf.d" --nginx-binary "$NGINX" --nginx-config "$
        --mesh-allow 127.0.0.0/8)
 .venv/bin/forest-agent "${args[@]}" &
 agent_pid=$!
-trap 'kill -TERM "$agent_pid" 2>/dev/null; wait "$agent_pid"; kill -TERM "$nginx_pid" 2>/dev/null' TERM INT
+# honcho signals this whole process group, so the agent already has its SIGTERM: a second one would cut its
+# workloads' grace short. Wait for it to stop them, then stop nginx.
+trap 'wait "$agent_pid"; kill -TERM "$nginx_pid" 2>/dev/null' TERM INT
 wait "$agent_pid"
 status=$?
 kill -TERM "$nginx_pid" 2>/dev/null || true

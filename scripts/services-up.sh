@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Make sure what the test suite talks to is running: PostgreSQL and Redis on 127.0.0.1, and the Debian
 # packages real-component tests use (nginx, chromium for Playwright, docker-registry: the CNCF distribution
-# registry for the OCI tests). Idempotent; quiet when all is up.
+# registry for the OCI tests; systemd for `systemd-analyze verify`). Idempotent; quiet when all is up.
 set -euo pipefail
 
 need_pkgs=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_pkgs+=(nginx)
 [ -x /usr/bin/chromium ] || need_pkgs+=(chromium)
 [ -x /usr/bin/docker-registry ] || need_pkgs+=(docker-registry)
+command -v systemd-analyze >/dev/null 2>&1 || need_pkgs+=(systemd)  # verifies forest-agent's unit
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing Debian packages: ${need_pkgs[*]}"

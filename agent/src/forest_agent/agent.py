@@ -2,7 +2,9 @@
 workload managers.
 
 Jobs keep running across an agent restart (the journal re-attaches them); workloads are stopped
-gracefully and restored on start.
+gracefully (each process group with its generation's grace) and restored on start, or, with
+`--leave-workloads-running`, left running and adopted by the next agent. The workload guardian
+(`native/guardian.py`) stops them when the agent is killed before it could.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from forest_agent.logring import LogRing
 from forest_agent.native.bundles import BundleInstaller, BundleLimits
 from forest_agent.native.extract import ExtractLimits
 from forest_agent.native.generations import GenerationStore
+from forest_agent.native.guardian import Guardian
 from forest_agent.native.jobs import JobManager, JobSettings
 from forest_agent.native.journal import JobJournal
 from forest_agent.native.nginx import NginxProxyManager
@@ -66,6 +69,7 @@ class AgentConfig:
     mesh_allow: list[str] = field(default_factory=list)
     edge_addresses: list[str] = field(default_factory=list)
     supervisor_startsecs: float = 1.0
+    leave_workloads_running: bool = False
 
 
 def change_kinds(config: AgentConfig) -> list[str]:
@@ -101,6 +105,9 @@ class Agent(HostLoops):
         self.platform = platform or machine_platform()
         self.wire = WireClient(identity.host_url, credential=identity.credential, grove_id=identity.grove_id)
         self.stop_event = threading.Event()
+        # Set by a second SIGTERM/Ctrl-C: stop now, cutting the workloads' graces short (never skipping them).
+        self.hurry_event = threading.Event()
+        self.guardian = Guardian()
         self.fatal: str | None = None
         self.last_heartbeat_at: float | None = None
         self.last_error: str | None = None
@@ -146,7 +153,10 @@ class Agent(HostLoops):
                 timing=SupervisorTiming(
                     startsecs=config.supervisor_startsecs, kill_grace_s=config.kill_grace_s
                 ),
+                leave_running=config.leave_workloads_running,
             ),
+            guardian=self.guardian,
+            hurry=self.hurry_event,
         )
 
     # -- reports -------------------------------------------------------------------------------
@@ -231,6 +241,8 @@ class Agent(HostLoops):
             except IngressRefused as exc:
                 log.error("mesh proxy default server: %s", exc.message)
         self.jobs.recover()
+        if self.config.enable_native_workloads:
+            self.guardian.start()
         self.workloads.restore()
         threads = [
             threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True),
@@ -247,9 +259,14 @@ class Agent(HostLoops):
         return 0
 
     def shutdown(self) -> None:
-        log.info("shutting down: stopping workloads; running jobs stay up for the next agent")
+        leave = self.config.leave_workloads_running
+        log.info("shutting down: %s; running jobs stay up for the next agent",
+                 "leaving workloads running" if leave else "stopping workloads")
         self.stop_event.set()
         self.workloads.stop_all()
+        # After stop_all nothing is watched, so the guardian exits at once; with `leave` it is told
+        # to let go, so the workloads outlive it too.
+        self.guardian.close(release=leave)
         self.jobs.shutdown()
         self.reporter.stop(timeout_s=5.0)
         self._write_status_quietly()

@@ -34,12 +34,24 @@ def positive_int(text: str) -> int:
     return int(text)
 
 
-def stop_on_signals(stop_event: threading.Event) -> None:
-    """SIGTERM or Ctrl-C asks the executor to stop cleanly; a second one kills at once."""
+def stop_on_signals(stop_event: threading.Event, *, hurry: threading.Event | None = None) -> None:
+    """SIGTERM or Ctrl-C asks the executor to stop cleanly. A second one (of either: a Ctrl-C in
+    `make run` reaches the agent as SIGINT from the terminal *and* SIGTERM from the process manager)
+    sets `hurry` when given: the stop goes on, only its waits are cut short, so what the executor
+    started is still stopped. Without `hurry`, or at the third, the default action kills at once."""
+    received = 0
 
     def _stop(signum: int, _frame: Any) -> None:
+        nonlocal received
+        received += 1
+        if received == 1:
+            stop_event.set()
+            return
+        if hurry is not None and not hurry.is_set():
+            hurry.set()
+            return
         signal.signal(signum, signal.SIG_DFL)
-        stop_event.set()
+        signal.raise_signal(signum)
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +22,7 @@ import psutil
 
 # Same process if the kernel's start time matches what we recorded; psutil derives it from boot
 # time plus clock ticks, so it is stable to well under a second for one process.
-_START_TIME_TOLERANCE_S = 1.0
+START_TIME_TOLERANCE_S = 1.0
 
 
 def minimal_path() -> str:
@@ -68,7 +69,7 @@ def same_process_alive(pid: int, recorded_start: float) -> bool:
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
         created: float = proc.create_time()
-        return abs(created - recorded_start) <= _START_TIME_TOLERANCE_S
+        return abs(created - recorded_start) <= START_TIME_TOLERANCE_S
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return False
 
@@ -92,11 +93,25 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-def terminate_group(pgid: int, *, is_done: Callable[[], bool], grace_s: float, poll_s: float = 0.05) -> str:
-    """SIGTERM the group, wait up to grace_s for `is_done()`, then SIGKILL. Returns how it ended."""
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of a process group: what is left to stop."""
+    members = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                members.append(proc.pid)
+        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return members
+
+
+def terminate_group(pgid: int, *, is_done: Callable[[], bool], grace_s: float, poll_s: float = 0.05,
+                    hurry: threading.Event | None = None) -> str:
+    """SIGTERM the group, wait up to grace_s for `is_done()` (cut short once `hurry` is set: the
+    operator asked twice), then SIGKILL. Returns how it ended."""
     signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (hurry is not None and hurry.is_set()):
         if is_done():
             # The leader is gone; stragglers that ignored SIGTERM still get the SIGKILL below.
             signal_group(pgid, signal.SIGKILL)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from forest_agent.lifecycle import Lifecycle, TransitionEvent
 from forest_agent.native import processes
@@ -35,6 +35,28 @@ class ProcessSpec:
     restart: RestartPolicy
     readiness: Probe | None = None
     liveness: Probe | None = None
+    stop_grace_s: float | None = None  # the generation's own; else the agent's kill_grace_s
+
+
+class ProcessWatch(Protocol):
+    """Told of every process group the supervisor starts or adopts and of each it has seen end
+    (the workload guardian, which stops them if the agent dies without doing so)."""
+
+    def started(self, pid: int, start_time: float, grace_s: float) -> None: ...
+
+    def ended(self, pid: int) -> None: ...
+
+
+class Adopted:
+    """A workload process left running by an earlier agent (`--leave-workloads-running`), watched
+    by pid and start time: it is not our child, so its exit status is unknown (reported as -1)."""
+
+    def __init__(self, pid: int, start_time: float) -> None:
+        self.pid = pid
+        self.start_time = start_time
+
+    def poll(self) -> int | None:
+        return None if processes.same_process_alive(self.pid, self.start_time) else -1
 
 
 @dataclass(frozen=True)
@@ -52,10 +74,17 @@ class Supervisor:
         *,
         timing: SupervisorTiming | None = None,
         on_change: Callable[[Supervisor], None] | None = None,
+        watch: ProcessWatch | None = None,
+        hurry: threading.Event | None = None,
+        adopt: Adopted | None = None,
     ) -> None:
         self.spec = spec
         self.timing = timing or SupervisorTiming()
         self._on_change = on_change
+        self._watch = watch
+        self._hurry = hurry
+        self._adopt = adopt
+        self._detached = False
         self.lifecycle: Lifecycle[ProcessState] = Lifecycle(
             f"process {spec.name}", ProcessState.STOPPED, ALLOWED, self._on_transition
         )
@@ -95,13 +124,24 @@ class Supervisor:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def grace_s(self) -> float:
+        return self.spec.stop_grace_s if self.spec.stop_grace_s is not None else self.timing.kill_grace_s
+
     def stop(self, timeout_s: float | None = None) -> None:
-        """Graceful stop: SIGTERM the group, wait `kill_grace_s`, SIGKILL; returns once stopped."""
+        """Graceful stop: SIGTERM the group, wait its grace, SIGKILL; returns once stopped."""
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(timeout_s if timeout_s is not None else self.timing.kill_grace_s + 10.0)
+            self._thread.join(timeout_s if timeout_s is not None else self.grace_s + 10.0)
         elif self.state is not ProcessState.STOPPED:
             self._shutdown()
+
+    def detach(self) -> None:
+        """Stop supervising and leave the process running (`--leave-workloads-running`)."""
+        self._detached = True
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(10.0)
 
     # -- loop ----------------------------------------------------------------------------------
     def _on_transition(self, event: TransitionEvent[ProcessState]) -> None:
@@ -122,11 +162,15 @@ class Supervisor:
                 log.exception("workload %s: status listener failed", self.spec.name)
 
     def _loop(self) -> None:
-        self._spawn()
+        if self._adopt is not None:
+            self._take_over(self._adopt)
+        else:
+            self._spawn()
         while not self._stop.is_set():
             self._step(time.monotonic())
             self._stop.wait(self.timing.tick_s)
-        self._shutdown()
+        if not self._detached:
+            self._shutdown()
 
     def _step(self, now: float) -> None:
         state = self.state
@@ -137,6 +181,7 @@ class Supervisor:
         code = self._popen.poll() if self._popen is not None else None
         if state is ProcessState.STARTING:
             if code is not None:
+                self._reap_group()
                 self._failed(f"exited with {code} while starting", code)
             elif now - self._started_at >= self.timing.startsecs:
                 self.lifecycle.transition(ProcessState.RUNNING, f"pid {self._popen.pid}")
@@ -149,6 +194,7 @@ class Supervisor:
             if code is None:
                 return
             self.lifecycle.transition(ProcessState.EXITED, f"exit {code}")
+            self._reap_group()
             self._after_exit(now, code)
 
     def _probe(self, now: float) -> bool:
@@ -211,18 +257,45 @@ class Supervisor:
         except OSError as exc:
             self._popen = None
             self._failed(f"spawn failed: {exc.strerror}", None)
+            return
+        started = processes.start_time(self._popen.pid)
+        if self._watch is not None and started is not None:
+            self._watch.started(self._popen.pid, started, self.grace_s)
+
+    def _take_over(self, adopted: Adopted) -> None:
+        self._popen = adopted
+        self._started_at = time.monotonic()
+        self.lifecycle.transition(ProcessState.STARTING, f"adopted pid {adopted.pid}")
+        if self._watch is not None:
+            self._watch.started(adopted.pid, adopted.start_time, self.grace_s)
+
+    def _reap_group(self) -> None:
+        """The leader ended: what it left behind in its group goes too (supervisord's killasgroup),
+        so a restart never finds the old generation's children holding its port."""
+        popen = self._popen
+        if popen is None:
+            return
+        if processes.group_alive(popen.pid):
+            processes.terminate_group(popen.pid, is_done=lambda: not processes.group_alive(popen.pid),
+                                      grace_s=self.grace_s, hurry=self._hurry)
+        if self._watch is not None:
+            self._watch.ended(popen.pid)
 
     def _kill_group(self) -> None:
         popen = self._popen
-        if popen is None or popen.poll() is not None:
-            if popen is not None:
-                processes.signal_group(popen.pid, signal.SIGKILL)
+        if popen is None:
             return
-        processes.terminate_group(
-            popen.pid,
-            is_done=lambda: popen.poll() is not None and not processes.group_alive(popen.pid),
-            grace_s=self.timing.kill_grace_s,
-        )
+        if popen.poll() is not None:
+            processes.signal_group(popen.pid, signal.SIGKILL)
+        else:
+            processes.terminate_group(
+                popen.pid,
+                is_done=lambda: popen.poll() is not None and not processes.group_alive(popen.pid),
+                grace_s=self.grace_s,
+                hurry=self._hurry,
+            )
+        if self._watch is not None:
+            self._watch.ended(popen.pid)
 
     def _shutdown(self) -> None:
         if self.state is ProcessState.STOPPED:

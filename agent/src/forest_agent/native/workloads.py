@@ -9,6 +9,7 @@ on disk (the previous one, kept for rollback) is re-activated without downloadin
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -26,7 +27,8 @@ from forest_agent.native.generations import GenerationStore
 from forest_agent.native.nginx import NginxProxyManager
 from forest_agent.native.process_states import ProcessState
 from forest_agent.native.status_reporter import StatusReporter
-from forest_agent.native.supervisor import ProcessSpec, Supervisor, SupervisorTiming
+from forest_agent.native.supervisor import Adopted, ProcessSpec, ProcessWatch, Supervisor, SupervisorTiming
+from forest_agent.state import write_private_json
 from forest_agent.wire.messages import Generation, MessageInvalid
 
 log = logging.getLogger(__name__)
@@ -35,11 +37,45 @@ SECRETS_DIR_ENV = "FOREST_SECRETS_DIR"
 LOG_FILE = "output.log"
 
 
+PROCESS_FILE = "process.json"
+
+
 @dataclass(frozen=True)
 class WorkloadSettings:
     enabled: bool
     timing: SupervisorTiming = field(default_factory=SupervisorTiming)
     log_tail_lines: int = 50
+    # `--leave-workloads-running`: the agent's stop leaves processes up; the next agent adopts them.
+    leave_running: bool = False
+
+
+class _Recorder:
+    """Keeps `process.json` (pid and start time) in the generation's directory, so that a later agent
+    can adopt the process, and passes each start and end on to the guardian."""
+
+    def __init__(self, directory: Path, guardian: ProcessWatch | None) -> None:
+        self.path = directory / PROCESS_FILE
+        self.guardian = guardian
+
+    def started(self, pid: int, start_time: float, grace_s: float) -> None:
+        write_private_json(self.path, {"pid": pid, "start_time": start_time})
+        if self.guardian is not None:
+            self.guardian.started(pid, start_time, grace_s)
+
+    def ended(self, pid: int) -> None:
+        self.path.unlink(missing_ok=True)
+        if self.guardian is not None:
+            self.guardian.ended(pid)
+
+
+def _adoptable(directory: Path) -> Adopted | None:
+    """The process a previous agent left running for this generation, if it is still that process."""
+    try:
+        raw = json.loads((directory / PROCESS_FILE).read_text())
+        pid, started = int(raw["pid"]), float(raw["start_time"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return Adopted(pid, started) if processes.same_process_alive(pid, started) else None
 
 
 @dataclass
@@ -64,7 +100,11 @@ class WorkloadManager:
         redactor: Redactor,
         settings: WorkloadSettings,
         nginx: NginxProxyManager | None = None,
+        guardian: ProcessWatch | None = None,
+        hurry: threading.Event | None = None,
     ) -> None:
+        self.guardian = guardian
+        self.hurry = hurry
         self.store = store
         self.installer = installer
         self.reporter = reporter
@@ -207,13 +247,23 @@ class WorkloadManager:
             restart=generation.restart,
             readiness=generation.readiness,
             liveness=generation.liveness,
+            stop_grace_s=generation.stop_grace_s,
         )
+        adopted = _adoptable(entry.directory)
+        if adopted is not None:
+            log.info("workload %s: adopting pid %d left running by the previous agent",
+                     generation.workload, adopted.pid)
         entry.supervisor = Supervisor(
             spec,
             timing=self.settings.timing,
             on_change=lambda supervisor: self._on_process(entry, supervisor),
+            watch=_Recorder(entry.directory, self.guardian),
+            hurry=self.hurry,
+            adopt=adopted,
         )
         with self._lock:
+            if self._stopping.is_set():
+                return  # the agent is stopping: starting now would leave a process nobody stops
             self._active[generation.workload] = entry
         self._move(entry, GenerationState.STARTING)
         entry.supervisor.start()
@@ -346,12 +396,19 @@ class WorkloadManager:
         ]
 
     def stop_all(self) -> None:
-        """Graceful stop of every workload (agent shutdown); `restore` brings them back next start."""
-        self._stopping.set()
+        """Agent shutdown: each workload's process group stopped with its grace, in parallel (or, with
+        `leave_running`, left running for the next agent to adopt); `restore` brings them back."""
+        with self._lock:
+            self._stopping.set()
+            entries = list(self._active.values())
         for q in list(self._queues.values()):
             q.put(None)
-        with self._lock:
-            entries = list(self._active.values())
+        if self.settings.leave_running:
+            for entry in entries:
+                if entry.supervisor is not None:
+                    entry.supervisor.detach()
+            log.info("leaving %d workload(s) running for the next agent", len(entries))
+            return
         threads = [threading.Thread(target=self._retire, args=(e, GenerationState.STOPPED)) for e in entries]
         for thread in threads:
             thread.start()

@@ -286,6 +286,9 @@ class RestartPolicy:
     crash_loop_after: int = 5
 
 
+MAX_STOP_GRACE_S = 3600
+
+
 @dataclass(frozen=True)
 class Generation:
     generation_id: str
@@ -302,6 +305,8 @@ class Generation:
     ingress: Ingress | None
     restart: RestartPolicy
     raw: dict[str, Any] = field(repr=False, compare=False)
+    # SIGTERM-to-SIGKILL grace when the agent stops this generation's process group; None: the agent's.
+    stop_grace_s: float | None = None
 
     @classmethod
     def parse(cls, data: Any, where: str = "workload") -> Generation:
@@ -362,7 +367,14 @@ class Generation:
             if not isinstance(port, dict):
                 raise MessageInvalid("must be an object", field_path=f"{where}.ports[{index}]")
             _port(port.get("port"), f"{where}.ports[{index}].port")
+        stop_grace_s = None
+        if data.get("stop_grace_s") is not None:
+            stop_grace_s = float(_num(data, "stop_grace_s", 0.0, where))
+            if stop_grace_s > MAX_STOP_GRACE_S:
+                raise MessageInvalid(f"must be at most {MAX_STOP_GRACE_S}",
+                                     field_path=f"{where}.stop_grace_s")
         return cls(
+            stop_grace_s=stop_grace_s,
             generation_id=generation_id,
             workload=workload,
             generation=_int(data, "generation", where, 0),
