@@ -7,6 +7,8 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+from apps.artifacts.models import Artifact
+
 pytestmark = pytest.mark.django_db(transaction=True)
 BEFORE = [("workloads", "0002_ingress_hostname")]
 AFTER = [("workloads", "0003_workload_secret_team")]
@@ -23,15 +25,15 @@ def test_existing_secrets_stay_and_only_referencing_teams_get_a_copy():
     old = _migrate(BEFORE)
     try:
         Secret, Workload = old.get_model("workloads", "WorkloadSecret"), old.get_model("workloads", "NativeWorkload")
-        bundle = old.get_model("artifacts", "Artifact").objects.create(
-            digest="sha256:" + "0" * 64, storage_kind="cas", reference="sha256:" + "0" * 64)
+        # Only workloads goes back: the artifacts table is the current one, so its row is made by today's model.
+        bundle = Artifact.objects.create(digest="sha256:" + "0" * 64, storage_kind="cas", reference="sha256:" + "0" * 64)
         for environment, name, value in (("prod", "API_TOKEN", b"c1"), ("prod", "DB_URL", b"c2"),
                                          ("dev", "API_TOKEN", b"c3")):
             Secret.objects.create(environment=environment, name=name, ciphertext=value)
         for slug, team, environment, refs in (("red-web", "red", "prod", ["API_TOKEN"]),
                                               ("blue-web", "blue", "dev", ["API_TOKEN", "NOT_SET"]),
                                               ("shared", "", "prod", ["DB_URL"])):
-            Workload.objects.create(slug=slug, team=team, environment=environment, bundle=bundle,
+            Workload.objects.create(slug=slug, team=team, environment=environment, bundle_id=bundle.pk,
                                     command=["./x"], secret_refs=refs)
 
         new = _migrate(AFTER)
