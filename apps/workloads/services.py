@@ -43,8 +43,8 @@ def workload_secret_set(*, team: str, environment: str, name: str, value: str) -
     nothing in the answer depends on it. ``team`` is the caller's resolved team (``team_for_write``)."""
     if not rules.ENV_NAME_RE.match(name):
         raise ValidationFailed("invalid_env_name", f"Secret name '{name}' must be a valid variable name.", field="name")
-    # Writers of one (team, environment, name) wait in line: the later one finds the earlier one's row and
-    # replaces its value, never a unique-constraint error.
+    # Writers of one (team, environment, name) wait in line, so the later one finds the earlier one's row and
+    # replaces its value rather than leaning on update_or_create's retry after a unique violation.
     advisory_locks(SECRET_LOCK_CLASS, [f"{team}\x1f{environment}\x1f{name}"])
     secret, _ = WorkloadSecret.objects.update_or_create(
         team=team, environment=environment, name=name, defaults={"ciphertext": secrets.encrypt(value)})

@@ -26,7 +26,8 @@ def test_existing_secrets_stay_and_only_referencing_teams_get_a_copy():
     try:
         Secret, Workload = old.get_model("workloads", "WorkloadSecret"), old.get_model("workloads", "NativeWorkload")
         # Only workloads goes back: the artifacts table is the current one, so its row is made by today's model.
-        bundle = Artifact.objects.create(digest="sha256:" + "0" * 64, storage_kind="cas", reference="sha256:" + "0" * 64)
+        digest = "sha256:" + "0" * 64
+        bundle = Artifact.objects.create(digest=digest, storage_kind="cas", reference=digest)
         for environment, name, value in (("prod", "API_TOKEN", b"c1"), ("prod", "DB_URL", b"c2"),
                                          ("dev", "API_TOKEN", b"c3")):
             Secret.objects.create(environment=environment, name=name, ciphertext=value)

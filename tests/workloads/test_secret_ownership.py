@@ -183,25 +183,30 @@ def test_a_teams_workload_never_falls_back_to_a_team_less_secret(http, groves):
 ROUNDS, WRITERS = 3, 4
 
 
+def _race(url: str, name: str, writers: list[tuple[str, str]], tokens: dict[str, str]) -> dict[str, httpx.Response]:
+    """Each (team, value) writer posts ``name`` at the same moment (a barrier releases them together)."""
+    barrier = threading.Barrier(len(writers))
+    answers: dict[str, httpx.Response] = {}
+
+    def write(team: str, value: str) -> None:
+        barrier.wait(timeout=30)
+        answers[value] = httpx.post(url, timeout=60, json={"environment": "prod", "name": name, "value": value},
+                                    headers={"Authorization": f"Token {tokens[team]}"})
+
+    threads = [threading.Thread(target=write, args=writer) for writer in writers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=90)
+    return answers
+
+
 def test_racing_writers_of_one_secret_all_get_a_clean_answer(live_server, users):
     tokens = {team: api_token_for(users[(team, "operator")]) for team in ("red", "blue")}
+    writers = [(team, f"{team}-{i}") for team in ("red", "blue") for i in range(WRITERS)]
     for round_ in range(ROUNDS):
         name = f"RACE_{round_}"
-        writers = [(team, f"{team}-{i}") for team in ("red", "blue") for i in range(WRITERS)]
-        barrier = threading.Barrier(len(writers))
-        answers: dict[str, httpx.Response] = {}
-
-        def write(team: str, value: str, name: str = name, barrier: threading.Barrier = barrier) -> None:
-            barrier.wait(timeout=30)
-            answers[value] = httpx.post(f"{live_server.url}{V1}/workloads/secrets", timeout=60,
-                                        json={"environment": "prod", "name": name, "value": value},
-                                        headers={"Authorization": f"Token {tokens[team]}"})
-
-        threads = [threading.Thread(target=write, args=writer) for writer in writers]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=90)
+        answers = _race(f"{live_server.url}{V1}/workloads/secrets", name, writers, tokens)
         assert sorted(a.status_code for a in answers.values()) == [201] * len(writers), {
             v: a.text for v, a in answers.items()}
         # One row per team, each holding one of that team's own values.
