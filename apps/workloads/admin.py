@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from apps.accounts.admin import AuditedAdmin, TeamScopedAdmin
+from apps.accounts.admin import TeamScopedAdmin
 from apps.workloads.models import NativeWorkload, WorkloadGeneration, WorkloadSecret
 
 
@@ -38,10 +38,14 @@ class WorkloadGenerationAdmin(TeamScopedAdmin):
 
 
 @admin.register(WorkloadSecret)
-class WorkloadSecretAdmin(AuditedAdmin):
-    list_display = ("environment", "name", "updated_at")
+class WorkloadSecretAdmin(TeamScopedAdmin):
+    """A team's secrets (names, never values): a member of another team neither lists nor opens them."""
+
+    list_display = ("team", "environment", "name", "updated_at")
+    list_filter = ("environment",)
+    search_fields = ("name",)
     exclude = ("ciphertext",)
-    readonly_fields = ("environment", "name", "updated_at")
+    readonly_fields = ("team", "environment", "name", "updated_at")
 
     def has_add_permission(self, request):
         return False  # set through the API, which encrypts

@@ -35,19 +35,23 @@ class NativeWorkload(models.Model):
 
 
 class WorkloadSecret(models.Model):
-    """A secret value, encrypted at rest (Fernet), delivered only inside a generation to its agent."""
+    """A team's secret value, encrypted at rest (Fernet), delivered only inside a generation of one of that
+    team's workloads to its agent. ``team`` "" is a team-less row (written by a staff admin, or before
+    secrets had a team): only team-less workloads read it (docs/decisions.md, issue 33)."""
 
+    team = models.CharField(max_length=100, blank=True, default="")
     environment = models.CharField(max_length=100, default="default")
     name = models.CharField(max_length=100)
     ciphertext = models.BinaryField()
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["environment", "name"]
-        constraints = [models.UniqueConstraint(fields=["environment", "name"], name="workload_secret_unique")]
+        ordering = ["team", "environment", "name"]
+        constraints = [models.UniqueConstraint(fields=["team", "environment", "name"],
+                                               name="workload_secret_team_unique")]
 
     def __str__(self) -> str:
-        return f"{self.environment}/{self.name}"
+        return f"{self.team or '(no team)'}:{self.environment}/{self.name}"
 
 
 class WorkloadGeneration(models.Model):

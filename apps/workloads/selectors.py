@@ -1,8 +1,11 @@
 """Reads for native workloads, including the generations a Grove's agent should run."""
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
+
 from django.conf import settings
-from django.db.models import Max, OuterRef, Subquery
+from django.db.models import Max, OuterRef, Q, Subquery
 
 from apps.groves.models import Grove
 from apps.workloads import secrets
@@ -18,19 +21,38 @@ def generations_latest_for_grove(grove: Grove):
             .select_related("workload").order_by("workload__slug"))
 
 
-def _secret_values(environments: set[str], names: set[str]) -> dict[tuple[str, str], str]:
-    """Every secret the given generations need, decrypted, in one query."""
-    rows = WorkloadSecret.objects.filter(environment__in=environments, name__in=names)
-    return {(row.environment, row.name): secrets.decrypt(row.ciphertext) for row in rows}
+SecretKey = tuple[str, str, str]  # (team, environment, name); team "" is a team-less row
+
+
+def workload_secret_values(keys: Iterable[SecretKey]) -> dict[SecretKey, str]:
+    """The one read of secret values (generation writer and ``changes`` alike): each key is looked up under
+    exactly its team, a team-less key under team-less rows only, so a workload never resolves another team's
+    secret and a team's workload never falls back to a team-less one. Decrypted, in one query; a key with
+    no row is absent."""
+    by_scope: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for team, environment, name in keys:
+        by_scope[(team, environment)].add(name)
+    if not by_scope:
+        return {}
+    scope = Q()
+    for (team, environment), names in by_scope.items():
+        scope |= Q(team=team, environment=environment, name__in=names)
+    return {(row.team, row.environment, row.name): secrets.decrypt(row.ciphertext)
+            for row in WorkloadSecret.objects.filter(scope)}
+
+
+def _secret_keys(generation: WorkloadGeneration) -> list[SecretKey]:
+    workload = generation.workload
+    return [(workload.team, workload.environment, name) for name in generation.spec["secret_names"]]
 
 
 def generation_payload(generation: WorkloadGeneration, *, base_url: str | None = None,
-                       secret_values: dict[tuple[str, str], str] | None = None) -> dict:
+                       secret_values: dict[SecretKey, str] | None = None) -> dict:
     """A generation as the wire sends it (docs/wire.md): the spec, a bundle URL, and secret values."""
     spec = generation.spec
-    environment = generation.workload.environment
+    keys = _secret_keys(generation)
     if secret_values is None:
-        secret_values = _secret_values({environment}, set(spec["secret_names"]))
+        secret_values = workload_secret_values(keys)
     base = (base_url or settings.FOREST_PUBLIC_URL).rstrip("/")
     payload = {
         "generation_id": str(generation.id),
@@ -39,8 +61,7 @@ def generation_payload(generation: WorkloadGeneration, *, base_url: str | None =
         "bundle": {**spec["bundle"], "url": f"{base}/api/forest/v1/artifacts/{spec['bundle']['digest']}/blob"},
         "command": spec["command"],
         "env": spec["env"],
-        "secrets": {name: secret_values[(environment, name)] for name in spec["secret_names"]
-                    if (environment, name) in secret_values},
+        "secrets": {key[2]: secret_values[key] for key in keys if key in secret_values},
         "secrets_mode": spec["secrets_mode"],
         "ports": spec["ports"],
         "probes": spec["probes"],
@@ -55,8 +76,7 @@ def grove_workloads(grove: Grove, *, base_url: str | None = None) -> tuple[list[
     """The Grove's desired workload state for ``changes``, and whether any generation in it is news
     (not yet reported on by the agent). Two queries whatever the number of workloads."""
     generations = list(generations_latest_for_grove(grove))
-    values = _secret_values({g.workload.environment for g in generations},
-                            {name for g in generations for name in g.spec["secret_names"]})
+    values = workload_secret_values(key for g in generations for key in _secret_keys(g))
     payloads = [generation_payload(g, base_url=base_url, secret_values=values) for g in generations]
     return payloads, any(g.state == GenerationState.PENDING for g in generations)
 

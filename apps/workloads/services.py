@@ -25,6 +25,7 @@ from apps.placement.services import place_execution
 from apps.placement.vocabulary import SubjectType
 from apps.workloads import rules, secrets
 from apps.workloads.models import IngressHostname, NativeWorkload, WorkloadGeneration, WorkloadSecret
+from apps.workloads.selectors import workload_secret_values
 from apps.workloads.states import GENERATION
 from apps.workloads.vocabulary import NATIVE_INGRESS_FLAG, GenerationState
 
@@ -32,24 +33,34 @@ log = logging.getLogger(__name__)
 # One placement per workload (subject id = its slug): every generation stays on the same Grove.
 SUBJECT_TYPE = SubjectType.WORKLOAD_GENERATION
 HOSTNAME_LOCK_CLASS = 0x486E  # pg_advisory_xact_lock(class, hashtext(name)): a host name (or slug) claimed
+SECRET_LOCK_CLASS = 0x5365  # pg_advisory_xact_lock(class, hashtext(key)): one team's secret being written
 
 
-def workload_secret_set(*, environment: str, name: str, value: str) -> WorkloadSecret:
+@transaction.atomic
+def workload_secret_set(*, team: str, environment: str, name: str, value: str) -> WorkloadSecret:
+    """Create or replace ``team``'s secret ``name`` in ``environment`` (team "" : a team-less one, which only
+    team-less workloads read). Another team's secret of the same name is neither touched nor consulted, so
+    nothing in the answer depends on it. ``team`` is the caller's resolved team (``team_for_write``)."""
     if not rules.ENV_NAME_RE.match(name):
         raise ValidationFailed("invalid_env_name", f"Secret name '{name}' must be a valid variable name.", field="name")
+    # Writers of one (team, environment, name) wait in line, so the later one finds the earlier one's row and
+    # replaces its value rather than leaning on update_or_create's retry after a unique violation.
+    advisory_locks(SECRET_LOCK_CLASS, [f"{team}\x1f{environment}\x1f{name}"])
     secret, _ = WorkloadSecret.objects.update_or_create(
-        environment=environment, name=name, defaults={"ciphertext": secrets.encrypt(value)})
+        team=team, environment=environment, name=name, defaults={"ciphertext": secrets.encrypt(value)})
     return secret
 
 
 def _secret_values(workload: NativeWorkload) -> dict[str, str]:
-    found = {s.name: s for s in WorkloadSecret.objects.filter(environment=workload.environment,
-                                                              name__in=workload.secret_refs)}
-    missing = sorted(set(workload.secret_refs) - set(found))
+    """The workload's secrets, its own team's only (``selectors.workload_secret_values``)."""
+    keys = [(workload.team, workload.environment, name) for name in workload.secret_refs]
+    found = workload_secret_values(keys)
+    missing = sorted(key[2] for key in keys if key not in found)
     if missing:
-        raise ValidationFailed("secret_missing", f"Secret '{missing[0]}' is not set in environment "
+        owner = f"team '{workload.team}'" if workload.team else "team-less workloads"
+        raise ValidationFailed("secret_missing", f"Secret '{missing[0]}' is not set for {owner} in environment "
                                f"'{workload.environment}'.", field="secret_refs")
-    return {name: secrets.decrypt(secret.ciphertext) for name, secret in found.items()}
+    return {key[2]: value for key, value in found.items()}
 
 
 def _bundle(digest: str, *, team: str) -> Artifact:

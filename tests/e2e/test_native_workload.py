@@ -94,7 +94,7 @@ def test_signed_bundle_goes_live_is_replaced_and_a_crash_loop_is_reported(
         wait_for(lambda: "native.workload" in Grove.objects.get(pk=grove.pk).change_kinds,
                  what="the agent to advertise native.workload")
         bundle = _bundle(key)
-        services.workload_secret_set(environment="default", name="API_TOKEN", value=SECRET)
+        services.workload_secret_set(team="", environment="default", name="API_TOKEN", value=SECRET)
         app_port = free_port()
         spec = {"slug": "hello", "bundle_digest": bundle.digest, "grove": grove.slug,
                 "command": [sys.executable, "server.py"], "env": {"PORT": str(app_port), "COLOR": "blue"},

@@ -17,7 +17,7 @@ def test_a_new_generation_ends_the_long_poll_and_a_reported_one_does_not(bundle,
 
     grove, credential = native_grove
     client = grove_client(credential)
-    services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
+    services.workload_secret_set(team="", environment="default", name="API_TOKEN", value="x")
     _, generation = services.native_workload_apply(body=_spec(bundle))
     started = time.monotonic()
     body = client.get(f"{V1}/groves/{grove.id}/changes?wait=5").json()

@@ -52,7 +52,7 @@ def dispatch_on(settings):
 
 
 def test_dispatch_switch_off_refuses_and_writes_nothing(bundle, native_grove):
-    services.workload_secret_set(environment="default", name="API_TOKEN", value="s3cret")
+    services.workload_secret_set(team="", environment="default", name="API_TOKEN", value="s3cret")
     with pytest.raises(ForestError) as exc:
         services.native_workload_apply(body=_spec(bundle))
     assert exc.value.code == "native_dispatch_disabled"
@@ -61,7 +61,7 @@ def test_dispatch_switch_off_refuses_and_writes_nothing(bundle, native_grove):
 
 def test_grove_must_advertise_native_workload(bundle, fresh_grove, dispatch_on):
     fresh_grove(name="jobs-only", roles=("runtime",), change_kinds=["native.job"])
-    services.workload_secret_set(environment="default", name="API_TOKEN", value="s3cret")
+    services.workload_secret_set(team="", environment="default", name="API_TOKEN", value="s3cret")
     with pytest.raises(ForestError) as exc:
         services.native_workload_apply(body=_spec(bundle, grove="jobs-only"))
     assert exc.value.code == "grove_lacks_native_workload"
@@ -70,7 +70,7 @@ def test_grove_must_advertise_native_workload(bundle, fresh_grove, dispatch_on):
 
 def test_generations_are_written_only_on_change(bundle, native_grove, dispatch_on):
     grove, _ = native_grove
-    services.workload_secret_set(environment="default", name="API_TOKEN", value="s3cret")
+    services.workload_secret_set(team="", environment="default", name="API_TOKEN", value="s3cret")
     workload, first = services.native_workload_apply(body=_spec(bundle))
     assert (first.number, first.grove) == (1, grove)
     assert "s3cret" not in str(first.spec)
@@ -78,7 +78,7 @@ def test_generations_are_written_only_on_change(bundle, native_grove, dispatch_o
     assert same.pk == first.pk
     _, second = services.native_workload_apply(body=_spec(bundle, command=["./bin/server", "--port", "8080", "-v"]))
     assert second.number == 2
-    services.workload_secret_set(environment="default", name="API_TOKEN", value="rotated")
+    services.workload_secret_set(team="", environment="default", name="API_TOKEN", value="rotated")
     third = services.native_workload_generation_write(workload=workload)
     assert third.number == 3
     payloads, news = grove_workloads(grove, base_url="http://host.test")
@@ -93,7 +93,7 @@ def test_generations_are_written_only_on_change(bundle, native_grove, dispatch_o
 
 def test_ingress_is_emitted_only_with_the_flag(bundle, native_grove, dispatch_on):
     grove, _ = native_grove
-    services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
+    services.workload_secret_set(team="", environment="default", name="API_TOKEN", value="x")
     flag_override_set(name="host.deploy.native_ingress", enabled=True, reason="test")
     services.native_workload_apply(body=_spec(bundle))
     (payload,), _ = grove_workloads(grove)
@@ -119,7 +119,7 @@ def _ingress(**fields):
     (_ingress(listen="10.0.0.5:80"), "unknown_field", "ingress.listen"),
 ])
 def test_ingress_host_names_are_validated(bundle, native_grove, dispatch_on, mutate, code, field):
-    services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
+    services.workload_secret_set(team="", environment="default", name="API_TOKEN", value="x")
     with pytest.raises(ForestError) as exc:
         services.native_workload_apply(body=mutate(_spec(bundle)))
     assert (exc.value.code, exc.value.field) == (code, field)
@@ -128,14 +128,14 @@ def test_ingress_host_names_are_validated(bundle, native_grove, dispatch_on, mut
 
 def test_wildcards_need_the_setting_and_a_prefix_is_normalised(bundle, native_grove, dispatch_on, settings):
     settings.FOREST_INGRESS_ALLOW_WILDCARDS = True
-    services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
+    services.workload_secret_set(team="", environment="default", name="API_TOKEN", value="x")
     workload, _ = services.native_workload_apply(body=_ingress(hostnames=["*.Apps.Example.com."],
                                                                path_prefix="/api")(_spec(bundle)))
     assert workload.ingress == {"hostnames": ["*.apps.example.com"], "path_prefix": "/api/", "port": 8080}
 
 
 def test_a_host_name_belongs_to_one_workload(staff_client, bundle, native_grove, dispatch_on):
-    services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
+    services.workload_secret_set(team="", environment="default", name="API_TOKEN", value="x")
     services.native_workload_apply(body=_spec(bundle))
     taken = staff_client.post(f"{V1}/workloads", _ingress(hostnames=["b.apps.example.com", "web.apps.example.com"])(
         _spec(bundle, slug="other")), format="json")
@@ -154,7 +154,7 @@ def test_a_host_name_belongs_to_one_workload(staff_client, bundle, native_grove,
 
 
 def test_deleting_a_workload_frees_its_names(staff_client, bundle, native_grove, dispatch_on):
-    services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
+    services.workload_secret_set(team="", environment="default", name="API_TOKEN", value="x")
     services.native_workload_apply(body=_spec(bundle))
     assert staff_client.delete(f"{V1}/workloads/web").status_code == 204
     assert not NativeWorkload.objects.exists() and not IngressHostname.objects.exists()
@@ -170,7 +170,7 @@ def test_deleting_a_workload_frees_its_names(staff_client, bundle, native_grove,
     (lambda s: {**s, "slug": "Not A Slug"}, "invalid_slug"),
 ])
 def test_bad_specs_are_refused_with_codes(bundle, native_grove, dispatch_on, mutate, code):
-    services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
+    services.workload_secret_set(team="", environment="default", name="API_TOKEN", value="x")
     with pytest.raises(ForestError) as exc:
         services.native_workload_apply(body=mutate(_spec(bundle)))
     assert exc.value.code == code
@@ -187,7 +187,7 @@ def test_unsigned_bundle_is_refused(native_grove, dispatch_on):
 
 def test_status_reports_normalise_and_supersede(bundle, native_grove, dispatch_on, grove_client, fresh_grove):
     grove, credential = native_grove
-    services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
+    services.workload_secret_set(team="", environment="default", name="API_TOKEN", value="x")
     _, first = services.native_workload_apply(body=_spec(bundle))
     client = grove_client(credential)
     url = f"{V1}/groves/{grove.id}/workloads/{first.id}/status"
@@ -227,7 +227,7 @@ def test_api_apply_and_read(staff_client, bundle, native_grove, dispatch_on):
 def test_the_desired_state_costs_two_queries_whatever_the_workload_count(bundle, native_grove, dispatch_on,
                                                                          django_assert_num_queries):
     grove, _ = native_grove
-    services.workload_secret_set(environment="default", name="API_TOKEN", value="x")
+    services.workload_secret_set(team="", environment="default", name="API_TOKEN", value="x")
     for slug in ("a", "b", "c"):
         services.native_workload_apply(body=_spec(bundle, slug=slug))
     with django_assert_num_queries(2):

@@ -49,6 +49,7 @@ class NativeWorkloadRequestSerializer(serializers.Serializer):
 
 class SecretRequestSerializer(serializers.Serializer):
     # Bounded like the columns they land in: a longer value is a 400, never a database error.
+    team = serializers.CharField(required=False, allow_blank=True, max_length=100)
     environment = serializers.CharField(required=False, max_length=100)
     name = serializers.CharField(max_length=100)
     value = serializers.CharField(max_length=64 * 1024)

@@ -7,7 +7,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.api.permissions import requires
-from apps.accounts.selectors import body_with_team, team_authorize, visible
+from apps.accounts.selectors import body_with_team, team_authorize, team_for_write, visible
 from apps.core.api.serializers import ErrorSerializer
 from apps.dispatch.api.views import GroveWireView
 from apps.workloads import services
@@ -72,15 +72,20 @@ class WorkloadSecretView(APIView):
     permission_classes = [requires(POST="workloads.add_workloadsecret")]
 
     @extend_schema(request=s.SecretRequestSerializer,
-                   responses={201: inline_serializer("SecretSet", {"environment": serializers.CharField(),
+                   responses={201: inline_serializer("SecretSet", {"team": serializers.CharField(),
+                                                                   "environment": serializers.CharField(),
                                                                    "name": serializers.CharField()}), **ERRORS},
-                   tags=["workloads"], summary="Set a workload secret (stored encrypted; never returned)")
+                   tags=["workloads"], summary="Set one of your team's workload secrets (stored encrypted; never "
+                                               "returned)")
     def post(self, request):
         body = s.SecretRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        secret = services.workload_secret_set(environment=body.validated_data.get("environment", "default"),
+        # The caller's own team, by the rule every write follows: naming another team is 403 team_forbidden.
+        team = team_for_write(request.user, body.validated_data.get("team"))
+        secret = services.workload_secret_set(team=team, environment=body.validated_data.get("environment", "default"),
                                               name=body.validated_data["name"], value=body.validated_data["value"])
-        return Response({"environment": secret.environment, "name": secret.name}, status=status.HTTP_201_CREATED)
+        return Response({"team": secret.team, "environment": secret.environment, "name": secret.name},
+                        status=status.HTTP_201_CREATED)
 
 
 class GenerationStatusView(GroveWireView):
