@@ -46,7 +46,7 @@ BENCHES = {
     "resume": (["--jobs", "4", "--steady-jobs", "2", "--concurrency", "2", "--rate", "50", "--history", "10,20"], [],
                r"inline: report -> tail, burst .*\|\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+"),
     "spread": (["--jobs", "40", "--groves", "4", "--batch", "20"], [], r"largest \d+ = \d+\.\d+x the mean"),
-    "staff_pages": (["--groves", "20", "--placements", "200", "--runs", "20", "--repeat", "1"], [],
+    "staff_pages": (["--groves", "20", "--placements", "200", "--runs", "20", "--repeat", "1", "--no-budget"], [],
                     r"^placements\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+\d+x"),
 }
 NO_DATABASE = {"bundle_install", "ingress", "render"}  # agent-side benches: no Host, no database, no broker
@@ -121,3 +121,17 @@ def test_bench_help_names_its_database_and_size_options(bench):
     assert BENCHES[bench][0][0] in done.stdout  # its size option
     if bench not in NO_DATABASE:
         assert "--database-url" in done.stdout and "--broker-url" in done.stdout
+
+
+def test_staff_pages_exits_non_zero_naming_the_page_over_its_budget(bench_base, bench_template, tmp_path):
+    """A budget no page can meet (1 microsecond) must fail the run and name the page with its p95: the same
+    code path a page over 150 ms at full size takes. One page at the tiny size, to stay cheap."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "staff_pages.py"), "--groves", "20", "--placements", "200", "--runs",
+         "20", "--repeat", "1", "--only", "placements", "--budget-ms", "0.001",
+         "--database-url", _server_url(bench_base), "--broker-url", django_settings.CELERY_BROKER_URL,
+         "--template-database", bench_template],
+        cwd=ROOT, env={**_env(), "BENCH_TMP": str(tmp_path)}, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 1, (done.stdout + done.stderr)[-4000:]
+    assert re.search(r"^staff_pages: OVER BUDGET: placements p95 [\d.]+ ms > 0\.001 ms$", done.stderr, re.M), \
+        done.stderr[-4000:]
