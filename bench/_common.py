@@ -171,7 +171,8 @@ def hash_floor_argv(path: Path | None = None) -> list[str]:
 
     if shutil.which("openssl"):
         return ["openssl", "dgst", "-sha256", "-r", *([str(path)] if path is not None else [])]
-    script = ("import hashlib,sys\nh=hashlib.sha256()\nf=open(sys.argv[1],'rb') if len(sys.argv)>1 else sys.stdin.buffer\n"
+    script = ("import hashlib,sys\nh=hashlib.sha256()\n"
+              "f=open(sys.argv[1],'rb') if len(sys.argv)>1 else sys.stdin.buffer\n"
               "for b in iter(lambda: f.read(1<<20), b''): h.update(b)\nprint(h.hexdigest())")
     return [sys.executable, "-c", script, *([str(path)] if path is not None else [])]
 
