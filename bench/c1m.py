@@ -38,7 +38,8 @@ had busy server processes (ours / floor is the ratio to read; the target is 0.35
 had one connection against our two workers, which flattered us about 2x). CPU per row is printed for both
 sides: ours is the server workers' CPU (this process's, in process) plus the database's client backends'
 (``/proc`` via psutil), the floor's its COPY client plus its backends'. Every unit's placed CPU and memory
-is checked against its reported free counts at the end (it must never overcommit), and the spread of the compute work is shown (largest Grove share / mean).
+is checked against its reported free counts at the end (it must never overcommit), and the spread of the
+compute work is shown (largest Grove share / mean).
 
 ``--count 20000`` is a run of about a minute (the smoke test runs ``--count 60 --groves 20``). Needs
 PostgreSQL and Redis: a scratch database and broker keys of its own (bench/_common.py: ``--database-url``,
