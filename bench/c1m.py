@@ -312,21 +312,26 @@ def stop_web(proc) -> None:
 
 
 def workers_cpu(procs: list) -> list[float]:
-    """CPU seconds each server worker has used (how evenly the batches were spread over them): the spawned
-    workers of a multi-worker server, or the process itself when it serves alone (``--balanced``)."""
+    """CPU seconds each server worker has used (how evenly the batches were spread over them), largest first."""
+    return sorted(workers_cpu_by_pid(procs).values(), reverse=True)
+
+
+def workers_cpu_by_pid(procs: list) -> dict[int, float]:
+    """CPU seconds so far of each server worker: the spawned workers of a multi-worker server, or the process
+    itself when it serves alone (``--balanced``)."""
     import psutil
 
-    seconds = []
+    seconds = {}
     for proc in procs:
         process = psutil.Process(proc.pid)
         workers = [child for child in process.children() if "spawn_main" in " ".join(child.cmdline())]
         for worker in workers or [process]:
             try:
                 times = worker.cpu_times()
-                seconds.append(times.user + times.system)
+                seconds[worker.pid] = times.user + times.system
             except psutil.Error:
                 continue
-    return sorted(seconds, reverse=True)
+    return seconds
 
 
 _SENDER = threading.local()
@@ -415,7 +420,9 @@ def run_mode(mode: str, args, size: int) -> dict:
     beats.start()
     analyzer = Analyzer()
     # Our side's CPU: the server workers (or this process, in process) and the database's backends.
-    own_cpu0 = sum(workers_cpu(webs)) if webs else time.process_time()
+    own_cpu0 = workers_cpu_by_pid(webs) if webs else {}
+    process_cpu0 = time.process_time()
+    run_cpu: list[float] = []  # each server worker's CPU during the run (its start-up left out)
     db_cpu0 = backend_cpu()
     placed = refused = 0
     codes: dict[str, int] = {}
@@ -473,17 +480,18 @@ def run_mode(mode: str, args, size: int) -> dict:
             for client in clients:
                 client.close()
             worker_cpu = workers_cpu(webs)
-            own_cpu = sum(worker_cpu) - own_cpu0
+            run_cpu = [seconds - own_cpu0.get(pid, 0.0) for pid, seconds in workers_cpu_by_pid(webs).items()]
+            own_cpu = sum(run_cpu)
             for web in webs:
                 stop_web(web)
         else:
-            own_cpu = time.process_time() - own_cpu0
+            own_cpu = time.process_time() - process_cpu0
     elapsed = time.perf_counter() - start
     from apps.placement.writes import COLUMNS
 
-    # The floor gets a COPY connection per server process of ours that was busy (a tenth of the busiest's
-    # CPU or more); in process, ours is one process and so is the floor.
-    busy = [seconds for seconds in worker_cpu if seconds >= 0.1 * max(worker_cpu)] if worker_cpu else [0.0]
+    # The floor gets a COPY connection per server process of ours that was busy during the run (a tenth of
+    # the busiest's CPU or more); in process, ours is one process and so is the floor.
+    busy = [seconds for seconds in run_cpu if seconds >= 0.1 * max(run_cpu)] if run_cpu else [0.0]
     floor = copy_floor(f"SELECT {', '.join(COLUMNS)} FROM placement_executionplacement", len(busy))
     return {"mode": mode, "placed": placed, "refused": refused, "codes": codes, "elapsed": elapsed,
             "floor": floor, "analyzes": analyzer.runs, "overcommitted": overcommitted(),
