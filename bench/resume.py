@@ -235,7 +235,7 @@ class Bench:
 
 
 def cpu_seconds(procs: list) -> dict:
-    """CPU seconds so far of the web and worker process trees, every PostgreSQL process, and this client."""
+    """CPU seconds so far of the web and worker process trees, each PostgreSQL process, and this client."""
     import psutil
 
     def tree(proc) -> float:
@@ -249,10 +249,11 @@ def cpu_seconds(procs: list) -> dict:
             pass
         return total
 
-    postgres = 0.0
+    # Per process: one that ended between two samples (a backend closed) must not subtract its whole CPU.
+    postgres = {}
     for p in psutil.process_iter(["name", "cpu_times"]):
         if p.info["name"] == "postgres" and p.info["cpu_times"] is not None:
-            postgres += p.info["cpu_times"].user + p.info["cpu_times"].system
+            postgres[p.pid] = p.info["cpu_times"].user + p.info["cpu_times"].system
     own = os.times()
     return {"web": tree(procs[0]), "worker": tree(procs[1]), "postgres": postgres, "client": own.user + own.system}
 
@@ -291,7 +292,9 @@ def measure_resume(bench: Bench, n: int, *, rate: float | None, concurrency: int
     nodes = PipelineNode.objects.filter(current_job_id__in=job_ids)
     wait(lambda: nodes.filter(status="succeeded").count() >= n, "every success tail", timeout=600,
          progress=lambda: nodes.filter(status="succeeded").count())
-    used = {key: (value - cpu[key]) * 1000 / n for key, value in cpu_seconds(bench.procs).items()}
+    after = cpu_seconds(bench.procs)
+    used = {key: (sum(value[pid] - cpu[key].get(pid, 0.0) for pid in value) if isinstance(value, dict)
+                  else value - cpu[key]) * 1000 / n for key, value in after.items()}
     while not clients.empty():
         clients.get().close()
     finished = dict(nodes.values_list("current_job_id", "finished_at"))
