@@ -3,9 +3,11 @@
 1. Builds a ~200 MB tar.gz bundle (many small files + one large file) in a temp dir and serves it
    from a local HTTP server (a separate `python -m http.server` process).
 2. Times the agent's install (streamed download with size limit + sha256 while streaming + Ed25519
-   signature check + safe extraction) against the floor `curl URL | tee >(sha256sum) | tar -xz`
-   (or `sha256sum` then `tar -xzf` when curl is absent) on the same file in the same run, and
+   signature check + safe extraction) against the floor `curl URL | tee >(openssl dgst -sha256) | tar -xz`
+   (or the download, then the hash, then `tar -xzf` when curl is absent) on the same file in the same run, and
    prints both and the median of the per-round ratios (aim: <= 1.3): floor and agent share each round's load.
+   The floor hashes with OpenSSL, as the agent does through ``hashlib`` (``_common.hash_floor_argv``):
+   coreutils ``sha256sum`` is slower and flattered the ratio.
 3. Runs the real agent (`forest-agent run`, heartbeats every 5 s) against the agent tests' stub
    Host for 60 s and prints its RSS and CPU.
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -37,6 +40,9 @@ from forest_agent.wire.messages import BundleRef
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "agent" / "tests"))
 from stub_host import StubHost  # noqa: E402  (the wire stand-in the agent tests use)
+
+sys.path.insert(0, str(ROOT))
+from bench import _common as common  # noqa: E402
 
 
 def log(message: str) -> None:
@@ -106,15 +112,17 @@ def serve(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
 def floor_once(url: str, dest: Path) -> float:
     dest.mkdir()
     started = time.perf_counter()
+    hash_stdin = shlex.join(common.hash_floor_argv())
     if shutil.which("curl"):
-        cmd = f"set -o pipefail; curl -sf '{url}' | tee >(sha256sum > '{dest}.sha') | tar -xzf - -C '{dest}'"
+        cmd = f"set -o pipefail; curl -sf '{url}' | tee >({hash_stdin} > '{dest}.sha') | tar -xzf - -C '{dest}'"
     else:
-        # No curl: download with the stdlib, then the separate sha256sum + tar -x floor.
+        # No curl: download with the stdlib, then the separate hash + tar -x floor.
         fetch = (
             "import shutil, urllib.request; "
             f"shutil.copyfileobj(urllib.request.urlopen('{url}'), open('{dest}.tgz', 'wb'))"
         )
-        cmd = f'{sys.executable} -c "{fetch}" && sha256sum {dest}.tgz > /dev/null && tar -xzf {dest}.tgz -C {dest}'
+        hash_file = shlex.join(common.hash_floor_argv(Path(f"{dest}.tgz")))
+        cmd = f'{sys.executable} -c "{fetch}" && {hash_file} > /dev/null && tar -xzf {dest}.tgz -C {dest}'
 
     subprocess.run(["bash", "-c", cmd], check=True)
     return time.perf_counter() - started

@@ -1,10 +1,24 @@
 """Placement decisions per second and p50/p99 latency against a floor measured in the same run.
 
-    .venv/bin/python bench/placement.py [--groves 10,100,1000,10000] [--decisions 2000]
+    .venv/bin/python bench/placement.py [--groves 10,100,1000,10000] [--decisions 2000] [--http-concurrency 4]
 
 For each N, N fresh Groves with mixed substrates (Kubernetes / native), roles, platform orders,
 isolation modes, units and accelerator inventories are loaded into PostgreSQL (the same rows a
-heartbeat writes, including the indexed ``GroveCapability`` facts). Then, in one process on one core:
+heartbeat writes, including the indexed ``GroveCapability`` facts). First, the figures to read, through
+the HTTP API as users send them (Host under uvicorn, ``--workers`` 2 as the Procfile, started afresh on
+the loaded fleet; an API token; ``--http-concurrency`` clients on kept-alive connections, one request
+each in flight):
+
+* *preview cached* / *preview cold*: ``POST placements/preview``, the mix cycled (its per-requirement
+  caches hit) / every request a requirement never seen before in the run (a new CPU and memory size);
+* *place cached* / *place cold*: ``POST placements/batch`` with one item for a new subject (the API's one
+  way to store a placement), the same two ways.
+
+Each is followed by its floor: the same bodies from the same clients to a bare ASGI app
+(``bench/empty_asgi.py``) under the same server, what HTTP and this client alone cost (A/B). Targets
+(issue 40): preview cold >= 810/s at 1,000 Groves, single stored placements >= 500/s.
+
+Then, as a second line, the same decisions in process on one core (no HTTP, no authentication):
 
 * *preview*: ``placement_decide`` (the pure decision from the in-process fleet snapshot: index
   intersections, ranking, verdicts; nothing stored; the snapshot refreshes at most every
@@ -204,6 +218,149 @@ def floor(count: int) -> dict:
         return measure(insert, count)
 
 
+def start_server(app: str, workers: int):
+    """``app`` under uvicorn as the Procfile serves Host (``--workers``, no access log); its process and URL."""
+    import socket
+    import subprocess
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([str(ROOT / ".venv/bin/uvicorn"), app, "--host", "127.0.0.1", "--port", str(port),
+                             "--workers", str(workers), "--log-level", "warning", "--no-access-log"],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                [str(ROOT), str(ROOT / "agent" / "src"), os.environ.get("PYTHONPATH", "")])},
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code < 500:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    stop_server(proc)
+    raise SystemExit(f"uvicorn {app} did not come up")
+
+
+def stop_server(proc) -> None:
+    import signal
+    import subprocess
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def over_http(url: str, token: str, path: str, bodies: list[bytes], concurrency: int) -> dict:
+    """``bodies`` POSTed to ``path``, one per request, by ``concurrency`` clients on kept-alive connections
+    (each waits for its answer before it sends the next): requests/s, p50/p99 and the non-200 answers. The
+    first ``concurrency`` requests warm the connections and the server and are not counted."""
+    import threading
+
+    import httpx
+
+    headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+    clients = [httpx.Client(base_url=url, headers=headers, timeout=60) for _ in range(concurrency)]
+    samples: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def send(client, share: list[bytes], counted: bool) -> None:
+        mine, bad = [], []
+        for body in share:
+            t0 = time.perf_counter()
+            response = client.post(path, content=body)
+            mine.append(time.perf_counter() - t0)
+            if response.status_code != 200:
+                bad.append(f"{response.status_code} {response.text[:200]}")
+        if counted:
+            with lock:
+                samples.extend(mine)
+                errors.extend(bad)
+
+    def run(share_of, counted: bool) -> float:
+        threads = [threading.Thread(target=send, args=(client, share_of(k), counted))
+                   for k, client in enumerate(clients)]
+        start = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return time.perf_counter() - start
+
+    try:
+        run(lambda k: bodies[k:k + 1], counted=False)
+        wall = run(lambda k: bodies[concurrency + k::concurrency], counted=True)
+    finally:
+        for client in clients:
+            client.close()
+    if not samples:
+        raise SystemExit(f"no request answered at {url}{path}")
+    return {"rate": len(samples) / wall, "p50": percentile(samples, 0.5) * 1000,
+            "p99": percentile(samples, 0.99) * 1000, "errors": errors}
+
+
+def http_token() -> str:
+    """An API token of a user who may preview and place (``placement.view_/add_executionplacement``)."""
+    from django.contrib.auth import get_user_model
+
+    from apps.accounts.services import api_token_create
+
+    user = get_user_model().objects.create_user(username="placement-bench", is_staff=True, is_superuser=True)
+    return api_token_create(user=user, name="placement-bench")[1]
+
+
+def http_bodies(mix: list, count: int, *, cold: bool, place: bool, tag: str) -> list[bytes]:
+    """``count`` request bodies, encoded before the clock starts: the mix cycled (cached), or each with a
+    CPU and memory size never used before in the run (cache-cold: no per-requirement cache can hit). A
+    placement is one item of ``POST placements/batch``, the API's only way to store one, for a new subject."""
+    import json
+
+    from apps.placement.requirements import Resources
+
+    bodies = []
+    for i in range(count):
+        requirement = mix[i % len(mix)]
+        if cold:
+            n = next(FRESH)
+            requirement = dataclasses.replace(requirement, resources=Resources(
+                cpu_milli=100 + n % 7919 + n // 7919, memory_bytes=(64 << 20) + n * 4096))
+        body = requirement.to_json()
+        if place:
+            body = {"items": [{"subject_type": "compute_step", "subject_id": f"{tag}-{i}", "requirement": body}]}
+        bodies.append(json.dumps(body, separators=(",", ":")).encode())
+    return bodies
+
+
+def http_section(n: int, mix: list, token: str, args) -> list[tuple]:
+    """Preview and single placement through the API (cached and cache-cold), each followed by the floor,
+    the same bodies to a bare ASGI app (bench/empty_asgi.py) under the same server (A/B): rows to print."""
+    host, host_url = start_server("forest_host.asgi:application", args.workers)
+    empty, empty_url = start_server("bench.empty_asgi:app", args.workers)
+    rows = []
+    try:
+        for label, path, place, cold in (
+                ("preview cached", "/api/forest/v1/placements/preview", False, False),
+                ("preview cold", "/api/forest/v1/placements/preview", False, True),
+                ("place cached", "/api/forest/v1/placements/batch", True, False),
+                ("place cold", "/api/forest/v1/placements/batch", True, True)):
+            bodies = http_bodies(mix, args.decisions + args.http_concurrency, cold=cold, place=place,
+                                 tag=f"{n}-{label.replace(' ', '-')}-{time.monotonic_ns()}")
+            ours = over_http(host_url, token, path, bodies, args.http_concurrency)
+            floor_ = over_http(empty_url, token, path, bodies, args.http_concurrency)
+            rows.append((n, label, ours, floor_))
+    finally:
+        stop_server(host)
+        stop_server(empty)
+    return rows
+
+
 def waiting_fleet(n: int):
     """A Grove with one GPU held by a claim, and ``n`` nodes waiting for it, oldest first."""
     from django.utils import timezone
@@ -309,6 +466,10 @@ def main() -> None:
     parser.add_argument("--queued", default="1000,10000", help="admission queue sizes ('' skips the section)")
     parser.add_argument("--events", type=int, default=50, help="capacity-free events per queue size")
     parser.add_argument("--skip-decisions", action="store_true", help="only the admission section")
+    parser.add_argument("--workers", type=int, default=2, help="uvicorn workers for the API figures (the "
+                        "Procfile's WEB_CONCURRENCY, 2)")
+    parser.add_argument("--http-concurrency", type=int, default=4,
+                        help="clients sending API requests at once, one request each in flight (default 4)")
     common.add_options(parser)
     args = parser.parse_args()
     common.prepare(args, "placement", env=ENV, migrate=False)
@@ -330,13 +491,16 @@ def main() -> None:
     if args.skip_decisions:
         return
     mix = requirements()
+    token = http_token()
     base = floor(args.decisions)
     print(f"floor (bare single-row INSERT via psycopg, autocommit): {base['rate']:8.0f}/s  "
           f"p50 {base['p50']:.3f} ms  p99 {base['p99']:.3f} ms\n")
+    print("in process (a second line: placement_decide / place_execution called here, no HTTP):")
     header = (f"{'groves':>7} {'mode':>9} {'decisions/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'p50/floor':>10} "
               f"{'eligible(avg)':>14}")
     print(header)
     print("-" * len(header))
+    http_rows: list[tuple] = []
     p50s: dict[str, dict[int, float]] = {"preview": {}, "preview-new": {}, "sql-prev": {}, "persisted": {}}
     rates: dict[str, dict[int, float]] = {mode: {} for mode in p50s}
     refreshes = {}
@@ -345,6 +509,8 @@ def main() -> None:
         load(n)
         load_s = time.perf_counter() - t0
         refreshes[n] = refresh_costs(n)
+        # Through the API first (the figure to read); Host starts afresh on the loaded fleet.
+        http_rows += http_section(n, mix, token, args)
         eligible = [services.placement_decide(requirement=r).eligible_total for r in mix]
 
         def preview(i: int) -> None:
@@ -380,6 +546,22 @@ def main() -> None:
         cost = refreshes[n]
         print(f"{'':>7} (loaded {n} Groves in {load_s:.1f} s; snapshot refresh: full {cost['full']:.1f} ms, "
               f"incremental idle {cost['idle']:.2f} ms, after {cost['beating']} heartbeats {cost['changed']:.2f} ms)")
+    print(f"\nthrough the HTTP API (the figures to read): uvicorn x{args.workers} as the Procfile, "
+          f"{args.http_concurrency} client(s) on kept-alive connections, one decision per request; the floor is "
+          f"the same requests to a bare ASGI app (bench/empty_asgi.py) on the same server, right after ours; "
+          f"{common.uptime()}")
+    header = (f"{'groves':>7} {'request':<15} {'ours req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'err':>4} | "
+              f"{'floor req/s':>11} {'p50 ms':>8} | {'ours/floor':>10}")
+    print(header)
+    print("-" * len(header))
+    for n, label, ours, floor_ in http_rows:
+        print(f"{n:>7} {label:<15} {ours['rate']:>10.0f} {ours['p50']:>8.2f} {ours['p99']:>8.2f} "
+              f"{len(ours['errors']):>4} | {floor_['rate']:>11.0f} {floor_['p50']:>8.2f} | "
+              f"{ours['rate'] / floor_['rate']:>9.2f}x")
+        if ours["errors"]:
+            print(f"{'':>7} first error: {ours['errors'][0]}")
+    print("targets (issue 40): preview cold >= 810/s at 1,000 Groves (kube-scheduler's CI floor); "
+          "single stored placements >= 500/s. The in-process table above is the second line: no HTTP, no auth.")
     sizes = sorted(p50s["preview"])
     if len(sizes) > 1:
         small, large = sizes[0], sizes[-1]

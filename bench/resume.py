@@ -12,15 +12,19 @@ With a real Celery worker (prefork, 4 processes) on Redis and Host under uvicorn
   *steady* offered load (``--steady-jobs`` reports sent open-loop at ``--rate`` per second). Latency =
   the node's tail committed (``finished_at``, written in the tail's transaction) minus the moment its
   report was sent. Throughput = N / (last tail - first report sent).
-* **floor**: an empty Celery task (``bench.ping`` from ``bench/floor_tasks.py``) on the same broker and
-  worker, sent the same two ways; latency = task ran minus sent.
+* **floor**: the cheapest way to do what the inline path does, without Forest's code
+  (``bench/resume_floor_asgi.py``): a bare ASGI app under the same uvicorn (2 workers) takes the same report
+  from the same client for jobs made the same way, and commits the same rows in one statement on a kept
+  pool (the job ended, its node tailed with its event row, the run ended, the wake-up's read of what waits
+  for the Grove). Measured the same way (latency = the node's ``finished_at`` minus sent), right after
+  ours for each load while the same Host keeps the Grove fresh (A/B). Until issue 40 the floor was an
+  empty Celery task, which the inline path never sends: it flattered nothing that ours does.
 * **sweep**: ``pipeline_sweep()`` wall time with 10k, 100k and 1M historical (finished) node rows, each
   with a finished job and a done outbox row; it must stay flat (it reads live rows through partial indexes).
 
 Fails fast, naming the cause, when dispatch stalls or nodes are refused (no waiting out a timeout).
 Needs PostgreSQL and Redis: a scratch database and broker keys under a prefix of its own (bench/_common.py:
-``--database-url``, ``--broker-url``; nothing is flushed). The floor's task and this process each keep one
-Redis connection pool for the run, as the resume path keeps its own. Smoke size: ``--jobs 4 --steady-jobs 2
+``--database-url``, ``--broker-url``; nothing is flushed). Smoke size: ``--jobs 4 --steady-jobs 2
 --concurrency 2 --rate 50 --history 10,20``.
 """
 from __future__ import annotations
@@ -35,7 +39,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,38 +136,33 @@ def offered(n: int, rate: float | None, concurrency: int, send) -> list[float]:
 
 
 @functools.cache
-def broker():
-    """This process's Redis client (one connection pool, shared by the sending threads)."""
-    import redis
+def floor_sql() -> str:
+    """The floor's one statement (bench/resume_floor_asgi.py), its names from the models' metadata: what the
+    inline path commits for a succeeded report on a one-node run, and the wake-up's read."""
+    from apps.core.db import sql_from_meta
+    from apps.dispatch.models import GroveJob
+    from apps.pipelines.models import PipelineNode, PipelineNodeEvent, PipelineNodeWaitGrove, PipelineRun
 
-    return redis.Redis.from_url(TARGET.broker_url)
-
-
-def measure_floor(n: int, *, rate: float | None, concurrency: int) -> dict:
-    from bench.floor_tasks import ping
-
-    client, key = broker(), f"{TARGET.key_prefix}bench-ping-{uuid.uuid4().hex}"
-    for _ in range(20):  # warm the worker's processes
-        ping.delay(key)
-    wait(lambda: client.llen(key) >= 20, "warm-up pings")
-    client.delete(key)
-    marks = [f"{key}:{i}" for i in range(n)]
-    sent = offered(n, rate, concurrency, lambda i: ping.delay(marks[i]))
-
-    def arrived() -> int:
-        pipe = client.pipeline(transaction=False)
-        for m in marks:
-            pipe.exists(m)
-        return sum(pipe.execute())
-
-    wait(lambda: arrived() >= n, "every ping", timeout=600, progress=arrived)
-    pipe = client.pipeline(transaction=False)
-    for m in marks:
-        pipe.lindex(m, 0)
-    ran = [float(x) for x in pipe.execute()]
-    client.delete(*marks)
-    latencies = [(r - s) * 1000 for s, r in zip(sent, ran, strict=True)]
-    return {"p50": pct(latencies, 50), "p99": pct(latencies, 99), "rate": n / (max(ran) - min(sent))}
+    return sql_from_meta("""
+WITH job AS (
+    UPDATE {j} j SET {j.status} = 'succeeded', {j.exit_code} = %(exit_code)s, {j.outputs} = %(outputs)s::jsonb,
+                     {j.finished_at} = now()
+    WHERE j.{j.id} = %(job)s AND j.{j.grove} = %(grove)s AND j.{j.status} IN ('claimed', 'running')
+    RETURNING j.{j.id} AS id, j.{j.node_id} AS node_id
+), node AS (
+    UPDATE {n} n SET {n.status} = 'succeeded', {n.exit_code} = %(exit_code)s, {n.outputs} = %(outputs)s::jsonb,
+                     {n.reason} = 'job_succeeded', {n.awaiting_job_id} = NULL, {n.finished_at} = now()
+    FROM job WHERE n.{n.id} = job.node_id AND n.{n.status} = 'awaiting' AND n.{n.current_job_id} = job.id
+    RETURNING n.{n.id} AS id, n.{n.run} AS run_id
+), event AS (
+    INSERT INTO {e} ({e.node}, {e.from_status}, {e.to_status}, {e.reason}, {e.at})
+    SELECT id, 'awaiting', 'succeeded', 'job_succeeded', now() FROM node
+), run AS (
+    UPDATE {r} r SET {r.status} = 'succeeded', {r.finished_at} = now() FROM node WHERE r.{r.id} = node.run_id
+    RETURNING r.{r.id}
+)
+SELECT (SELECT count(*) FROM run), EXISTS (SELECT 1 FROM {w} w WHERE w.{w.grove_id} = %(grove)s)
+""", j=GroveJob, n=PipelineNode, e=PipelineNodeEvent, r=PipelineRun, w=PipelineNodeWaitGrove)
 
 
 class Bench:
@@ -237,7 +235,7 @@ class Bench:
 
 
 def cpu_seconds(procs: list) -> dict:
-    """CPU seconds so far of the web and worker process trees, every PostgreSQL process, and this client."""
+    """CPU seconds so far of the web and worker process trees, each PostgreSQL process, and this client."""
     import psutil
 
     def tree(proc) -> float:
@@ -251,15 +249,17 @@ def cpu_seconds(procs: list) -> dict:
             pass
         return total
 
-    postgres = 0.0
+    # Per process: one that ended between two samples (a backend closed) must not subtract its whole CPU.
+    postgres = {}
     for p in psutil.process_iter(["name", "cpu_times"]):
         if p.info["name"] == "postgres" and p.info["cpu_times"] is not None:
-            postgres += p.info["cpu_times"].user + p.info["cpu_times"].system
+            postgres[p.pid] = p.info["cpu_times"].user + p.info["cpu_times"].system
     own = os.times()
     return {"web": tree(procs[0]), "worker": tree(procs[1]), "postgres": postgres, "client": own.user + own.system}
 
 
-def measure_resume(bench: Bench, n: int, *, rate: float | None, concurrency: int) -> dict:
+def measure_resume(bench: Bench, n: int, *, rate: float | None, concurrency: int, report_url: str = "") -> dict:
+    """N jobs made and claimed, their terminal reports sent (to Host, or to ``report_url``: the floor)."""
     import queue
 
     import httpx
@@ -271,7 +271,7 @@ def measure_resume(bench: Bench, n: int, *, rate: float | None, concurrency: int
     # Clients made before the clock starts (making one costs milliseconds), shared by the sending threads.
     clients: queue.Queue = queue.Queue()
     for _ in range(concurrency):
-        clients.put(httpx.Client(base_url=bench.base_url, timeout=60,
+        clients.put(httpx.Client(base_url=report_url or bench.base_url, timeout=60,
                                  headers={"Authorization": f"Bearer {bench.credential}"}))
 
     def send(i: int) -> None:
@@ -292,7 +292,9 @@ def measure_resume(bench: Bench, n: int, *, rate: float | None, concurrency: int
     nodes = PipelineNode.objects.filter(current_job_id__in=job_ids)
     wait(lambda: nodes.filter(status="succeeded").count() >= n, "every success tail", timeout=600,
          progress=lambda: nodes.filter(status="succeeded").count())
-    used = {key: (value - cpu[key]) * 1000 / n for key, value in cpu_seconds(bench.procs).items()}
+    after = cpu_seconds(bench.procs)
+    used = {key: (sum(value[pid] - cpu[key].get(pid, 0.0) for pid in value) if isinstance(value, dict)
+                  else value - cpu[key]) * 1000 / n for key, value in after.items()}
     while not clients.empty():
         clients.get().close()
     finished = dict(nodes.values_list("current_job_id", "finished_at"))
@@ -367,21 +369,34 @@ def main() -> None:
 
     django.setup()
     worker = start("worker", [str(ROOT / ".venv/bin/celery"), "-A", "forest_host", "worker", "-c", "4",
-                              "--loglevel", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat",
-                              "-I", "bench.floor_tasks"])
+                              "--loglevel", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"])
+    floor_web, floor_port = serve({"RESUME_FLOOR_SQL": floor_sql()}, app="bench.resume_floor_asgi:app", name="floor")
+    floor_url = f"http://127.0.0.1:{floor_port}"
     rows, bench = [], None
+    floor_burst = floor_steady = None
     try:
-        floor_burst = measure_floor(args.jobs, rate=None, concurrency=args.concurrency)
-        floor_steady = measure_floor(args.steady_jobs, rate=args.rate, concurrency=args.concurrency)
-        rows += [("floor: empty task, burst", floor_burst, None), ("floor: empty task, steady", floor_steady, None)]
         for mode in args.modes.split(","):
             web, port = serve({"PIPELINE_INLINE_TAIL": "1" if mode == "inline" else "0"})
             try:
                 if bench is None:
                     bench = Bench(f"http://127.0.0.1:{port}")
-                bench.base_url, bench.procs = f"http://127.0.0.1:{port}", [web, worker]
+                bench.base_url = f"http://127.0.0.1:{port}"
+                # Ours, then the floor on jobs made the same way while this Host keeps the Grove fresh (A/B);
+                # the floor once, against the first mode's runs.
+                bench.procs = [web, worker]
                 burst = measure_resume(bench, args.jobs, rate=None, concurrency=args.concurrency)
+                if floor_burst is None:
+                    bench.procs = [floor_web, worker]
+                    floor_burst = measure_resume(bench, args.jobs, rate=None, concurrency=args.concurrency,
+                                                 report_url=floor_url)
+                    rows.append(("floor: same commit, burst", floor_burst, None))
+                bench.procs = [web, worker]
                 steady = measure_resume(bench, args.steady_jobs, rate=args.rate, concurrency=args.concurrency)
+                if floor_steady is None:
+                    bench.procs = [floor_web, worker]
+                    floor_steady = measure_resume(bench, args.steady_jobs, rate=args.rate,
+                                                  concurrency=args.concurrency, report_url=floor_url)
+                    rows.append(("floor: same commit, steady", floor_steady, None))
             finally:
                 stop(web)
             rows += [(f"{mode}: report -> tail, burst", burst, floor_burst),
@@ -389,6 +404,7 @@ def main() -> None:
     finally:
         if bench is not None:
             bench.stop.set()
+        stop(floor_web)
         stop(worker)
     print(f"\nresume: burst of {args.jobs} jobs ({args.concurrency} reports in flight), steady {args.steady_jobs} "
           f"jobs at {args.rate:g}/s; worker prefork x4, uvicorn x2, Redis broker; {common.uptime()}")
@@ -403,7 +419,8 @@ def main() -> None:
                   + " (the bench's own process sends the reports and polls for the tails)")
         if row.get("errors"):
             print(f"  report errors retried: {len(row['errors'])}, first: {row['errors'][0]}")
-    print("target (issue 15): report -> tail p50 <= 2x the floor's, throughput >= 0.5x, at 1,000 jobs in flight")
+    print("target (issue 15): report -> tail p50 <= 2x the floor's, throughput >= 0.5x, at 1,000 jobs in flight "
+          "(the floor: the same commit from a bare ASGI app, issue 40)")
     print("\nsweep with no due rows (median of 30 runs)")
     done, baseline = 0, None
     for total in (int(x) for x in args.history.split(",")):
@@ -414,12 +431,12 @@ def main() -> None:
         print(f"  {total:>9,} historical nodes: {ms:6.2f} ms  (x{ms / baseline:.2f} of the smallest)")
 
 
-def serve(extra: dict) -> tuple[subprocess.Popen, int]:
+def serve(extra: dict, *, app: str = "forest_host.asgi:application", name: str = "web") -> tuple[subprocess.Popen, int]:
     import httpx
 
     port = free_port()
     os.environ.update(extra)
-    web = start("web", [str(ROOT / ".venv/bin/uvicorn"), "forest_host.asgi:application", "--host", "127.0.0.1",
+    web = start(name, [str(ROOT / ".venv/bin/uvicorn"), app, "--host", "127.0.0.1",
                  "--port", str(port), "--workers", "2", "--log-level", "warning", "--no-access-log"])
     wait(lambda: _up(httpx, port), "uvicorn", timeout=60)
     return web, port

@@ -22,31 +22,39 @@ from django.conf import settings as django_settings
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow]
 
+OPENSSL_FLOOR = r"floor  (openssl dgst -sha256|hashlib \(OpenSSL\) sha256) \+ cp:"
 # bench: (arguments for the tiny run, tools it needs, the line that shows both sides ran and were compared); a
 # name with a "-" is a second run of the bench before it, with other arguments.
 BENCHES = {
     "bundle_install": (["--size-mb", "1", "--rounds", "1", "--idle-seconds", "1"], ["tar"],
                        r"median ratio \d+\.\d+"),
+    # The COPY floor over as many connections as ours had busy server processes, and CPU per row for both.
     "c1m": (["--count", "60", "--groves", "20", "--batch", "30", "--gpu-every", "20", "--modes", "api"], [],
-            r"ours / floor = \d+\.\d+"),
+            r"over \d+ connection\(s\) at once.* ours / floor = \d+\.\d+(?s:.*)^CPU per row: ours [\d,]+ us .* "
+            r"floor [\d,]+ us"),
     # Two single-worker servers, each sent batches over its own kept-alive connection (--balanced).
     "c1m-balanced": (["--count", "60", "--groves", "20", "--batch", "10", "--gpu-every", "20", "--modes", "api",
                       "--balanced"], [], r"ours / floor = \d+\.\d+(?s:.*)^server workers' CPU: \d+ s, \d+ s$"),
-    "cas_upload": (["--size-mb", "1", "--rounds", "1"], ["curl", "sha256sum"], r"ratio Host/floor\s+:\s+\d+\.\d+"),
-    "data_path": (["--size-mb", "1", "--rounds", "1"], ["curl", "sha256sum"], r"upload\): .* ratio\s+\d+\.\d+"),
+    # Floors that hash with OpenSSL, as Forest does (not coreutils sha256sum).
+    "cas_upload": (["--size-mb", "1", "--rounds", "1"], ["curl"],
+                   OPENSSL_FLOOR + r"(?s:.*)ratio Host/floor\s+:\s+\d+\.\d+"),
+    "data_path": (["--size-mb", "1", "--rounds", "1"], ["curl"],
+                  OPENSSL_FLOOR + r"(?s:.*)upload\): .* ratio\s+\d+\.\d+"),
     "ha": (["--jobs", "4", "--groves", "2", "--no-baseline", "--sweep-s", "1", "--resend-s", "2"], [],
            r"^faults\s+\d+\s+\d+\s+\d+"),
     "heartbeat": (["--groves", "8", "--seconds", "1", "--concurrency", "4", "--workloads", "steady",
                    "--longpoll", "2", "--longpoll-wait", "1"], ["pgbench"],
-                  r"^\s+8 steady\s+\d+ .* \d+\.\d+x\s+\d+\.\d+x"),
+                  # ours' heartbeats per commit, then the floor batched by as many (B)
+                  r"^\s+8 steady\s+\d+\s+\d+ \|.*\d+%\s+\d+\.\d \|\s+\d+\s+\d+\s+[\d.]+ \|.* \d+\.\d+x\s+\d+\.\d+x"),
     "ingress": (["--requests", "40", "--concurrency", "2"], ["nginx"], r"ratio\s+rps \d+\.\d+x"),
-    "placement": (["--groves", "10", "--decisions", "20", "--queued", "20", "--events", "3"], [],
-                  r"^\s+10\s+persisted\s+\d+ .*\d+\.\d+"),
+    # The in-process line, then the figure to read: single placements through the API against its floor.
+    "placement": (["--groves", "10", "--decisions", "20", "--queued", "20", "--events", "3", "--http-concurrency",
+                   "2"], [], r"^\s+10\s+persisted\s+\d+ .*\d+\.\d+(?s:.*)^\s+10 place cold\s+\d+ .* \d+\.\d+x$"),
     "render": (["--objects", "20", "--jobs", "5"], [], r"controller, end to end .* ratio \d+\.\d+"),
     "resume": (["--jobs", "4", "--steady-jobs", "2", "--concurrency", "2", "--rate", "50", "--history", "10,20"], [],
-               r"inline: report -> tail, burst .*\|\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+"),
+               r"^floor: same commit, burst(?s:.*)inline: report -> tail, burst .*\|\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+"),
     "spread": (["--jobs", "40", "--groves", "4", "--batch", "20"], [], r"largest \d+ = \d+\.\d+x the mean"),
-    "staff_pages": (["--groves", "20", "--placements", "200", "--runs", "20", "--repeat", "1"], [],
+    "staff_pages": (["--groves", "20", "--placements", "200", "--runs", "20", "--repeat", "1", "--no-budget"], [],
                     r"^placements\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+\d+x"),
 }
 NO_DATABASE = {"bundle_install", "ingress", "render"}  # agent-side benches: no Host, no database, no broker
@@ -121,3 +129,17 @@ def test_bench_help_names_its_database_and_size_options(bench):
     assert BENCHES[bench][0][0] in done.stdout  # its size option
     if bench not in NO_DATABASE:
         assert "--database-url" in done.stdout and "--broker-url" in done.stdout
+
+
+def test_staff_pages_exits_non_zero_naming_the_page_over_its_budget(bench_base, bench_template, tmp_path):
+    """A budget no page can meet (1 microsecond) must fail the run and name the page with its p95: the same
+    code path a page over 150 ms at full size takes. One page at the tiny size, to stay cheap."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "staff_pages.py"), "--groves", "20", "--placements", "200", "--runs",
+         "20", "--repeat", "1", "--only", "placements", "--budget-ms", "0.001",
+         "--database-url", _server_url(bench_base), "--broker-url", django_settings.CELERY_BROKER_URL,
+         "--template-database", bench_template],
+        cwd=ROOT, env={**_env(), "BENCH_TMP": str(tmp_path)}, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 1, (done.stdout + done.stderr)[-4000:]
+    assert re.search(r"^staff_pages: OVER BUDGET: placements p95 [\d.]+ ms > 0\.001 ms$", done.stderr, re.M), \
+        done.stderr[-4000:]
