@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -56,6 +57,10 @@ T = TypeVar("T")
 def main(ctx: typer.Context, host: Host = None, token: Token = None,
          as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables")] = False) -> None:
     ctx.obj = {"host": host, "token": token, "json": as_json}
+    # The terminal's size is read per command, not once at import: whatever imports the CLI and runs many
+    # commands (the MCP server, tests, a pytest-xdist worker that exports COLUMNS=80) gets each command's width.
+    for console in (out, err):
+        console.size = shutil.get_terminal_size()
 
 
 def _client(ctx: typer.Context) -> ForestClient:
