@@ -195,3 +195,14 @@ def hash_and_copy_floor(src: Path, dest: Path) -> float:
     elapsed = time.perf_counter() - started
     dest.unlink()
     return elapsed
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """Stop a server a bench started in a session of its own (``start_new_session``): its whole process group,
+    SIGTERM, then SIGKILL after 15 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)

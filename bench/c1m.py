@@ -300,15 +300,7 @@ def start_web(workers: int = 1) -> tuple:
 
 
 def stop_web(proc) -> None:
-    import signal
-    import subprocess
-
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+    common.stop_group(proc)
 
 
 def workers_cpu(procs: list) -> list[float]:

@@ -22,7 +22,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -166,12 +165,7 @@ def main() -> None:
               f"Host {max(web_peaks) / 2**20:.0f} MiB (file {mb} MiB)")
     finally:
         for proc in reversed(procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
+            common.stop_group(proc)
         shutil.rmtree(work, ignore_errors=True)
 
 

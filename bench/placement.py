@@ -246,15 +246,7 @@ def start_server(app: str, workers: int):
 
 
 def stop_server(proc) -> None:
-    import signal
-    import subprocess
-
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+    common.stop_group(proc)
 
 
 def over_http(url: str, token: str, path: str, bodies: list[bytes], concurrency: int) -> dict:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -68,12 +67,7 @@ def start(name: str, args: list[str]) -> subprocess.Popen:
 
 
 def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+    common.stop_group(proc)
 
 
 def pct(values: list[float], p: float) -> float:
