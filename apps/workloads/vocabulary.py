@@ -28,3 +28,7 @@ class ProbeResult(StrEnum):
 
 
 NATIVE_INGRESS_FLAG = NATIVE_INGRESS
+# The longest SIGTERM-to-SIGKILL grace a workload may declare (``stop_grace_s``). The agent, which may not
+# import Host, bounds the wire field with its own constant (forest_agent.wire.messages.MAX_STOP_GRACE_S);
+# tests/workloads/test_stop_grace.py holds the two equal.
+MAX_STOP_GRACE_S = 3600
