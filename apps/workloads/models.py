@@ -3,7 +3,7 @@ import uuid
 from django.db import models
 
 from apps.workloads.choices import GenerationState, SecretsMode
-from apps.workloads.vocabulary import MAX_STOP_GRACE_S
+from apps.workloads.vocabulary import MAX_STOP_GRACE_S, MIN_STOP_GRACE_S
 
 
 class NativeWorkload(models.Model):
@@ -32,8 +32,9 @@ class NativeWorkload(models.Model):
 
     class Meta:
         ordering = ["slug"]
-        constraints = [models.CheckConstraint(condition=models.Q(stop_grace_s__lte=MAX_STOP_GRACE_S),
-                                              name="native_workload_stop_grace_bounded")]
+        constraints = [models.CheckConstraint(
+            condition=models.Q(stop_grace_s__gte=MIN_STOP_GRACE_S, stop_grace_s__lte=MAX_STOP_GRACE_S),
+            name="native_workload_stop_grace_bounded")]
 
     def __str__(self) -> str:
         return self.slug

@@ -12,7 +12,7 @@ from apps.core import bodies
 from apps.core import validation as v
 from apps.groves.vocabulary import MAX_PLATFORMS
 from apps.workloads.bodies import WorkloadStatus
-from apps.workloads.vocabulary import MAX_STOP_GRACE_S, SecretsMode
+from apps.workloads.vocabulary import MAX_STOP_GRACE_S, MIN_STOP_GRACE_S, SecretsMode
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -157,7 +157,7 @@ def workload_spec(body: Any, *, ingress_domains: Sequence[str] = (), allow_wildc
         "grove": v.string(body["grove"], "grove", max_length=100) if body.get("grove") else "",
         # Absent or null: the agent's own --kill-grace.
         "stop_grace_s": None if body.get("stop_grace_s") is None else v.integer(
-            body["stop_grace_s"], "stop_grace_s", minimum=0, maximum=MAX_STOP_GRACE_S),
+            body["stop_grace_s"], "stop_grace_s", minimum=MIN_STOP_GRACE_S, maximum=MAX_STOP_GRACE_S),
     }
 
 

@@ -1,18 +1,18 @@
 """Issue 38: a workload declares its stop grace (``stop_grace_s``). Validated with a coded 400, stored, put in
-the generation both ``changes`` routes send (and parsed by the agent's own wire reader), bounded by one number
-on each side of the wire held equal here; a workload that declares none keeps its spec digest, so the upgrade
+the generation both ``changes`` routes send (and parsed by the agent's own wire reader), bounded on each side of
+the wire and held alike here; a workload that declares none keeps its spec digest, so the upgrade
 writes no new generation."""
 from __future__ import annotations
 
 import pytest
 from django.db import IntegrityError, transaction
-from forest_agent.wire.messages import MAX_STOP_GRACE_S as AGENT_MAX_STOP_GRACE_S
-from forest_agent.wire.messages import Generation
+from forest_agent.wire.messages import Generation, MessageInvalid
 
+from apps.core.errors import ValidationFailed
 from apps.workloads import rules, services
 from apps.workloads.models import NativeWorkload, WorkloadGeneration
 from apps.workloads.selectors import grove_workloads
-from apps.workloads.vocabulary import MAX_STOP_GRACE_S
+from apps.workloads.vocabulary import MAX_STOP_GRACE_S, MIN_STOP_GRACE_S
 from tests.workloads.test_services import _public_domains, _spec, bundle, dispatch_on, native_grove  # noqa: F401
 
 pytestmark = pytest.mark.django_db
@@ -24,12 +24,33 @@ def token():
     services.workload_secret_set(team="", environment="default", name="API_TOKEN", value="x")
 
 
-def test_host_and_agent_bound_the_grace_alike():
-    assert MAX_STOP_GRACE_S == AGENT_MAX_STOP_GRACE_S == 3600
+def _agent_accepts(grace) -> bool:
+    wire = {"generation_id": "g", "workload": "web", "generation": 1, "command": ["./x"], "stop_grace_s": grace,
+            "bundle": {"url": "u", "digest": "sha256:" + "a" * 64, "signature": "s", "key_id": "k"}}
+    try:
+        return Generation.parse(wire).stop_grace_s == grace
+    except MessageInvalid:
+        return False
+
+
+def _host_accepts(grace) -> bool:
+    try:
+        return rules.workload_spec({"slug": "web", "bundle_digest": "d", "command": ["./x"],
+                                    "stop_grace_s": grace})["stop_grace_s"] == grace
+    except ValidationFailed:
+        return False
+
+
+@pytest.mark.parametrize("grace", [-1, 0, MIN_STOP_GRACE_S, 30, MAX_STOP_GRACE_S, MAX_STOP_GRACE_S + 1])
+def test_host_accepts_exactly_the_graces_the_agent_reads_at_the_bounds(grace):
+    """Host and agent may not import each other: each bounds the field itself, and this holds them alike (Host
+    sends whole seconds only, so the agent's fractions are not compared)."""
+    assert _host_accepts(grace) == _agent_accepts(grace)
+    assert _host_accepts(grace) == (MIN_STOP_GRACE_S <= grace <= MAX_STOP_GRACE_S)
 
 
 @pytest.mark.parametrize(("value", "code"), [
-    (-1, "out_of_range"), (MAX_STOP_GRACE_S + 1, "out_of_range"), ("30", "invalid_type"), (True, "invalid_type"),
+    (0, "out_of_range"), (MAX_STOP_GRACE_S + 1, "out_of_range"), ("30", "invalid_type"), (True, "invalid_type"),
     (1.5, "invalid_type"),
 ])
 def test_a_grace_out_of_bounds_is_a_coded_400_and_writes_nothing(staff_client, bundle, native_grove,  # noqa: F811
@@ -40,7 +61,7 @@ def test_a_grace_out_of_bounds_is_a_coded_400_and_writes_nothing(staff_client, b
     assert not NativeWorkload.objects.exists() and not WorkloadGeneration.objects.exists()
 
 
-@pytest.mark.parametrize("value", [0, 5, MAX_STOP_GRACE_S])
+@pytest.mark.parametrize("value", [MIN_STOP_GRACE_S, 5, MAX_STOP_GRACE_S])
 def test_a_grace_within_bounds_is_stored_answered_and_sent(staff_client, bundle, native_grove, dispatch_on,  # noqa: F811
                                                            token, grove_client, value):
     grove, credential = native_grove
@@ -108,7 +129,9 @@ def test_an_existing_workload_gets_no_new_generation_from_the_upgrade(bundle, na
     assert WorkloadGeneration.objects.count() == 1
 
 
-def test_the_database_refuses_a_grace_beyond_the_bound(bundle, native_grove, dispatch_on, token):  # noqa: F811
+@pytest.mark.parametrize("grace", [0, MAX_STOP_GRACE_S + 1])
+def test_the_database_refuses_a_grace_beyond_the_bounds(bundle, native_grove, dispatch_on, token,  # noqa: F811
+                                                        grace):
     workload, _ = services.native_workload_apply(body=_spec(bundle, stop_grace_s=1))
     with pytest.raises(IntegrityError), transaction.atomic():
-        NativeWorkload.objects.filter(pk=workload.pk).update(stop_grace_s=MAX_STOP_GRACE_S + 1)
+        NativeWorkload.objects.filter(pk=workload.pk).update(stop_grace_s=grace)

@@ -1,7 +1,7 @@
 from rest_framework import serializers
 
 from apps.workloads.models import NativeWorkload, WorkloadGeneration
-from apps.workloads.vocabulary import MAX_STOP_GRACE_S
+from apps.workloads.vocabulary import MAX_STOP_GRACE_S, MIN_STOP_GRACE_S
 
 
 class GenerationSerializer(serializers.ModelSerializer):
@@ -47,7 +47,7 @@ class NativeWorkloadRequestSerializer(serializers.Serializer):
     resources = serializers.DictField(required=False)
     grove = serializers.CharField(required=False)
     stop_grace_s = serializers.IntegerField(
-        required=False, allow_null=True, min_value=0, max_value=MAX_STOP_GRACE_S,
+        required=False, allow_null=True, min_value=MIN_STOP_GRACE_S, max_value=MAX_STOP_GRACE_S,
         help_text="Seconds between SIGTERM and SIGKILL when its agent stops the workload's process group; "
                   "absent or null: the agent's --kill-grace. Changing it writes a new generation.")
 

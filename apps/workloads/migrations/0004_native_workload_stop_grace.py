@@ -19,7 +19,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name="nativeworkload",
-            constraint=models.CheckConstraint(condition=models.Q(stop_grace_s__lte=3600),
+            constraint=models.CheckConstraint(condition=models.Q(stop_grace_s__gte=1, stop_grace_s__lte=3600),
                                               name="native_workload_stop_grace_bounded"),
         ),
     ]
