@@ -135,3 +135,13 @@ def test_the_database_refuses_a_grace_beyond_the_bounds(bundle, native_grove, di
     workload, _ = services.native_workload_apply(body=_spec(bundle, stop_grace_s=1))
     with pytest.raises(IntegrityError), transaction.atomic():
         NativeWorkload.objects.filter(pk=workload.pk).update(stop_grace_s=grace)
+
+
+def test_the_schema_declares_the_field_with_its_bounds(anon_client):
+    document = anon_client.get("/api/schema/?format=json").json()
+    body = document["paths"]["/api/forest/v1/workloads"]["post"]["requestBody"]["content"]["application/json"]
+    schema = document["components"]["schemas"]
+    declared = schema[body["schema"]["$ref"].rsplit("/", 1)[1]]["properties"]["stop_grace_s"]
+    assert (declared["minimum"], declared["maximum"], declared.get("nullable")) == (MIN_STOP_GRACE_S,
+                                                                                     MAX_STOP_GRACE_S, True)
+    assert "stop_grace_s" in schema["NativeWorkload"]["properties"]
