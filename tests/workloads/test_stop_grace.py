@@ -75,7 +75,7 @@ def test_a_grace_within_bounds_is_stored_answered_and_sent(staff_client, bundle,
 
 
 def test_without_a_grace_the_generation_leaves_it_to_the_agent(staff_client, bundle, native_grove,  # noqa: F811
-                                                               dispatch_on, token, grove_client):
+                                                               dispatch_on, token, grove_client):  # noqa: F811
     grove, credential = native_grove
     assert staff_client.post(f"{V1}/workloads", _spec(bundle, stop_grace_s=None), format="json").status_code == 200
     assert staff_client.get(f"{V1}/workloads/web").json()["stop_grace_s"] is None
