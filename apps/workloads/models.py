@@ -3,6 +3,7 @@ import uuid
 from django.db import models
 
 from apps.workloads.choices import GenerationState, SecretsMode
+from apps.workloads.vocabulary import MAX_STOP_GRACE_S, MIN_STOP_GRACE_S
 
 
 class NativeWorkload(models.Model):
@@ -24,11 +25,16 @@ class NativeWorkload(models.Model):
     resources = models.JSONField(default=dict, blank=True)
     grove = models.ForeignKey("groves.Grove", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
                               help_text="explicit pin; otherwise placement chooses")
+    stop_grace_s = models.PositiveIntegerField(
+        null=True, blank=True, help_text="SIGTERM-to-SIGKILL grace when its agent stops it (empty: the agent's)")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["slug"]
+        constraints = [models.CheckConstraint(
+            condition=models.Q(stop_grace_s__gte=MIN_STOP_GRACE_S, stop_grace_s__lte=MAX_STOP_GRACE_S),
+            name="native_workload_stop_grace_bounded")]
 
     def __str__(self) -> str:
         return self.slug

@@ -12,7 +12,7 @@ from apps.core import bodies
 from apps.core import validation as v
 from apps.groves.vocabulary import MAX_PLATFORMS
 from apps.workloads.bodies import WorkloadStatus
-from apps.workloads.vocabulary import SecretsMode
+from apps.workloads.vocabulary import MAX_STOP_GRACE_S, MIN_STOP_GRACE_S, SecretsMode
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -116,7 +116,7 @@ def workload_spec(body: Any, *, ingress_domains: Sequence[str] = (), allow_wildc
     """Validate and normalise a desired native workload as staff/CI submit it."""
     body = v.obj(body, "", allowed={"slug", "environment", "team", "bundle_digest", "command", "env", "secret_refs",
                                     "secrets_mode", "ports", "probes", "ingress", "restart", "platform",
-                                    "resources", "grove"},
+                                    "resources", "grove", "stop_grace_s"},
                  required={"slug", "bundle_digest", "command"})
     slug = v.string(body["slug"], "slug", max_length=100)
     if not SLUG_RE.match(slug):
@@ -155,12 +155,18 @@ def workload_spec(body: Any, *, ingress_domains: Sequence[str] = (), allow_wildc
         "platform": platforms,
         "resources": {key: v.integer(value, f"resources.{key}", maximum=1 << 52) for key, value in resources.items()},
         "grove": v.string(body["grove"], "grove", max_length=100) if body.get("grove") else "",
+        # Absent or null: the agent's own --kill-grace.
+        "stop_grace_s": None if body.get("stop_grace_s") is None else v.integer(
+            body["stop_grace_s"], "stop_grace_s", minimum=MIN_STOP_GRACE_S, maximum=MAX_STOP_GRACE_S),
     }
 
 
 def generation_spec(*, workload: dict[str, Any], bundle: dict[str, Any], ingress_enabled: bool) -> dict[str, Any]:
-    """The part of a generation that does not depend on its id, without secret values."""
-    return {
+    """The part of a generation that does not depend on its id, without secret values.
+
+    ``stop_grace_s`` is in it only when declared: a spec without it is exactly what Host wrote before the
+    field existed, so its digest is unchanged and no workload gets a new generation from the upgrade."""
+    spec = {
         "bundle": {"digest": bundle["digest"], "size": bundle["size"], "signature": bundle["signature"],
                    "key_id": bundle["key_id"]},
         "command": workload["command"],
@@ -172,6 +178,9 @@ def generation_spec(*, workload: dict[str, Any], bundle: dict[str, Any], ingress
         "ingress": workload["ingress"] if ingress_enabled else None,
         "restart": workload["restart"] or DEFAULT_RESTART,
     }
+    if workload.get("stop_grace_s") is not None:
+        spec["stop_grace_s"] = workload["stop_grace_s"]
+    return spec
 
 
 def spec_digest(spec: dict[str, Any], secrets: dict[str, str]) -> str:

@@ -69,6 +69,8 @@ def generation_payload(generation: WorkloadGeneration, *, base_url: str | None =
     }
     if spec.get("ingress"):
         payload["ingress"] = spec["ingress"]
+    if spec.get("stop_grace_s") is not None:  # absent: the agent's --kill-grace
+        payload["stop_grace_s"] = spec["stop_grace_s"]
     return payload
 
 

@@ -96,7 +96,8 @@ def native_workload_apply(*, body: dict) -> tuple[NativeWorkload, WorkloadGenera
         raise Forbidden("team_forbidden", f"Workload '{data['slug']}' belongs to another team; choose another slug.",
                         field="slug")
     fields = {key: data[key] for key in ("environment", "team", "command", "env", "secret_refs", "secrets_mode",
-                                         "ports", "probes", "ingress", "restart", "platform", "resources")}
+                                         "ports", "probes", "ingress", "restart", "platform", "resources",
+                                         "stop_grace_s")}
     workload, _ = NativeWorkload.objects.update_or_create(
         slug=data["slug"], defaults={**fields, "bundle": bundle, "grove": grove})
     _hostnames_claim(workload, (data["ingress"] or {}).get("hostnames", []))
@@ -171,7 +172,8 @@ def native_workload_generation_write(*, workload: NativeWorkload) -> WorkloadGen
         spec = rules.generation_spec(
             workload={"command": workload.command, "env": workload.env, "secret_refs": workload.secret_refs,
                       "secrets_mode": workload.secrets_mode, "ports": workload.ports, "probes": workload.probes,
-                      "ingress": workload.ingress, "restart": workload.restart},
+                      "ingress": workload.ingress, "restart": workload.restart,
+                      "stop_grace_s": workload.stop_grace_s},
             bundle={"digest": bundle.digest, "size": bundle.size, "signature": bundle.signature,
                     "key_id": bundle.signing_key_id},
             ingress_enabled=is_enabled(NATIVE_INGRESS_FLAG, environment=workload.environment,

@@ -8,13 +8,17 @@ agent's nginx: tests/e2e/test_native_ingress.py.)
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import io
+import os
+import signal
 import socket
 import sys
 import tarfile
 
 import httpx
+import psutil
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -57,12 +61,27 @@ def signing_key(tmp_path):
     return key, public
 
 
-def _bundle(key: Ed25519PrivateKey):
+# Answers its pid, and on SIGTERM only notes it in $MARK and keeps running: a SIGKILL alone ends it.
+STUBBORN = b'''
+import http.server, os, pathlib, signal
+signal.signal(signal.SIGTERM, lambda *_: pathlib.Path(os.environ["MARK"]).write_text("SIGTERM"))
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = str(os.getpid()).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
+'''
+
+
+def _bundle(key: Ed25519PrivateKey, script: bytes = SERVER):
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.GNU_FORMAT) as tar:
         info = tarfile.TarInfo("server.py")
-        info.size, info.mode = len(SERVER), 0o644
-        tar.addfile(info, io.BytesIO(SERVER))
+        info.size, info.mode = len(script), 0o644
+        tar.addfile(info, io.BytesIO(script))
     data = buffer.getvalue()
     digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
     signature = base64.b64encode(key.sign(digest.encode())).decode()
@@ -124,6 +143,45 @@ def test_signed_bundle_goes_live_is_replaced_and_a_crash_loop_is_reported(
     assert SECRET not in agent.output()
     assert SECRET not in str(Grove.objects.get(pk=grove.pk).log_tail)
     assert SECRET not in str(list(WorkloadGeneration.objects.values_list("spec", "log_tail", "message")))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_declared_stop_grace_reaches_the_agent_which_sigkills_after_it(live_server, enrolled, agents,
+                                                                          signing_key, settings, tmp_path):
+    """Issue 38: Host sends the workload's ``stop_grace_s``; the agent, whose own ``--kill-grace`` is 600 s,
+    stops a workload that ignores SIGTERM with SIGKILL after the declared 1 s, so it exits within the
+    deadline below (with its own grace it would still be waiting)."""
+    grove, state_dir = enrolled
+    key, public = signing_key
+    settings.FOREST_NATIVE_WORKLOAD_DISPATCH = True
+    settings.FOREST_PUBLIC_URL = live_server.url
+    agent = agents(state_dir, "--enable-native-workloads", "--trusted-key", f"release={public}",
+                   "--kill-grace", "600")
+    wait_for(lambda: "native.workload" in Grove.objects.get(pk=grove.pk).change_kinds,
+             what="the agent to advertise native.workload")
+    app_port, mark = free_port(), tmp_path / "sigterm-seen"
+    _, generation = services.native_workload_apply(body={
+        "slug": "stubborn", "bundle_digest": _bundle(key, STUBBORN).digest, "grove": grove.slug,
+        "command": [sys.executable, "server.py"], "env": {"PORT": str(app_port), "MARK": str(mark)},
+        "probes": {"readiness": {"type": "http", "path": "/", "port": app_port, "period_s": 1}},
+        "stop_grace_s": 1})
+    assert generation.spec["stop_grace_s"] == 1
+    _state(generation, "live")
+    pid = int(wait_for(lambda: _get(f"http://127.0.0.1:{app_port}/"), timeout=10, what="the workload to answer"))
+    try:
+        agent.proc.send_signal(signal.SIGTERM)  # as systemd and launchd stop a service
+        assert agent.proc.wait(timeout=60) == 0, agent.output()
+        assert mark.read_text() == "SIGTERM"  # asked first
+        wait_for(lambda: not _alive(pid), timeout=10, what="the stubborn workload to be gone")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_a_bundle_signed_by_an_untrusted_key_is_refused_and_reported(live_server, enrolled, agents, signing_key,

@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from apps.workloads.models import NativeWorkload, WorkloadGeneration
+from apps.workloads.vocabulary import MAX_STOP_GRACE_S, MIN_STOP_GRACE_S
 
 
 class GenerationSerializer(serializers.ModelSerializer):
@@ -20,8 +21,8 @@ class NativeWorkloadSerializer(serializers.ModelSerializer):
     class Meta:
         model = NativeWorkload
         fields = ["slug", "environment", "team", "bundle_digest", "command", "env", "secret_refs", "secrets_mode",
-                  "ports", "probes", "ingress", "restart", "platform", "resources", "grove", "generations",
-                  "updated_at"]
+                  "ports", "probes", "ingress", "restart", "platform", "resources", "grove", "stop_grace_s",
+                  "generations", "updated_at"]
 
     def get_generations(self, obj) -> list[dict]:
         return GenerationSerializer(obj.generations.all()[:5], many=True).data
@@ -45,6 +46,10 @@ class NativeWorkloadRequestSerializer(serializers.Serializer):
     platform = serializers.ListField(child=serializers.CharField(), required=False)
     resources = serializers.DictField(required=False)
     grove = serializers.CharField(required=False)
+    stop_grace_s = serializers.IntegerField(
+        required=False, allow_null=True, min_value=MIN_STOP_GRACE_S, max_value=MAX_STOP_GRACE_S,
+        help_text="Seconds between SIGTERM and SIGKILL when its agent stops the workload's process group; "
+                  "absent or null: the agent's --kill-grace. Changing it writes a new generation.")
 
 
 class SecretRequestSerializer(serializers.Serializer):
