@@ -124,7 +124,7 @@ def test_web_and_worker_on_sqlite_take_concurrent_submissions_without_database_i
     assert set(workers) == {"worker", "runner"}, "the Procfile starts no worker or no runner pool"
     for name, line in workers.items():
         procs.start(name, line)
-    wait_for(lambda: _healthy(base), timeout=60, what="the web process")
+    wait_for(lambda: _healthy(base), what="the web process")
 
     state = tmp_path / "agent-state"
     enroll = subprocess.run([AGENT, "enroll", "--host", base, "--token", enrollment, "--name", "embedded-box",
@@ -135,7 +135,7 @@ def test_web_and_worker_on_sqlite_take_concurrent_submissions_without_database_i
 
     client = httpx.Client(base_url=f"{base}/api/forest/v1", headers={"Authorization": f"Token {api_token}"},
                           timeout=60)
-    wait_for(lambda: _grove_ready(client), timeout=60, what="the agent's first heartbeat")
+    wait_for(lambda: _grove_ready(client), what="the agent's first heartbeat")
 
     body = {"name": "embedded", "grove": "embedded-box",
             "steps": [{"name": f"s{i}", "kind": "native", "timeout_s": 120,

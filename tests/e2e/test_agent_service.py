@@ -84,7 +84,7 @@ def test_installed_unit_verifies_and_its_exec_start_runs_and_stops_clean(live_se
     log = open(tmp_path / "agent.log", "ab")  # noqa: SIM115 - closed below
     agent = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_for(lambda: "native.workload" in Grove.objects.get(pk=grove.pk).change_kinds, timeout=60,
+        wait_for(lambda: "native.workload" in Grove.objects.get(pk=grove.pk).change_kinds,
                  what="the service's agent to heartbeat and advertise native.workload")
         bundle = _bundle(key)
         port = free_port()

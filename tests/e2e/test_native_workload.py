@@ -124,7 +124,7 @@ def test_signed_bundle_goes_live_is_replaced_and_a_crash_loop_is_reported(
         first = _state(first, "live")
         assert first.live and first.probes.get("readiness") == "passing"
         assert first.reason == "", (first.reason, first.message, agent.output())
-        answer = wait_for(lambda: _get(f"http://127.0.0.1:{app_port}/"), timeout=10, what="the workload to answer")
+        answer = wait_for(lambda: _get(f"http://127.0.0.1:{app_port}/"), what="the workload to answer")
         assert answer == f"blue token-length={len(SECRET)}"
 
         _, second = services.native_workload_apply(body={**spec, "env": {**spec["env"], "COLOR": "green"}})
@@ -173,7 +173,7 @@ def test_a_declared_stop_grace_reaches_the_agent_which_sigkills_after_it(live_se
         "stop_grace_s": 1})
     assert generation.spec["stop_grace_s"] == 1
     _state(generation, "live")
-    pid = int(wait_for(lambda: _get(f"http://127.0.0.1:{app_port}/"), timeout=10, what="the workload to answer"))
+    pid = int(wait_for(lambda: _get(f"http://127.0.0.1:{app_port}/"), what="the workload to answer"))
     try:
         agent.proc.send_signal(signal.SIGTERM)  # as systemd and launchd stop a service
         assert agent.proc.wait(timeout=60) == 0, agent.output()

@@ -113,7 +113,7 @@ def test_two_stacks_with_their_own_settings_and_ports_answer_side_by_side(tmp_pa
             stack.start()
         assert [stack.port for stack in stacks] == [first_port, second_port]
         for stack in stacks:
-            wait_for(lambda s=stack: s.health() == 200, timeout=60, what=f"the web on {stack.port}: {stack.output()}")
+            wait_for(lambda s=stack: s.health() == 200, what=f"the web on {stack.port}: {stack.output()}")
         assert all(stack.proc.poll() is None for stack in stacks), [stack.output() for stack in stacks]
         assert [stack.health() for stack in stacks] == [200, 200]  # both still up together
     finally:

@@ -190,7 +190,12 @@ def worker(celery_queue, tmp_path):
         w.stop()
 
 
-def wait_for(predicate, *, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
+# A bound on a hang, not a speed: a wait returns the moment its condition holds, so the bound only decides how
+# long a broken test takes to fail. On a busy 2-core CI box a worker's start-up alone has taken over 30 s.
+HANG_S = 120.0
+
+
+def wait_for(predicate, *, timeout: float = HANG_S, interval: float = 0.1, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
