@@ -201,14 +201,7 @@ def test_a_workload_answers_over_https_through_the_edge_and_the_mesh_hop(
 
 
 def _bundle_of(key):
-    from tests.e2e import test_native_workload as native
-
-    original = native.SERVER
-    native.SERVER = ECHO
-    try:
-        return _bundle(key)
-    finally:
-        native.SERVER = original
+    return _bundle(key, ECHO)
 
 
 def _hop_get(url: str, host: str, source: str) -> tuple[int, str]:
