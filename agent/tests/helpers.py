@@ -1,4 +1,5 @@
-"""Helpers shared by the agent tests: bundle signing keys and hand-built (possibly hostile) tars."""
+"""Helpers shared by the agent tests: bundle signing keys, hand-built (possibly hostile) tars, and the one
+bounded wait on a condition."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import base64
 import hashlib
 import io
 import tarfile
+import time
 from pathlib import Path
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
@@ -92,3 +95,15 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def wait_for(predicate: Any, timeout: float = 30.0, what: str = "condition") -> Any:
+    """The predicate's first truthy value, asked every 20 ms; an AssertionError naming ``what`` after
+    ``timeout`` seconds (a bound on a hang: the wait ends the moment the condition holds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")

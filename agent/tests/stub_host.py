@@ -17,6 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import helpers
+
 API = "/api/forest/v1/"
 
 
@@ -84,13 +86,7 @@ class StubHost:
         return f"{self.url}/blobs/{name}"
 
     def wait_for(self, predicate: Any, timeout: float = 10.0, what: str = "condition") -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(0.02)
-        raise AssertionError(f"timed out waiting for {what}")
+        return helpers.wait_for(predicate, timeout, what)
 
     def terminal_report(self, job_id: str, timeout: float = 10.0) -> dict[str, Any]:
         def find() -> dict[str, Any] | None:

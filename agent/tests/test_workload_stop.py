@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from helpers import Signer, digest_of, file_entry, free_port, make_tar
+from helpers import Signer, digest_of, file_entry, free_port, make_tar, wait_for
 from stub_host import StubHost
 
 AGENT = [sys.executable, "-m", "forest_agent"]
@@ -32,7 +31,7 @@ AGENT = [sys.executable, "-m", "forest_agent"]
 # A workload that leaves a tree behind: it starts a child (a sleeper) and serves /healthz. Both write
 # "<name> got SIGTERM" to the log; `stubborn` ones then keep running, so only a SIGKILL ends them.
 WORKLOAD_PY = b"""
-import http.server, os, signal, subprocess, sys, time
+import http.server, os, signal, subprocess, sys
 mode, port = sys.argv[1], int(sys.argv[2])
 def on_term(name):
     def handler(signum, frame):
@@ -43,7 +42,7 @@ def on_term(name):
 if sys.argv[3:] == ["child"]:
     signal.signal(signal.SIGTERM, on_term("child"))
     while True:
-        time.sleep(1)
+        signal.pause()
 signal.signal(signal.SIGTERM, on_term("leader"))
 subprocess.Popen([sys.executable, __file__, mode, str(port), "child"])
 class H(http.server.BaseHTTPRequestHandler):
@@ -55,16 +54,6 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 """
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Agent:
@@ -262,7 +251,8 @@ def test_the_generations_grace_is_the_one_used_and_told_to_the_guardian(tmp_path
     timing = SupervisorTiming(startsecs=0.1, kill_grace_s=1.0, tick_s=0.02)
     for declared, expected in ((7.0, 7.0), (None, 1.0)):
         recorder = Recorder()
-        spec = ProcessSpec(name="w", argv=[sys.executable, "-c", "import time; time.sleep(60)"], cwd=tmp_path,
+        idle = [sys.executable, "-c", "import signal; signal.pause()"]  # runs until it is signalled
+        spec = ProcessSpec(name="w", argv=idle, cwd=tmp_path,
                            env={"PATH": os.environ["PATH"]}, log_path=tmp_path / "out.log",
                            restart=RestartPolicy(), stop_grace_s=declared)
         supervisor = Supervisor(spec, timing=timing, watch=recorder)

@@ -24,7 +24,7 @@ from kombu.common import ignore_errors
 
 from bench.own_servers import OwnRedis
 from forest_host.celery import app as forest_app
-from tests.pipelines.conftest import _die_with_parent, kill_leftovers
+from tests.pipelines.conftest import _die_with_parent, kill_leftovers, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,15 +35,6 @@ def own_redis():
     server.start()
     yield server
     server.stop()
-
-
-def _wait(predicate, *, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def test_celery_teardown_after_broker_loss_raises_no_attribute_error(own_redis):
@@ -120,20 +111,20 @@ def test_worker_survives_redis_killed_while_it_holds_unacknowledged_messages(own
         for round_no in range(ROUNDS):
             token = uuid.uuid4().hex
             send("broker_loss.pong", token)
-            _wait(lambda t=token: _alive(worker, log) and client.exists(f"pong:{t}"), timeout=60,
+            wait_for(lambda t=token: _alive(worker, log) and client.exists(f"pong:{t}"), timeout=60,
                   what=f"round {round_no}: the worker to consume")
             send("broker_loss.hold", 30)
-            _wait(lambda: client.hlen("unacked"), timeout=30, what="the worker to hold a message unacknowledged")
-            touched = _wait(lambda: heartbeat.exists() and heartbeat.stat().st_mtime_ns, timeout=30,
+            wait_for(lambda: client.hlen("unacked"), timeout=30, what="the worker to hold a message unacknowledged")
+            touched = wait_for(lambda: heartbeat.exists() and heartbeat.stat().st_mtime_ns, timeout=30,
                             what="the worker's heartbeat file")
             own_redis.stop()
             own_redis.start()  # the same port, empty; the client reconnects on its next command
         token = uuid.uuid4().hex
         send("broker_loss.pong", token)
-        _wait(lambda: _alive(worker, log) and client.exists(f"pong:{token}"), timeout=60,
+        wait_for(lambda: _alive(worker, log) and client.exists(f"pong:{token}"), timeout=60,
               what="the worker to consume after the last kill")
         # the heartbeat step started again after the reconnect (it stops while the consumer reconnects)
-        _wait(lambda: heartbeat.stat().st_mtime_ns > touched, timeout=30, what="a touch after the last reconnect")
+        wait_for(lambda: heartbeat.stat().st_mtime_ns > touched, timeout=30, what="a touch after the last reconnect")
         assert worker.poll() is None
         assert "Unrecoverable error" not in log.read_text(errors="replace")
     finally:
