@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from apps.core.bodies import Body, BodyError, choices, count, platforms, text
+from apps.core.bodies import Body, BodyError, choices, count, literal, platforms, text
 from apps.groves import mesh
 from apps.groves.vocabulary import (
     MAX_ACCELERATOR_COUNT,
@@ -90,8 +90,9 @@ class HeartbeatPlacementUnit(Body):
         seen: set[str] = set()
         for index, slot in enumerate(self.accelerators):
             if slot.inventory_id in seen:
-                raise BodyError("duplicate_inventory_id", f"Accelerator '{slot.inventory_id}' is listed twice in "
-                                "one unit.", at=f"accelerators[{index}].inventory_id")
+                raise BodyError("duplicate_inventory_id", literal(f"Accelerator '{slot.inventory_id}' is listed "
+                                                                  "twice in one unit."),
+                                at=f"accelerators[{index}].inventory_id")
             seen.add(slot.inventory_id)
         return self
 

@@ -147,3 +147,18 @@ def test_demo_load_is_idempotent_and_reports_inventory(capsys):
     assert (item.vendor, item.memory_kind, item.memory_enforced, item.share_mode) == (
         "apple", "unified", False, "cooperative")
     assert "admin /" in capsys.readouterr().out
+
+
+def test_a_refusal_quotes_a_reported_id_with_braces_verbatim(enroll):
+    """The refusal's sentence is a template for its field path; a Grove's own id in it (braces included) is
+    quoted, never read as part of the template (schemathesis found this as a 500 on the heartbeat)."""
+    grove, _ = enroll()
+    body = heartbeat_body(gpus=1)
+    odd = "GPU-{0}}"
+    body["capacity"]["accelerators"][0]["id"] = odd
+    unit = body["capacity"]["placement_units"][0]
+    unit["accelerators"] = [{**unit["accelerators"][0], "inventory_id": odd}] * 2
+    with pytest.raises(ForestError) as exc:
+        services.grove_heartbeat_record(grove=grove, body=body)
+    assert exc.value.code == "duplicate_inventory_id"
+    assert f"'{odd}'" in exc.value.detail
